@@ -1,0 +1,64 @@
+# scorer — build, test and run. Everything a fresh machine needs is fetched here.
+SHELL := /bin/bash
+.DEFAULT_GOAL := build
+
+DEPS        := .deps
+ORT_VERSION := 1.30.0
+ORT_LIB     := $(abspath $(DEPS)/ort-$(ORT_VERSION)/libonnxruntime.so.1)
+SHARED      ?= $(abspath ../shared)
+MODEL_DIR   ?= $(SHARED)/models/nli-unigram-small
+TRANSCRIPTS ?= $(SHARED)/data/transcripts/transcripts.jsonl
+BIN         := bin/scorer
+GO          ?= go
+export CGO_ENABLED := 1
+export ORT_LIB
+export MODEL_DIR
+
+GO_SOURCES := $(shell find . -name '*.go' -not -path './.deps/*' 2>/dev/null) go.mod go.sum
+
+.PHONY: build ort kcat test test-short vet fmt lint run bench golden clean
+
+build: $(BIN) ort
+
+$(BIN): $(GO_SOURCES)
+	$(GO) build -o $(BIN) ./cmd/scorer
+
+# ONNX Runtime's CPU library ships inside the onnxruntime-node npm package; we take only the .so.
+ort: $(ORT_LIB)
+$(ORT_LIB):
+	@mkdir -p $(DEPS)/tmp $(dir $(ORT_LIB))
+	cd $(DEPS)/tmp && npm pack --silent onnxruntime-node@$(ORT_VERSION) >/dev/null
+	tar -xzf $(DEPS)/tmp/onnxruntime-node-$(ORT_VERSION).tgz -C $(DEPS)/tmp package/bin/napi-v6/linux/x64/libonnxruntime.so.1
+	mv $(DEPS)/tmp/package/bin/napi-v6/linux/x64/libonnxruntime.so.1 $(ORT_LIB)
+	rm -rf $(DEPS)/tmp
+
+# kcat is the independent Kafka client the interop tests talk to.
+kcat:
+	@command -v kcat >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
+
+vet:
+	$(GO) vet ./...
+
+fmt:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+lint: fmt vet
+
+test: ort kcat lint
+	$(GO) test -race -count=1 -timeout 40m ./...
+
+test-short: ort
+	$(GO) test -short -count=1 ./...
+
+run: build
+	./scripts/run-demo.sh
+
+bench: build
+	$(BIN) bench --model-dirs "$(SHARED)/models/nli-unigram-small,$(SHARED)/models/nli-wordpiece-small" --transcripts $(TRANSCRIPTS) --out docs/benchmarks.json
+
+# Regenerates the golden token IDs and scores from the Hugging Face reference implementations (npm).
+golden:
+	cd tools/golden && npm install --ignore-scripts --no-audit --no-fund >/dev/null && node fix-binaries.mjs && node generate.mjs
+
+clean:
+	rm -rf bin $(DEPS)

@@ -1,0 +1,119 @@
+package schema
+
+import "sort"
+
+// TranscriptEvent is one earnings-call transcript to score. Sections maps a
+// section name (FILT_MD, FILT_QA, or any other the producer sends) to its
+// sentences in order. Values come out of DecodeEvent already validated.
+type TranscriptEvent struct {
+	CallID      string              `json:"call_id"`
+	EntityID    string              `json:"entity_id,omitempty"`
+	CompanyName string              `json:"company_name,omitempty"`
+	CallName    string              `json:"call_name,omitempty"`
+	EventTime   string              `json:"event_time,omitempty"`
+	VersionID   string              `json:"version_id,omitempty"`
+	Sections    map[string][]string `json:"sections"`
+}
+
+// SectionNames returns the event's section names sorted, so that every
+// consumer of an event walks its sections in the same order.
+func (e *TranscriptEvent) SectionNames() []string {
+	names := make([]string, 0, len(e.Sections))
+	for name := range e.Sections {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// SentenceCount is the number of sentences over all sections.
+func (e *TranscriptEvent) SentenceCount() int {
+	n := 0
+	for _, s := range e.Sections {
+		n += len(s)
+	}
+	return n
+}
+
+// ModelInfo identifies the model that produced a score. SHA256 is the hash of
+// the ONNX file and is the model's version: two records with the same SHA256
+// were scored by the same weights.
+type ModelInfo struct {
+	Name   string `json:"name"`
+	SHA256 string `json:"sha256"`
+}
+
+// LabelResult holds one label's outcome over one section: a score per
+// sentence in sentence order, a 0/1 flag per sentence (score > threshold) and
+// the flagged sentences themselves, in order.
+type LabelResult struct {
+	Scores  []float32 `json:"scores"`
+	Flags   []int     `json:"flags"`
+	Matches []string  `json:"matches"`
+}
+
+// SectionResult is one section's outcome: its sentence count and a
+// LabelResult per label.
+type SectionResult struct {
+	Sentences int                    `json:"sentences"`
+	Results   map[string]LabelResult `json:"results"`
+}
+
+// Source says which input record a result came from, so that a consumer of
+// the output topic can trace and deduplicate at-least-once redeliveries.
+type Source struct {
+	Topic     string `json:"topic"`
+	Partition int    `json:"partition"`
+	Offset    int64  `json:"offset"`
+}
+
+// ScoredTranscript is the output record for one TranscriptEvent: the event's
+// identity, what scored it and how, and per-section, per-label results.
+type ScoredTranscript struct {
+	CallID             string                   `json:"call_id"`
+	EntityID           string                   `json:"entity_id,omitempty"`
+	CompanyName        string                   `json:"company_name,omitempty"`
+	CallName           string                   `json:"call_name,omitempty"`
+	EventTime          string                   `json:"event_time,omitempty"`
+	VersionID          string                   `json:"version_id,omitempty"`
+	Model              ModelInfo                `json:"model"`
+	HypothesisTemplate string                   `json:"hypothesis_template"`
+	ScoreMode          string                   `json:"score_mode"`
+	Threshold          float64                  `json:"threshold"`
+	Labels             []string                 `json:"labels"`
+	Sections           map[string]SectionResult `json:"sections"`
+	ScoredAt           string                   `json:"scored_at"`
+	Source             *Source                  `json:"source,omitempty"`
+}
+
+// ScoreRow is the flat form of one (call_id, section, sentence_index, label)
+// result: the shape a JDBC sink upserts, keyed by RowKey.
+type ScoreRow struct {
+	CallID        string  `json:"call_id"`
+	Section       string  `json:"section"`
+	SentenceIndex int     `json:"sentence_index"`
+	Label         string  `json:"label"`
+	EntityID      string  `json:"entity_id,omitempty"`
+	EventTime     string  `json:"event_time,omitempty"`
+	VersionID     string  `json:"version_id,omitempty"`
+	Sentence      string  `json:"sentence"`
+	Score         float32 `json:"score"`
+	Flag          int     `json:"flag"`
+	Threshold     float64 `json:"threshold"`
+	ModelSHA256   string  `json:"model_sha256"`
+	ScoredAt      string  `json:"scored_at"`
+}
+
+// RowKey is the primary key of a ScoreRow: a redelivered transcript
+// overwrites its rows instead of adding new ones.
+type RowKey struct {
+	CallID        string `json:"call_id"`
+	Section       string `json:"section"`
+	SentenceIndex int    `json:"sentence_index"`
+	Label         string `json:"label"`
+}
+
+// Key returns the row's primary key.
+func (r *ScoreRow) Key() RowKey {
+	return RowKey{CallID: r.CallID, Section: r.Section, SentenceIndex: r.SentenceIndex, Label: r.Label}
+}
