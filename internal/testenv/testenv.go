@@ -1,0 +1,74 @@
+// Package testenv finds the real parts tests run against: the shared models
+// and transcripts beside the repository and the ONNX Runtime library that
+// `make` fetches. Tests fail, not skip, when a part is missing: a test that
+// silently skips its real dependency proves nothing.
+package testenv
+
+import (
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+)
+
+// RepoRoot is the repository root, found from this file's location.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// SharedDir is ../shared beside the repository, or $SHARED_DIR.
+func SharedDir(t testing.TB) string {
+	t.Helper()
+	dir := os.Getenv("SHARED_DIR")
+	if dir == "" {
+		dir = filepath.Join(RepoRoot(), "..", "shared")
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("shared material not found at %s (set SHARED_DIR): %v", dir, err)
+	}
+	return dir
+}
+
+// ModelDirs lists every model folder under shared/models.
+func ModelDirs(t testing.TB) []string {
+	t.Helper()
+	dirs, err := filepath.Glob(filepath.Join(SharedDir(t), "models", "*", "config.json"))
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no model folders under %s/models", SharedDir(t))
+	}
+	for i, d := range dirs {
+		dirs[i] = filepath.Dir(d)
+	}
+	return dirs
+}
+
+// ModelDir is one named model folder under shared/models.
+func ModelDir(t testing.TB, name string) string {
+	t.Helper()
+	dir := filepath.Join(SharedDir(t), "models", name)
+	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
+		t.Fatalf("model %s: %v", name, err)
+	}
+	return dir
+}
+
+// Transcripts is the path of the real transcript corpus.
+func Transcripts(t testing.TB) string {
+	t.Helper()
+	return filepath.Join(SharedDir(t), "data", "transcripts", "transcripts.jsonl")
+}
+
+// ORTLib is the ONNX Runtime shared library: $ORT_LIB, or the one `make ort`
+// puts under .deps.
+func ORTLib(t testing.TB) string {
+	t.Helper()
+	lib := os.Getenv("ORT_LIB")
+	if lib == "" {
+		lib = filepath.Join(RepoRoot(), ".deps", "ort-1.30.0", "libonnxruntime.so.1")
+	}
+	if _, err := os.Stat(lib); err != nil {
+		t.Fatalf("ONNX Runtime library not found at %s (run `make ort` or set ORT_LIB): %v", lib, err)
+	}
+	return lib
+}
