@@ -1,13 +1,8 @@
 package model
 
-// Pair is one encoded (premise, hypothesis) input, template applied: special
-// tokens included, truncated to the model's maximum length, not padded.
-// TypeIDs has one entry per ID (segment ids from the post_processor template);
-// sessions feed it only when the graph has a token_type_ids input.
-type Pair struct {
-	IDs     []int32
-	TypeIDs []int32
-}
+import "github.com/scorer/scorer/model/tokenizer"
 
-// Len is the pair's token count, the unit of every batch budget.
-func (p Pair) Len() int { return len(p.IDs) }
+// Pair is one encoded (premise, hypothesis) input; see tokenizer.Pair. The
+// alias lets gpupool and consumers speak of model.Pair without importing the
+// tokenizer.
+type Pair = tokenizer.Pair
