@@ -1,0 +1,293 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+	"unicode/utf8"
+)
+
+// model turns one pre-tokenized word into ids, appending to out. sc holds
+// scratch buffers reused across the words of one Encode call.
+type model interface {
+	tokenize(word string, sc *scratch, out []int32) ([]int32, error)
+	vocabSize() int
+	lookup(token string) (int32, bool)
+}
+
+// scratch is per-call working memory; one Encode call owns it, so the
+// Tokenizer itself stays immutable and safe for concurrent use.
+type scratch struct {
+	nodes []viterbiNode
+	ends  []int
+	buf   []byte
+}
+
+// trie is a byte trie over the vocabulary. Children of a node are a sorted
+// range of edges; the root, which branches on every first byte, gets a
+// direct table so the hottest lookup is one index.
+type trie struct {
+	root  [256]int32 // child node of the root per byte, 0 = none
+	nodes []trieNode
+	edges []trieEdge
+}
+
+type trieNode struct {
+	edgeStart, edgeEnd int32
+	id                 int32 // vocab id ending here, -1 if none
+}
+
+type trieEdge struct {
+	b     byte
+	child int32
+}
+
+// buildTrie builds the trie breadth-first from the sorted pieces so each
+// node's edges are contiguous.
+func buildTrie(pieces []string, ids map[string]int32) *trie {
+	sorted := make([]string, 0, len(pieces))
+	for _, p := range pieces {
+		if p != "" {
+			sorted = append(sorted, p)
+		}
+	}
+	sort.Strings(sorted)
+	t := &trie{}
+	type pending struct {
+		node   int32
+		lo, hi int // range of sorted sharing the node's prefix
+		depth  int
+	}
+	t.nodes = append(t.nodes, trieNode{id: -1})
+	queue := []pending{{node: 0, lo: 0, hi: len(sorted), depth: 0}}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		i := p.lo
+		// A piece equal to the prefix itself ends here.
+		for i < p.hi && len(sorted[i]) == p.depth {
+			t.nodes[p.node].id = ids[sorted[i]]
+			i++
+		}
+		start := int32(len(t.edges))
+		var children []pending
+		for i < p.hi {
+			b := sorted[i][p.depth]
+			j := i
+			for j < p.hi && sorted[j][p.depth] == b {
+				j++
+			}
+			child := int32(len(t.nodes))
+			t.nodes = append(t.nodes, trieNode{id: -1})
+			t.edges = append(t.edges, trieEdge{b: b, child: child})
+			if p.node == 0 {
+				t.root[b] = child
+			}
+			children = append(children, pending{node: child, lo: i, hi: j, depth: p.depth + 1})
+			i = j
+		}
+		t.nodes[p.node].edgeStart, t.nodes[p.node].edgeEnd = start, int32(len(t.edges))
+		queue = append(queue, children...)
+	}
+	return t
+}
+
+func (t *trie) child(node int32, b byte) int32 {
+	if node == 0 {
+		return t.root[b]
+	}
+	n := t.nodes[node]
+	edges := t.edges[n.edgeStart:n.edgeEnd]
+	lo, hi := 0, len(edges)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if edges[m].b < b {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo < len(edges) && edges[lo].b == b {
+		return edges[lo].child
+	}
+	return 0
+}
+
+// unigram is the SentencePiece Unigram model: the segmentation with the
+// highest total log-probability, found by Viterbi over byte positions.
+type unigram struct {
+	pieces      []string
+	scores      []float64
+	ids         map[string]int32
+	trie        *trie
+	unkID       int32 // -1 when the model has none
+	unkScore    float64
+	byteFallbak bool
+	byteIDs     [256]int32 // <0xNN> piece ids, -1 when absent
+}
+
+// unkPenalty is HF's K_UNK_PENALTY: an unknown character costs 10 nats
+// more than the rarest known piece, so known pieces always win when they
+// can cover the text.
+const unkPenalty = 10.0
+
+func newUnigram(raw json.RawMessage) (*unigram, error) {
+	var c struct {
+		Vocab        [][2]json.RawMessage `json:"vocab"`
+		UnkID        *int32               `json:"unk_id"`
+		ByteFallback bool                 `json:"byte_fallback"`
+	}
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, fmt.Errorf("tokenizer: bad Unigram model: %w", err)
+	}
+	if len(c.Vocab) == 0 {
+		return nil, fmt.Errorf("tokenizer: Unigram model has an empty vocab")
+	}
+	u := &unigram{
+		pieces: make([]string, len(c.Vocab)),
+		scores: make([]float64, len(c.Vocab)),
+		ids:    make(map[string]int32, len(c.Vocab)),
+		unkID:  -1,
+	}
+	minScore := math.Inf(1)
+	for i, e := range c.Vocab {
+		if err := json.Unmarshal(e[0], &u.pieces[i]); err != nil {
+			return nil, fmt.Errorf("tokenizer: Unigram vocab entry %d: %w", i, err)
+		}
+		if err := json.Unmarshal(e[1], &u.scores[i]); err != nil {
+			return nil, fmt.Errorf("tokenizer: Unigram vocab entry %d (%q) score: %w", i, u.pieces[i], err)
+		}
+		u.ids[u.pieces[i]] = int32(i)
+		minScore = min(minScore, u.scores[i])
+	}
+	if c.UnkID != nil {
+		if *c.UnkID < 0 || int(*c.UnkID) >= len(c.Vocab) {
+			return nil, fmt.Errorf("tokenizer: Unigram unk_id %d outside vocab of %d", *c.UnkID, len(c.Vocab))
+		}
+		u.unkID = *c.UnkID
+	}
+	u.unkScore = minScore - unkPenalty
+	u.byteFallbak = c.ByteFallback
+	for b := range u.byteIDs {
+		u.byteIDs[b] = -1
+		if id, ok := u.ids[fmt.Sprintf("<0x%02X>", b)]; ok {
+			u.byteIDs[b] = id
+		}
+	}
+	u.trie = buildTrie(u.pieces, u.ids)
+	return u, nil
+}
+
+func (u *unigram) vocabSize() int { return len(u.pieces) }
+
+func (u *unigram) lookup(token string) (int32, bool) {
+	id, ok := u.ids[token]
+	return id, ok
+}
+
+type viterbiNode struct {
+	id       int32
+	score    float64
+	startsAt int32 // -1 = unreached
+}
+
+func (u *unigram) tokenize(word string, sc *scratch, out []int32) ([]int32, error) {
+	n := len(word)
+	if n == 0 {
+		return out, nil
+	}
+	if cap(sc.nodes) < n+1 {
+		sc.nodes = make([]viterbiNode, n+1)
+	}
+	best := sc.nodes[:n+1]
+	for i := range best {
+		best[i] = viterbiNode{startsAt: -1}
+	}
+	best[0].startsAt = 0
+	for start := 0; start < n; {
+		base := best[start].score
+		_, charLen := utf8.DecodeRuneInString(word[start:])
+		hasSingle := false
+		node := int32(0)
+		for pos := start; pos < n; pos++ {
+			node = u.trie.child(node, word[pos])
+			if node == 0 {
+				break
+			}
+			id := u.trie.nodes[node].id
+			if id < 0 {
+				continue
+			}
+			end := pos + 1
+			cand := base + u.scores[id]
+			if t := &best[end]; t.startsAt < 0 || cand > t.score {
+				*t = viterbiNode{id: id, score: cand, startsAt: int32(start)}
+			}
+			if end-start == charLen {
+				hasSingle = true
+			}
+		}
+		if !hasSingle {
+			if u.unkID < 0 {
+				return out, fmt.Errorf("tokenizer: Unigram model has no unk_id but %q has no piece for %q", word, word[start:start+charLen])
+			}
+			cand := base + u.unkScore
+			if t := &best[start+charLen]; t.startsAt < 0 || cand > t.score {
+				*t = viterbiNode{id: u.unkID, score: cand, startsAt: int32(start)}
+			}
+		}
+		start += charLen
+	}
+	// Walk back collecting piece boundaries; runs of unknowns are fused
+	// into one token, as HF's Unigram (fuse_unk) does.
+	ends := sc.ends[:0]
+	for end := n; end > 0; {
+		nd := best[end]
+		ends = append(ends, end)
+		end = int(nd.startsAt)
+	}
+	sc.ends = ends
+	start := 0
+	for i := len(ends) - 1; i >= 0; i-- {
+		end := ends[i]
+		if best[end].id == u.unkID {
+			// Extend over following unknowns.
+			for i > 0 && best[ends[i-1]].id == u.unkID {
+				i--
+				end = ends[i]
+			}
+		}
+		out = u.emit(word[start:end], best[end].id, out)
+		start = end
+	}
+	return out, nil
+}
+
+// emit maps a piece string to ids as HF's Unigram::tokenize does: by string
+// lookup (so a fused unknown run that happens to be a piece gets its id),
+// then byte fallback, then unk.
+func (u *unigram) emit(piece string, id int32, out []int32) []int32 {
+	if id != u.unkID {
+		return append(out, id)
+	}
+	if known, ok := u.ids[piece]; ok {
+		return append(out, known)
+	}
+	if u.byteFallbak {
+		all := true
+		for i := 0; i < len(piece); i++ {
+			if u.byteIDs[piece[i]] < 0 {
+				all = false
+				break
+			}
+		}
+		if all {
+			for i := 0; i < len(piece); i++ {
+				out = append(out, u.byteIDs[piece[i]])
+			}
+			return out
+		}
+	}
+	return append(out, u.unkID)
+}
