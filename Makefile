@@ -58,7 +58,7 @@ bench: build
 
 # Regenerates the golden token IDs and scores from the Hugging Face reference implementations (npm).
 golden:
-	cd tools/golden && npm install --ignore-scripts --no-audit --no-fund >/dev/null && node fix-binaries.mjs && node generate.mjs
+	cd tools/golden && npm install --ignore-scripts --no-audit --no-fund >/dev/null && node generate.mjs
 
 clean:
 	rm -rf bin $(DEPS)

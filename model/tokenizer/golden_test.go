@@ -1,0 +1,76 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/scorer/scorer/internal/testenv"
+)
+
+type goldenFile struct {
+	Model     string `json:"model"`
+	MaxLength int    `json:"max_length"`
+	Cases     []struct {
+		Premise      string  `json:"premise"`
+		Hypothesis   string  `json:"hypothesis"`
+		PremiseIDs   []int32 `json:"premise_ids"`
+		InputIDs     []int32 `json:"input_ids"`
+		TokenTypeIDs []int32 `json:"token_type_ids"`
+	} `json:"cases"`
+}
+
+// TestGolden compares every case of every golden file (written by
+// tools/golden/generate.mjs from HF tokenizers itself) id for id.
+func TestGolden(t *testing.T) {
+	dirs := testenv.ModelDirs(t)
+	for _, dir := range dirs {
+		name := filepath.Base(dir)
+		t.Run(name, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "model", "testdata", "golden", name+".json"))
+			if err != nil {
+				t.Fatalf("golden file for %s missing (run `make golden`): %v", name, err)
+			}
+			var g goldenFile
+			if err := json.Unmarshal(data, &g); err != nil {
+				t.Fatal(err)
+			}
+			if len(g.Cases) == 0 || g.MaxLength <= 0 {
+				t.Fatalf("golden file for %s has %d cases, max_length %d", name, len(g.Cases), g.MaxLength)
+			}
+			tok, err := Load(filepath.Join(dir, "tokenizer.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pass, fails := 0, 0
+			for i, c := range g.Cases {
+				p, err := tok.Encode(c.Premise)
+				if err != nil {
+					t.Fatalf("case %d: Encode(%q): %v", i, c.Premise, err)
+				}
+				h, err := tok.Encode(c.Hypothesis)
+				if err != nil {
+					t.Fatalf("case %d: Encode(%q): %v", i, c.Hypothesis, err)
+				}
+				pair := tok.EncodePair(p, h, g.MaxLength)
+				ok := true
+				if !slices.Equal(p, c.PremiseIDs) {
+					ok = false
+					t.Errorf("case %d premise %q:\n got %v\nwant %v", i, c.Premise, p, c.PremiseIDs)
+				}
+				if !slices.Equal(pair.IDs, c.InputIDs) || !slices.Equal(pair.TypeIDs, c.TokenTypeIDs) {
+					ok = false
+					t.Errorf("case %d pair (%q, %q):\n got %v %v\nwant %v %v", i, c.Premise, c.Hypothesis, pair.IDs, pair.TypeIDs, c.InputIDs, c.TokenTypeIDs)
+				}
+				if ok {
+					pass++
+				} else if fails++; fails > 20 {
+					t.Fatalf("too many failures")
+				}
+			}
+			t.Logf("%s: %d/%d golden cases pass", name, pass, len(g.Cases))
+		})
+	}
+}
