@@ -428,7 +428,6 @@ func validate(ev *TranscriptEvent, lim Limits) error {
 	return nil
 }
 
-
 // loneSurrogateEscape returns the offset of the first \uD800–\uDFFF escape
 // inside a JSON string that is not part of a high+low pair, or -1.
 // encoding/json turns such escapes into U+FFFD without an error, which would

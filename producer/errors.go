@@ -1,0 +1,84 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// ErrClosed is returned by Publish and DeadLetter after Close.
+var ErrClosed = errors.New("producer: closed")
+
+// PermanentError reports records that can never be written as they are
+// (too large for the broker, or not encodable), so retrying is pointless and
+// the caller should dead-letter the corresponding inputs. Indexes are
+// positions in the slice passed to Publish (or DeadLetter); every other
+// record of that call was written and acknowledged.
+type PermanentError struct {
+	Indexes []int
+	CallIDs []string
+	Err     error
+}
+
+// Error summarises the failed records.
+func (e *PermanentError) Error() string {
+	return fmt.Sprintf("producer: %d record(s) permanently rejected (call_ids %v): %v", len(e.Indexes), e.CallIDs, e.Err)
+}
+
+// Unwrap returns the first underlying cause (e.g. kafka.MessageSizeTooLarge).
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent reports true: the marker the consumer checks (through a small
+// interface) to route inputs to the DLQ instead of retrying.
+func (e *PermanentError) Permanent() bool { return true }
+
+// errClass is the retry decision for one write error.
+type errClass int
+
+const (
+	classTransient errClass = iota // retry with backoff
+	classPermanent                 // this record can never succeed
+	classFatal                     // stop and return (auth, config)
+)
+
+// classify is the one place retry decisions are made, as kgo does in
+// isRetryableBrokerErr.
+func classify(err error) errClass {
+	var tooLarge kafka.MessageTooLargeError
+	switch {
+	case errors.As(err, &tooLarge),
+		errors.Is(err, kafka.MessageSizeTooLarge),
+		errors.Is(err, kafka.InvalidRecord),
+		errors.Is(err, kafka.RecordListTooLarge):
+		// The record itself is the problem; retrying resends the same bytes.
+		return classPermanent
+	}
+	var kerr kafka.Error
+	if errors.As(err, &kerr) {
+		if kerr.Temporary() {
+			return classTransient
+		}
+		switch kerr {
+		case kafka.RequestTimedOut, kafka.NotEnoughReplicas, kafka.NotEnoughReplicasAfterAppend,
+			kafka.BrokerNotAvailable, kafka.OutOfOrderSequenceNumber:
+			return classTransient
+		}
+		// Authorization, unsupported versions, invalid configs: retrying
+		// cannot help and hides the problem.
+		return classFatal
+	}
+	var netErr net.Error
+	if errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, net.ErrClosed) ||
+		strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "connection reset") {
+		return classTransient
+	}
+	// Unknown errors are most often connection trouble; retrying under the
+	// caller's ctx is the at-least-once choice (the input is not lost).
+	return classTransient
+}

@@ -1,0 +1,487 @@
+package producer
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/scorer/scorer/schema"
+)
+
+// Metric kinds for scorer_messages_out_total.
+const (
+	kindResult = "result"
+	kindRow    = "row"
+	kindDLQ    = "dlq"
+)
+
+// HeaderDLQValueDropped is added to a dead letter whose original value was
+// too large to fit in a DLQ record; the value is dropped (its length is the
+// header value) so that the failure is still recorded and the input's offset
+// can be committed.
+const HeaderDLQValueDropped = "scorer.dlq.value_dropped_bytes"
+
+// Retry backoff bounds for the Producer's own retry loop.
+const (
+	retryBackoffMin = 50 * time.Millisecond
+	retryBackoffMax = 2 * time.Second
+)
+
+// Producer writes scorer's output records. It wraps one kafka.Writer (no
+// default topic: each message names its topic) and is safe for concurrent
+// use. Create it with New and release it with Close.
+type Producer struct {
+	cfg     Config
+	w       *kafka.Writer
+	log     zerolog.Logger
+	metrics *metrics
+
+	mu     sync.RWMutex
+	closed bool
+}
+
+// New validates cfg (applying defaults), builds the writer and registers the
+// producer's metrics on reg (nil = no metrics). It does not connect: the
+// first write does.
+func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Producer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	comp, _ := compression(cfg.Compression) // checked by Validate
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	var transport kafka.RoundTripper = cfg.Transport
+	if cfg.Transport == nil {
+		transport = &kafka.Transport{ClientID: cfg.ClientID}
+	}
+	w := &kafka.Writer{
+		Addr: kafka.TCP(cfg.Brokers...),
+		// Hash on the key keeps every record for one call_id on one
+		// partition, so a newer result never overtakes an older one.
+		Balancer:               &kafka.Hash{},
+		MaxAttempts:            cfg.MaxAttempts,
+		BatchSize:              cfg.BatchSize,
+		BatchBytes:             cfg.BatchBytes,
+		BatchTimeout:           cfg.BatchTimeout,
+		WriteTimeout:           cfg.WriteTimeout,
+		RequiredAcks:           kafka.RequireAll,
+		Async:                  false,
+		Compression:            comp,
+		Transport:              transport,
+		AllowAutoTopicCreation: cfg.AllowAutoTopicCreation,
+		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
+			log.Warn().Str("component", "kafka-go").Msgf(msg, args...)
+		}),
+	}
+	return &Producer{cfg: cfg, w: w, log: log, metrics: m}, nil
+}
+
+// WriterConfig returns the settings the underlying writer runs with, so
+// callers and tests can check acks, balancer and batching without a broker.
+func (p *Producer) WriterConfig() (acks kafka.RequiredAcks, async bool, balancer kafka.Balancer, batchTimeout time.Duration) {
+	return p.w.RequiredAcks, p.w.Async, p.w.Balancer, p.w.BatchTimeout
+}
+
+// outMsg is a message plus what it belongs to: owner is its index in the
+// caller's slice, kind its metric label.
+type outMsg struct {
+	msg   kafka.Message
+	owner int
+	kind  string
+}
+
+// Publish writes each ScoredTranscript to Topic (key = call_id, value = JSON
+// or Connect envelope, headers scorer.model.sha256 and scorer.content.sha256
+// = SHA-256 of the value bytes sent) and, when RowsTopic is set, its rows
+// first. Ordering: a transcript's rows are written and acknowledged before
+// any transcript of the call is written, so a reader of Topic can rely on the
+// rows being there; both are acknowledged before Publish returns nil.
+//
+// Transient failures (leader changes, timeouts, broken connections) are
+// retried with backoff until ctx ends. Records that can never be written
+// (larger than BatchBytes, or not JSON-encodable) are skipped, together with
+// their rows, and reported in a *PermanentError after every other record was
+// acknowledged. Other errors (authorization, ctx) are returned as is and
+// nothing about which records landed is promised: the caller retries the
+// whole call, and duplicates are absorbed by the deterministic keys.
+func (p *Producer) Publish(ctx context.Context, sts []schema.ScoredTranscript) error {
+	if !p.enter() {
+		return ErrClosed
+	}
+	defer p.mu.RUnlock()
+
+	perm := newPermanent()
+	var rows, results []outMsg
+	for i := range sts {
+		st := &sts[i]
+		res, err := p.resultMessage(st)
+		if err != nil {
+			perm.add(i, st.CallID, err)
+			continue
+		}
+		if err := p.checkSize(res); err != nil {
+			perm.add(i, st.CallID, err)
+			continue
+		}
+		var mine []outMsg
+		if p.cfg.RowsTopic != "" {
+			for _, r := range schema.Rows(st) {
+				m, err := p.rowMessage(&r, st.Model.SHA256)
+				if err == nil {
+					err = p.checkSize(m)
+				}
+				if err != nil {
+					perm.add(i, st.CallID, err)
+					mine = nil
+					break
+				}
+				mine = append(mine, outMsg{msg: m, owner: i, kind: kindRow})
+			}
+			if perm.has(i) {
+				continue
+			}
+		}
+		rows = append(rows, mine...)
+		results = append(results, outMsg{msg: res, owner: i, kind: kindResult})
+	}
+
+	if len(rows) > 0 {
+		if err := p.write(ctx, rows, perm, func(i int) string { return sts[i].CallID }); err != nil {
+			return err
+		}
+		// A transcript whose rows were rejected is not published either:
+		// results and rows stay consistent.
+		results = dropOwners(results, perm)
+	}
+	if err := p.write(ctx, results, perm, func(i int) string { return sts[i].CallID }); err != nil {
+		return err
+	}
+	return perm.err()
+}
+
+// DeadLetter writes each dead letter to DLQTopic with its original key,
+// value, timestamp and headers plus the Connect error headers
+// (DeadLetter.ErrorHeaders). A value too large for the DLQ record is dropped
+// and HeaderDLQValueDropped set, so the failure is still recorded. Retries
+// and errors are as for Publish.
+func (p *Producer) DeadLetter(ctx context.Context, dls []schema.DeadLetter) error {
+	if !p.enter() {
+		return ErrClosed
+	}
+	defer p.mu.RUnlock()
+
+	perm := newPermanent()
+	msgs := make([]outMsg, 0, len(dls))
+	for i := range dls {
+		d := &dls[i]
+		m := kafka.Message{
+			Topic:   p.cfg.DLQTopic,
+			Key:     d.Key,
+			Value:   d.Value,
+			Headers: kafkaHeaders(d.ErrorHeaders()),
+			Time:    d.Timestamp,
+		}
+		if p.checkSize(m) != nil {
+			m.Value = nil
+			m.Headers = append(m.Headers, kafka.Header{Key: HeaderDLQValueDropped, Value: []byte(strconv.Itoa(len(d.Value)))})
+			if err := p.checkSize(m); err != nil {
+				perm.add(i, string(d.Key), err)
+				continue
+			}
+			p.log.Warn().Str("topic", d.Topic).Int("partition", d.Partition).Int64("offset", d.Offset).
+				Int("value_bytes", len(d.Value)).Msg("dead letter value too large for the DLQ; value dropped")
+		}
+		msgs = append(msgs, outMsg{msg: m, owner: i, kind: kindDLQ})
+	}
+	if err := p.write(ctx, msgs, perm, func(i int) string { return string(dls[i].Key) }); err != nil {
+		return err
+	}
+	return perm.err()
+}
+
+// enter takes the read lock unless the producer is closed; Close takes the
+// write lock, so it waits for in-flight calls only as long as its ctx allows.
+func (p *Producer) enter() bool {
+	p.mu.RLock()
+	if p.closed {
+		p.mu.RUnlock()
+		return false
+	}
+	return true
+}
+
+// write sends msgs and waits for every ack, retrying transient failures
+// message by message with backoff until ctx ends. Permanent failures are
+// recorded in perm and their owners' remaining messages dropped.
+func (p *Producer) write(ctx context.Context, msgs []outMsg, perm *permanent, callID func(int) string) error {
+	backoff := retryBackoffMin
+	for attempt := 1; len(msgs) > 0; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("producer: write: %w", err)
+		}
+		// Fresh Message values every attempt: kafka-go may still hold the
+		// previous attempt's messages after a cancelled write, so nothing
+		// here is reused or mutated (the byte slices are never modified).
+		batch := make([]kafka.Message, len(msgs))
+		for i := range msgs {
+			batch[i] = msgs[i].msg
+		}
+		start := time.Now()
+		err := p.w.WriteMessages(ctx, batch...)
+		p.metrics.observe(time.Since(start))
+		if err == nil {
+			p.metrics.count(msgs)
+			return nil
+		}
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return fmt.Errorf("producer: write: %w (last error: %v)", ctxErr, err)
+		}
+
+		var retry []outMsg
+		var firstTransient error
+		var werrs kafka.WriteErrors
+		var tooLarge kafka.MessageTooLargeError
+		switch {
+		case errors.As(err, &werrs) && len(werrs) == len(msgs):
+			var ok []outMsg
+			for i, e := range werrs {
+				if e == nil {
+					ok = append(ok, msgs[i])
+					continue
+				}
+				switch classify(e) {
+				case classPermanent:
+					perm.add(msgs[i].owner, callID(msgs[i].owner), e)
+				case classFatal:
+					p.metrics.count(ok)
+					return fmt.Errorf("producer: write to %s: %w", msgs[i].msg.Topic, e)
+				default:
+					if firstTransient == nil {
+						firstTransient = e
+					}
+					retry = append(retry, msgs[i])
+				}
+			}
+			p.metrics.count(ok)
+		case errors.As(err, &tooLarge):
+			// kafka-go rejected the call up front and wrote nothing; drop the
+			// offender and resend the rest at once (no backoff needed).
+			idx := indexOf(msgs, tooLarge.Message)
+			if idx < 0 {
+				return fmt.Errorf("producer: write: %w", err)
+			}
+			perm.add(msgs[idx].owner, callID(msgs[idx].owner), err)
+			msgs = dropOwners(msgs, perm)
+			continue
+		default:
+			switch classify(err) {
+			case classPermanent:
+				for _, m := range msgs {
+					perm.add(m.owner, callID(m.owner), err)
+				}
+				return nil
+			case classFatal:
+				return fmt.Errorf("producer: write: %w", err)
+			}
+			firstTransient, retry = err, msgs
+		}
+		msgs = dropOwners(retry, perm)
+		if len(msgs) == 0 {
+			return nil
+		}
+		p.log.Warn().Err(firstTransient).Int("attempt", attempt).Int("messages", len(msgs)).
+			Dur("backoff", backoff).Msg("transient produce failure; retrying")
+		// Full jitter keeps many scorer replicas from retrying in lockstep.
+		sleep := time.Duration(rand.Int64N(int64(backoff))) + backoff/2
+		t := time.NewTimer(sleep)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("producer: write: %w (last error: %v)", ctx.Err(), firstTransient)
+		case <-t.C:
+		}
+		backoff = min(backoff*2, retryBackoffMax)
+	}
+	return nil
+}
+
+// indexOf finds the message kafka-go reported by comparing the identity of
+// its key and value slices (kafka-go copies the Message struct, not bytes).
+func indexOf(msgs []outMsg, m kafka.Message) int {
+	for i := range msgs {
+		if sameBytes(msgs[i].msg.Value, m.Value) && sameBytes(msgs[i].msg.Key, m.Key) && msgs[i].msg.Topic == m.Topic {
+			return i
+		}
+	}
+	return -1
+}
+
+func sameBytes(a, b []byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	return len(a) == 0 || &a[0] == &b[0]
+}
+
+// dropOwners removes the messages whose owner already failed permanently.
+func dropOwners(msgs []outMsg, perm *permanent) []outMsg {
+	out := msgs[:0:0]
+	for _, m := range msgs {
+		if !perm.has(m.owner) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// resultMessage encodes one ScoredTranscript for Topic.
+func (p *Producer) resultMessage(st *schema.ScoredTranscript) (kafka.Message, error) {
+	var value []byte
+	var err error
+	if p.cfg.Format == FormatConnect {
+		value, err = schema.EnvelopeScoredTranscript(st)
+	} else {
+		value, err = json.Marshal(st)
+	}
+	if err != nil {
+		return kafka.Message{}, fmt.Errorf("producer: encode transcript %q: %w", st.CallID, err)
+	}
+	return kafka.Message{
+		Topic:   p.cfg.Topic,
+		Key:     []byte(st.CallID),
+		Value:   value,
+		Headers: outputHeaders(st.Model.SHA256, value),
+	}, nil
+}
+
+// rowMessage encodes one ScoreRow for RowsTopic, keyed by its RowKey so a
+// JDBC sink can upsert (pk.mode=record_key).
+func (p *Producer) rowMessage(r *schema.ScoreRow, modelSHA string) (kafka.Message, error) {
+	var key, value []byte
+	var err error
+	if p.cfg.Format == FormatConnect {
+		if key, err = schema.EnvelopeRowKey(r.Key()); err == nil {
+			value, err = schema.EnvelopeScoreRow(r)
+		}
+	} else {
+		if key, err = json.Marshal(r.Key()); err == nil {
+			value, err = json.Marshal(r)
+		}
+	}
+	if err != nil {
+		return kafka.Message{}, fmt.Errorf("producer: encode row %s/%s/%d/%s: %w", r.CallID, r.Section, r.SentenceIndex, r.Label, err)
+	}
+	return kafka.Message{Topic: p.cfg.RowsTopic, Key: key, Value: value, Headers: outputHeaders(modelSHA, value)}, nil
+}
+
+// outputHeaders returns the model hash and the SHA-256 of value, the exact
+// bytes written (not the input record: the producer never sees it, and a hash
+// of the output lets a reader verify what it got).
+func outputHeaders(modelSHA string, value []byte) []kafka.Header {
+	sum := sha256.Sum256(value)
+	return []kafka.Header{
+		{Key: schema.HeaderModelSHA256, Value: []byte(modelSHA)},
+		{Key: schema.HeaderContentSHA256, Value: []byte(hex.EncodeToString(sum[:]))},
+	}
+}
+
+func kafkaHeaders(hs []schema.Header) []kafka.Header {
+	out := make([]kafka.Header, len(hs))
+	for i, h := range hs {
+		out[i] = kafka.Header{Key: h.Key, Value: h.Value}
+	}
+	return out
+}
+
+// recordSize is an upper bound of the size kafka-go checks against
+// BatchBytes (its Message.totalSize): fixed fields plus key, value and
+// headers, with generous varint overheads.
+func recordSize(m kafka.Message) int64 {
+	n := int64(4+1+1+8) + 4 + int64(len(m.Key)) + 4 + int64(len(m.Value)) + 5
+	for _, h := range m.Headers {
+		n += 10 + int64(len(h.Key)) + int64(len(h.Value))
+	}
+	return n
+}
+
+// checkSize rejects a record larger than BatchBytes before it is sent, so the
+// caller gets a *PermanentError naming it rather than a whole failed call.
+func (p *Producer) checkSize(m kafka.Message) error {
+	if n := recordSize(m); n > p.cfg.BatchBytes {
+		return fmt.Errorf("producer: record for %s is about %d bytes, limit %d: %w", m.Topic, n, p.cfg.BatchBytes, kafka.MessageSizeTooLarge)
+	}
+	return nil
+}
+
+// Close flushes and closes the writer, bounded by ctx: kafka-go's Close can
+// hang when brokers are unreachable (kafka-go #1099), so on timeout it logs,
+// returns ctx's error and leaves the close running in the background.
+// Publish and DeadLetter return ErrClosed afterwards.
+func (p *Producer) Close(ctx context.Context) error {
+	locked := make(chan struct{})
+	go func() {
+		p.mu.Lock()
+		p.closed = true
+		p.mu.Unlock()
+		close(locked)
+	}()
+	done := make(chan error, 1)
+	go func() {
+		<-locked
+		done <- p.w.Close()
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("producer: close: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+		p.log.Error().Err(ctx.Err()).Msg("producer close did not finish before the shutdown deadline")
+		return fmt.Errorf("producer: close: %w", ctx.Err())
+	}
+}
+
+// permanent collects records that can never be written.
+type permanent struct {
+	idx   map[int]bool
+	order []int
+	ids   []string
+	first error
+}
+
+func newPermanent() *permanent { return &permanent{idx: map[int]bool{}} }
+
+func (p *permanent) add(i int, callID string, err error) {
+	if p.idx[i] {
+		return
+	}
+	p.idx[i] = true
+	p.order = append(p.order, i)
+	p.ids = append(p.ids, callID)
+	if p.first == nil {
+		p.first = err
+	}
+}
+
+func (p *permanent) has(i int) bool { return p.idx[i] }
+
+func (p *permanent) err() error {
+	if len(p.order) == 0 {
+		return nil
+	}
+	return &PermanentError{Indexes: p.order, CallIDs: p.ids, Err: p.first}
+}
