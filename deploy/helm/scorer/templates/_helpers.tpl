@@ -1,0 +1,107 @@
+{{/* Chart name. */}}
+{{- define "scorer.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Fully qualified app name. */}}
+{{- define "scorer.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "scorer.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "scorer.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "scorer.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "scorer.labels" -}}
+helm.sh/chart: {{ include "scorer.chart" . }}
+{{ include "scorer.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/component: scorer
+{{- end }}
+
+{{- define "scorer.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "scorer.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Container image: the CUDA image when gpu.enabled. */}}
+{{- define "scorer.image" -}}
+{{- $repo := .Values.image.repository }}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- if .Values.gpu.enabled }}
+{{- $repo = default .Values.image.repository .Values.gpu.image.repository }}
+{{- $tag = default $tag .Values.gpu.image.tag }}
+{{- end }}
+{{- printf "%s:%s" $repo $tag }}
+{{- end }}
+
+{{/* Name of the Secret the pod reads with envFrom ("" = none). */}}
+{{- define "scorer.secretName" -}}
+{{- if .Values.secret.existingSecret }}
+{{- .Values.secret.existingSecret }}
+{{- else if .Values.secret.env }}
+{{- include "scorer.fullname" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+terminationGracePeriodSeconds: shutdownTimeoutSeconds + terminationMarginSeconds, or the explicit value,
+which must not be smaller than that sum (the kubelet's SIGKILL would cut the drain and commit short).
+*/}}
+{{- define "scorer.terminationGracePeriodSeconds" -}}
+{{- $shutdown := int .Values.shutdownTimeoutSeconds }}
+{{- $margin := int .Values.terminationMarginSeconds }}
+{{- if le $shutdown 0 }}
+{{- fail "shutdownTimeoutSeconds must be > 0" }}
+{{- end }}
+{{- if lt $margin 5 }}
+{{- fail "terminationMarginSeconds must be >= 5" }}
+{{- end }}
+{{- $min := add $shutdown $margin }}
+{{- if kindIs "invalid" .Values.terminationGracePeriodSeconds }}
+{{- $min }}
+{{- else }}
+{{- $explicit := int .Values.terminationGracePeriodSeconds }}
+{{- if lt $explicit (int $min) }}
+{{- fail (printf "terminationGracePeriodSeconds (%d) must be >= shutdownTimeoutSeconds (%d) + terminationMarginSeconds (%d) = %d" $explicit $shutdown $margin (int $min)) }}
+{{- end }}
+{{- $explicit }}
+{{- end }}
+{{- end }}
+
+{{/* Checks that do not belong to one template. */}}
+{{- define "scorer.validate" -}}
+{{- $reserved := list "KAFKA_BROKERS" "KAFKA_INPUT_TOPIC" "KAFKA_OUTPUT_TOPIC" "KAFKA_DLQ_TOPIC" "OUTPUT_ROWS_TOPIC" "KAFKA_GROUP_ID" "KAFKA_CLIENT_ID" "MODEL_DIR" "METRICS_ADDR" "SHUTDOWN_TIMEOUT" }}
+{{- range $k, $v := .Values.config }}
+{{- if has $k $reserved }}
+{{- fail (printf "config.%s is set from other values (kafka.*, model.dir, metrics.port, shutdownTimeoutSeconds); remove it from config" $k) }}
+{{- end }}
+{{- end }}
+{{- if not (has .Values.model.source (list "pvc" "hostPath" "image")) }}
+{{- fail (printf "model.source must be pvc, hostPath or image, not %q" .Values.model.source) }}
+{{- end }}
+{{- if not .Values.kafka.brokers }}
+{{- fail "kafka.brokers is required (an empty KAFKA_BROKERS starts the in-memory demo broker)" }}
+{{- end }}
+{{- if lt (int .Values.kafka.inputPartitions) 1 }}
+{{- fail "kafka.inputPartitions must be >= 1" }}
+{{- end }}
+{{- end }}
