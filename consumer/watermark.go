@@ -1,0 +1,104 @@
+package consumer
+
+import (
+	"fmt"
+	"sync"
+)
+
+// Watermark tracks the offsets of one partition in one group generation and
+// says which offset is safe to commit. Offsets are tracked in fetch order and
+// may be resolved in any order; Committable never moves past an offset that
+// is tracked but not yet resolved, so a commit can never skip unfinished
+// work. It is modelled on Jeffail/checkpoint's capped checkpointer, without
+// the cap: the consumer bounds in-flight work with its batch slots instead.
+//
+// A Watermark is safe for concurrent use. Create one per partition per
+// generation and drop it when the generation ends, so that work finishing
+// after a revocation resolves an orphaned Watermark and is never committed.
+type Watermark struct {
+	mu sync.Mutex
+	// entries holds tracked offsets from the oldest unresolved one onwards;
+	// popped counts entries already removed from the front, so that entry
+	// with sequence number s lives at entries[s-popped].
+	entries []wmEntry
+	popped  int64
+	// next is the committable offset: one past the last offset of the
+	// resolved prefix. Valid once advanced is true.
+	next     int64
+	advanced bool
+	// last is the highest tracked offset, to reject out-of-order tracking.
+	last    int64
+	tracked bool
+}
+
+type wmEntry struct {
+	offset int64
+	done   bool
+}
+
+// NewWatermark returns an empty Watermark.
+func NewWatermark() *Watermark {
+	return &Watermark{}
+}
+
+// Track registers offset as in flight and returns the func that resolves it.
+// Offsets must be tracked in strictly increasing order (gaps are fine: a
+// compacted topic skips offsets). The returned func is idempotent and safe
+// to call from any goroutine.
+func (w *Watermark) Track(offset int64) (done func(), err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.tracked && offset <= w.last {
+		return nil, fmt.Errorf("consumer: watermark: offset %d tracked after %d", offset, w.last)
+	}
+	w.tracked, w.last = true, offset
+	seq := w.popped + int64(len(w.entries))
+	w.entries = append(w.entries, wmEntry{offset: offset})
+	var once sync.Once
+	return func() { once.Do(func() { w.resolve(seq) }) }, nil
+}
+
+// resolve marks entry seq done and pops the resolved prefix.
+func (w *Watermark) resolve(seq int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.entries[seq-w.popped].done = true
+	n := 0
+	for n < len(w.entries) && w.entries[n].done {
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	w.next, w.advanced = w.entries[n-1].offset+1, true
+	// Copy the tail down rather than reslicing, so the backing array does
+	// not grow without bound on a long-lived partition.
+	rest := copy(w.entries, w.entries[n:])
+	clear(w.entries[rest:])
+	w.entries = w.entries[:rest]
+	w.popped += int64(n)
+}
+
+// Committable returns the offset to commit: the last offset of the
+// contiguous resolved prefix plus one, as Kafka expects the next offset to
+// read. ok is false while nothing has been resolved from the start, so there
+// is nothing new to commit.
+func (w *Watermark) Committable() (next int64, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.next, w.advanced
+}
+
+// Pending returns how many tracked offsets are not yet resolved, so a
+// generation ending can wait for its in-flight work to drain.
+func (w *Watermark) Pending() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, e := range w.entries {
+		if !e.done {
+			n++
+		}
+	}
+	return n
+}
