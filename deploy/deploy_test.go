@@ -1,0 +1,912 @@
+package deploy
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/scorer/scorer/schema"
+)
+
+// Paths relative to this package's directory (go test runs there).
+const (
+	designDoc      = "../docs/design.md"
+	makefile       = "../Makefile"
+	composeFile    = "compose/compose.yaml"
+	prometheusFile = "compose/prometheus.yml"
+	sinkFile       = "compose/connect/jdbc-sink.json"
+	dashboardFile  = "grafana/scorer-dashboard.json"
+	cpuDockerfile  = "docker/Dockerfile"
+	cudaDockerfile = "docker/Dockerfile.cuda"
+	connectDocker  = "compose/connect/Dockerfile"
+	chartDir       = "helm/scorer"
+
+	wantORTVersion = "1.30.0"
+	nonRootUID     = 65532
+)
+
+// design holds what docs/design.md documents: the configuration variables and the metric names.
+type design struct {
+	vars    map[string]bool
+	metrics map[string]bool
+}
+
+var (
+	envVarRe  = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
+	metricRe  = regexp.MustCompile(`\bscorer_[a-z0-9_]+`)
+	histSufRe = regexp.MustCompile(`_(bucket|sum|count)$`)
+)
+
+func readDesign(t *testing.T) design {
+	t.Helper()
+	data, err := os.ReadFile(designDoc)
+	if err != nil {
+		t.Fatalf("read design doc: %v", err)
+	}
+	d := design{vars: map[string]bool{}, metrics: map[string]bool{}}
+	section := ""
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "## ") {
+			section = strings.ToLower(strings.TrimPrefix(line, "## "))
+			continue
+		}
+		switch {
+		case strings.HasPrefix(section, "configuration"):
+			cells := strings.Split(line, "|")
+			if len(cells) > 2 {
+				if name := strings.TrimSpace(cells[1]); envVarRe.MatchString(name) {
+					d.vars[name] = true
+				}
+			}
+		case strings.HasPrefix(section, "metrics"):
+			for _, m := range metricRe.FindAllString(line, -1) {
+				d.metrics[m] = true
+			}
+		}
+	}
+	if len(d.vars) < 20 || len(d.metrics) < 15 {
+		t.Fatalf("design doc parse looks wrong: %d variables, %d metrics", len(d.vars), len(d.metrics))
+	}
+	return d
+}
+
+// rowKeyFields returns the json names of schema.RowKey's fields, in declaration order.
+func rowKeyFields(t *testing.T) []string {
+	t.Helper()
+	typ := reflect.TypeFor[schema.RowKey]()
+	var names []string
+	for i := range typ.NumField() {
+		tag := typ.Field(i).Tag.Get("json")
+		name, _, _ := strings.Cut(tag, ",")
+		if name == "" || name == "-" {
+			t.Fatalf("schema.RowKey.%s has no json name", typ.Field(i).Name)
+		}
+		names = append(names, name)
+	}
+	return names
+}
+
+// ---- compose ----
+
+type composeService struct {
+	Image       string            `yaml:"image"`
+	Build       any               `yaml:"build"`
+	Environment map[string]string `yaml:"environment"`
+	Volumes     []string          `yaml:"volumes"`
+	ReadOnly    bool              `yaml:"read_only"`
+	User        string            `yaml:"user"`
+	DependsOn   any               `yaml:"depends_on"`
+	Command     any               `yaml:"command"`
+}
+
+type composeFileT struct {
+	Services map[string]composeService `yaml:"services"`
+}
+
+func readCompose(t *testing.T) composeFileT {
+	t.Helper()
+	data, err := os.ReadFile(composeFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c composeFileT
+	if err := yaml.Unmarshal(data, &c); err != nil {
+		t.Fatalf("parse %s: %v", composeFile, err)
+	}
+	return c
+}
+
+// imagePinned reports whether ref names a fixed version: a digest, or a tag other than latest that
+// contains a digit.
+func imagePinned(ref string) bool {
+	if strings.Contains(ref, "@sha256:") {
+		return true
+	}
+	slash := strings.LastIndex(ref, "/")
+	colon := strings.LastIndex(ref, ":")
+	if colon <= slash {
+		return false
+	}
+	tag := ref[colon+1:]
+	return tag != "latest" && strings.ContainsAny(tag, "0123456789")
+}
+
+func TestCompose(t *testing.T) {
+	d := readDesign(t)
+	c := readCompose(t)
+
+	for _, name := range []string{"kafka", "kafka-init", "scorer", "connect", "connect-init", "postgres", "prometheus", "grafana"} {
+		if _, ok := c.Services[name]; !ok {
+			t.Errorf("compose: service %q missing", name)
+		}
+	}
+	for name, s := range c.Services {
+		if s.Build != nil {
+			continue // built from a Dockerfile here; its FROM lines are checked in TestDockerfiles
+		}
+		if s.Image == "" {
+			t.Errorf("compose: service %q has neither image nor build", name)
+		} else if !imagePinned(s.Image) {
+			t.Errorf("compose: service %q image %q is not pinned to a version", name, s.Image)
+		}
+	}
+	if img := c.Services["kafka"].Image; !strings.HasPrefix(img, "apache/kafka:") {
+		t.Errorf("compose: kafka image = %q, want the official apache/kafka image", img)
+	}
+	if env := c.Services["kafka"].Environment; !strings.Contains(env["KAFKA_PROCESS_ROLES"], "controller") {
+		t.Errorf("compose: kafka is not in KRaft combined mode: KAFKA_PROCESS_ROLES=%q", env["KAFKA_PROCESS_ROLES"])
+	}
+
+	sc := c.Services["scorer"]
+	build, _ := sc.Build.(map[string]any)
+	if build["dockerfile"] != "deploy/docker/Dockerfile" || build["context"] != "../.." {
+		t.Errorf("compose: scorer build = %v, want context ../.. and dockerfile deploy/docker/Dockerfile", build)
+	}
+	var names []string
+	for k := range sc.Environment {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		if !d.vars[k] {
+			t.Errorf("compose: scorer env %s is not a variable documented in %s", k, designDoc)
+		}
+	}
+	for k, want := range map[string]string{
+		"KAFKA_BROKERS":     "kafka:9092",
+		"OUTPUT_FORMAT":     "connect",
+		"OUTPUT_ROWS_TOPIC": "transcripts.scores.rows",
+		"MODEL_DIR":         "/models",
+	} {
+		if got := sc.Environment[k]; got != want {
+			t.Errorf("compose: scorer %s = %q, want %q", k, got, want)
+		}
+	}
+	if !slices.ContainsFunc(sc.Volumes, func(v string) bool { return strings.Contains(v, ":/models:ro") }) {
+		t.Errorf("compose: scorer mounts no model read-only at /models: %v", sc.Volumes)
+	}
+	if !sc.ReadOnly || sc.User != strconv.Itoa(nonRootUID)+":"+strconv.Itoa(nonRootUID) {
+		t.Errorf("compose: scorer read_only=%v user=%q, want read_only and %d:%d", sc.ReadOnly, sc.User, nonRootUID, nonRootUID)
+	}
+
+	// The topic-init job creates every topic the scorer uses.
+	initCmd, _ := json.Marshal(c.Services["kafka-init"].Command)
+	for _, k := range []string{"KAFKA_INPUT_TOPIC", "KAFKA_OUTPUT_TOPIC", "KAFKA_DLQ_TOPIC", "OUTPUT_ROWS_TOPIC"} {
+		topic := sc.Environment[k]
+		if topic == "" || !strings.Contains(string(initCmd), "--topic "+topic+" ") {
+			t.Errorf("compose: kafka-init does not create %s=%q", k, topic)
+		}
+	}
+
+	// Prometheus scrapes the scorer's metrics address.
+	prom, err := os.ReadFile(prometheusFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pc struct {
+		ScrapeConfigs []struct {
+			StaticConfigs []struct {
+				Targets []string `yaml:"targets"`
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	if err := yaml.Unmarshal(prom, &pc); err != nil {
+		t.Fatalf("parse %s: %v", prometheusFile, err)
+	}
+	port := strings.TrimPrefix(sc.Environment["METRICS_ADDR"], ":")
+	found := false
+	for _, s := range pc.ScrapeConfigs {
+		for _, st := range s.StaticConfigs {
+			found = found || slices.Contains(st.Targets, "scorer:"+port)
+		}
+	}
+	if port == "" || !found {
+		t.Errorf("prometheus.yml does not scrape scorer:%s", port)
+	}
+}
+
+// ---- JDBC sink ----
+
+func TestJDBCSink(t *testing.T) {
+	data, err := os.ReadFile(sinkFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sink struct {
+		Name   string            `json:"name"`
+		Config map[string]string `json:"config"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&sink); err != nil {
+		t.Fatalf("parse %s (want {name, config} with string values): %v", sinkFile, err)
+	}
+	cfg := sink.Config
+	if sink.Name == "" {
+		t.Error("jdbc-sink: no connector name")
+	}
+
+	want := rowKeyFields(t)
+	var got []string
+	for _, f := range strings.Split(cfg["pk.fields"], ",") {
+		got = append(got, strings.TrimSpace(f))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("jdbc-sink pk.fields = %v, want schema.RowKey's json fields %v", got, want)
+	}
+
+	rowsTopic := readCompose(t).Services["scorer"].Environment["OUTPUT_ROWS_TOPIC"]
+	if cfg["topics"] != rowsTopic || rowsTopic == "" {
+		t.Errorf("jdbc-sink topics = %q, want compose OUTPUT_ROWS_TOPIC %q", cfg["topics"], rowsTopic)
+	}
+	for k, v := range map[string]string{
+		"connector.class":                "io.confluent.connect.jdbc.JdbcSinkConnector",
+		"insert.mode":                    "upsert",
+		"pk.mode":                        "record_key",
+		"auto.create":                    "true",
+		"key.converter":                  "org.apache.kafka.connect.json.JsonConverter",
+		"value.converter":                "org.apache.kafka.connect.json.JsonConverter",
+		"key.converter.schemas.enable":   "true",
+		"value.converter.schemas.enable": "true",
+	} {
+		if cfg[k] != v {
+			t.Errorf("jdbc-sink %s = %q, want %q", k, cfg[k], v)
+		}
+	}
+}
+
+// ---- Grafana ----
+
+func TestDashboard(t *testing.T) {
+	d := readDesign(t)
+	data, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		UID    string           `json:"uid"`
+		Title  string           `json:"title"`
+		Panels []map[string]any `json:"panels"`
+	}
+	if err := json.Unmarshal(data, &dash); err != nil {
+		t.Fatalf("parse %s: %v", dashboardFile, err)
+	}
+	if dash.UID == "" || dash.Title == "" || len(dash.Panels) == 0 {
+		t.Fatalf("dashboard: uid=%q title=%q panels=%d", dash.UID, dash.Title, len(dash.Panels))
+	}
+
+	// Every expression anywhere in the dashboard (targets and templating queries).
+	var doc any
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var exprs []string
+	var walk func(v any, key string)
+	walk = func(v any, key string) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, x := range v {
+				walk(x, k)
+			}
+		case []any:
+			for _, x := range v {
+				walk(x, key)
+			}
+		case string:
+			if key == "expr" || key == "query" || key == "definition" {
+				exprs = append(exprs, v)
+			}
+		}
+	}
+	walk(doc, "")
+
+	used := map[string]bool{}
+	for _, e := range exprs {
+		for _, m := range metricRe.FindAllString(e, -1) {
+			base := m
+			if !d.metrics[base] {
+				base = histSufRe.ReplaceAllString(m, "")
+			}
+			if !d.metrics[base] {
+				t.Errorf("dashboard queries %s, which is not in the metrics list of %s", m, designDoc)
+			}
+			used[base] = true
+		}
+	}
+	for _, m := range []string{
+		"scorer_messages_in_total", "scorer_messages_out_total", "scorer_pairs_scored_total",
+		"scorer_batch_rows", "scorer_batch_tokens", "scorer_batch_padding_ratio", "scorer_queue_depth_pairs",
+		"scorer_inflight_messages", "scorer_end_to_end_seconds", "scorer_commit_seconds", "scorer_consumer_lag",
+		"scorer_dlq_total", "scorer_gpu_memory_used_bytes", "scorer_gpu_memory_free_bytes", "scorer_admission_total",
+	} {
+		if !used[m] {
+			t.Errorf("dashboard has no panel on %s", m)
+		}
+	}
+	if !slices.ContainsFunc(exprs, func(e string) bool {
+		return strings.Contains(e, "histogram_quantile(0.99") && strings.Contains(e, "scorer_end_to_end_seconds_bucket")
+	}) {
+		t.Error("dashboard: no p99 end-to-end latency (histogram_quantile over scorer_end_to_end_seconds_bucket)")
+	}
+}
+
+// ---- Dockerfiles ----
+
+type instruction struct {
+	cmd  string // upper case
+	args string
+}
+
+type stage struct {
+	from, name string
+	ins        []instruction
+}
+
+type dockerfile struct {
+	globalArgs map[string]string
+	stages     []stage
+}
+
+// parseDockerfile is a line parser good enough for our own files: comments, continuations, ARG
+// defaults before the first FROM, FROM ... AS name.
+func parseDockerfile(t *testing.T, path string) dockerfile {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	df := dockerfile{globalArgs: map[string]string{}}
+	var logical []string
+	var cur strings.Builder
+	for _, line := range strings.Split(string(data), "\n") {
+		trimmed := strings.TrimSpace(line)
+		if strings.HasPrefix(trimmed, "#") || (trimmed == "" && cur.Len() == 0) {
+			continue
+		}
+		if strings.HasSuffix(trimmed, "\\") {
+			cur.WriteString(strings.TrimSuffix(trimmed, "\\") + " ")
+			continue
+		}
+		cur.WriteString(trimmed)
+		logical = append(logical, cur.String())
+		cur.Reset()
+	}
+	for _, l := range logical {
+		cmd, args, _ := strings.Cut(l, " ")
+		in := instruction{cmd: strings.ToUpper(cmd), args: strings.TrimSpace(args)}
+		if in.cmd == "FROM" {
+			f := strings.Fields(in.args)
+			st := stage{from: f[0]}
+			if len(f) >= 3 && strings.EqualFold(f[1], "AS") {
+				st.name = f[2]
+			}
+			df.stages = append(df.stages, st)
+			continue
+		}
+		if len(df.stages) == 0 {
+			if in.cmd == "ARG" {
+				k, v, _ := strings.Cut(in.args, "=")
+				df.globalArgs[k] = v
+			}
+			continue
+		}
+		last := &df.stages[len(df.stages)-1]
+		last.ins = append(last.ins, in)
+	}
+	if len(df.stages) == 0 {
+		t.Fatalf("%s: no FROM", path)
+	}
+	return df
+}
+
+var argRefRe = regexp.MustCompile(`\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?`)
+
+func (df dockerfile) expand(s string) string {
+	return argRefRe.ReplaceAllStringFunc(s, func(m string) string {
+		return df.globalArgs[argRefRe.FindStringSubmatch(m)[1]]
+	})
+}
+
+// final returns the last stage, the image that is shipped.
+func (df dockerfile) final() stage { return df.stages[len(df.stages)-1] }
+
+// env returns the final stage's ENV settings (KEY=value form).
+func (st stage) env() map[string]string {
+	env := map[string]string{}
+	for _, in := range st.ins {
+		if in.cmd != "ENV" {
+			continue
+		}
+		for _, f := range strings.Fields(in.args) {
+			if k, v, ok := strings.Cut(f, "="); ok {
+				env[k] = v
+			}
+		}
+	}
+	return env
+}
+
+func (st stage) last(cmd string) (string, bool) {
+	for i := len(st.ins) - 1; i >= 0; i-- {
+		if st.ins[i].cmd == cmd {
+			return st.ins[i].args, true
+		}
+	}
+	return "", false
+}
+
+func checkDockerfileCommon(t *testing.T, path string, df dockerfile) {
+	t.Helper()
+	stages := map[string]bool{}
+	for _, st := range df.stages {
+		img := df.expand(st.from)
+		if img != "scratch" && !stages[img] && !imagePinned(img) {
+			t.Errorf("%s: FROM %s (= %q) is not pinned to a version", path, st.from, img)
+		}
+		if st.name != "" {
+			stages[st.name] = true
+		}
+	}
+	user, ok := df.final().last("USER")
+	if !ok {
+		t.Errorf("%s: final stage sets no USER", path)
+	} else {
+		uid, _, _ := strings.Cut(user, ":")
+		if n, err := strconv.Atoi(uid); uid == "root" || (err == nil && n == 0) {
+			t.Errorf("%s: USER %s is root", path, user)
+		} else if err == nil && n != nonRootUID {
+			t.Errorf("%s: USER %s, want uid %d", path, user, nonRootUID)
+		}
+	}
+	if _, ok := df.final().last("HEALTHCHECK"); ok {
+		t.Errorf("%s: HEALTHCHECK set; Kubernetes probes /healthz and /readyz instead", path)
+	}
+}
+
+func TestDockerfiles(t *testing.T) {
+	d := readDesign(t)
+	t.Run("cpu", func(t *testing.T) {
+		df := parseDockerfile(t, cpuDockerfile)
+		checkDockerfileCommon(t, cpuDockerfile, df)
+		fin := df.final()
+		env := fin.env()
+		if v := df.globalArgs["ORT_VERSION"]; v != wantORTVersion {
+			t.Errorf("ORT_VERSION = %q, want %s", v, wantORTVersion)
+		}
+		if mk, err := os.ReadFile(makefile); err == nil {
+			if m := regexp.MustCompile(`(?m)^ORT_VERSION\s*:?=\s*(\S+)`).FindSubmatch(mk); m != nil && string(m[1]) != df.globalArgs["ORT_VERSION"] {
+				t.Errorf("Dockerfile ORT_VERSION %s != Makefile ORT_VERSION %s", df.globalArgs["ORT_VERSION"], m[1])
+			}
+		}
+		raw, _ := os.ReadFile(cpuDockerfile)
+		if !strings.Contains(string(raw), "onnxruntime-node@${ORT_VERSION}") ||
+			!strings.Contains(string(raw), "package/bin/napi-v6/linux/x64/libonnxruntime.so.1") {
+			t.Error("CPU image does not take libonnxruntime.so.1 from onnxruntime-node@${ORT_VERSION}")
+		}
+		for k, want := range map[string]string{
+			"ORT_LIB":   "/opt/onnxruntime/lib/libonnxruntime.so.1",
+			"MODEL_DIR": "/models",
+		} {
+			if env[k] != want {
+				t.Errorf("CPU image ENV %s = %q, want %q", k, env[k], want)
+			}
+		}
+		for k := range env {
+			if !d.vars[k] && !slices.Contains([]string{"ORT_VERSION", "HOME", "TMPDIR"}, k) {
+				t.Errorf("CPU image ENV %s is not a documented variable", k)
+			}
+		}
+		if base := df.expand(fin.from); !strings.HasPrefix(base, "debian:") || !strings.Contains(base, "slim") {
+			t.Errorf("CPU runtime base = %q, want debian bookworm slim", base)
+		}
+		if build := df.expand(df.stages[0].from); !strings.HasPrefix(build, "golang:") || !strings.Contains(build, "bookworm") {
+			t.Errorf("CPU build base = %q, want golang on bookworm", build)
+		}
+		checkEntrypoint(t, cpuDockerfile, fin, env)
+	})
+	t.Run("cuda", func(t *testing.T) {
+		df := parseDockerfile(t, cudaDockerfile)
+		checkDockerfileCommon(t, cudaDockerfile, df)
+		fin := df.final()
+		env := fin.env()
+		if base := df.expand(fin.from); !strings.HasPrefix(base, "nvidia/cuda:") || !strings.Contains(base, "runtime") {
+			t.Errorf("CUDA runtime base = %q, want an nvidia/cuda runtime image", base)
+		}
+		for k, want := range map[string]string{
+			"ORT_LIB":           "/opt/onnxruntime/lib/libonnxruntime.so.1",
+			"MODEL_DIR":         "/models",
+			"DEVICE":            "auto",
+			"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+		} {
+			if env[k] != want {
+				t.Errorf("CUDA image ENV %s = %q, want %q", k, env[k], want)
+			}
+		}
+		if env["NVIDIA_VISIBLE_DEVICES"] == "" {
+			t.Error("CUDA image sets no NVIDIA_VISIBLE_DEVICES")
+		}
+		checkEntrypoint(t, cudaDockerfile, fin, env)
+	})
+	t.Run("connect", func(t *testing.T) {
+		df := parseDockerfile(t, connectDocker)
+		for _, st := range df.stages {
+			if img := df.expand(st.from); !imagePinned(img) {
+				t.Errorf("%s: FROM %q not pinned", connectDocker, img)
+			}
+		}
+		raw, _ := os.ReadFile(connectDocker)
+		if !strings.Contains(string(raw), "kafka-connect-jdbc") {
+			t.Errorf("%s does not install the JDBC connector", connectDocker)
+		}
+	})
+}
+
+func checkEntrypoint(t *testing.T, path string, fin stage, env map[string]string) {
+	t.Helper()
+	if ep, _ := fin.last("ENTRYPOINT"); ep != `["scorer"]` {
+		t.Errorf(`%s: ENTRYPOINT %s, want ["scorer"]`, path, ep)
+	}
+	if cmd, _ := fin.last("CMD"); cmd != `["run"]` {
+		t.Errorf(`%s: CMD %s, want ["run"]`, path, cmd)
+	}
+	port := strings.TrimPrefix(env["METRICS_ADDR"], ":")
+	if port == "" {
+		port = "9464"
+	}
+	if exp, _ := fin.last("EXPOSE"); !strings.Contains(exp, port) {
+		t.Errorf("%s: EXPOSE %q does not include the metrics port %s", path, exp, port)
+	}
+}
+
+// ---- Helm ----
+
+// helmBin returns the helm binary ($HELM or helm on PATH) or skips the calling (sub)test.
+func helmBin(t *testing.T) string {
+	t.Helper()
+	if h := os.Getenv("HELM"); h != "" {
+		return h
+	}
+	h, err := exec.LookPath("helm")
+	if err != nil {
+		t.Skip("helm is not on PATH (and $HELM is unset): skipping the chart render checks; " +
+			"install it with: GOBIN=/usr/local/bin go install helm.sh/helm/v3/cmd/helm@v3.22.0")
+	}
+	return h
+}
+
+func runHelm(t *testing.T, helm string, args ...string) (string, error) {
+	t.Helper()
+	home := t.TempDir()
+	cmd := exec.Command(helm, args...)
+	cmd.Env = append(os.Environ(),
+		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
+		"HELM_DATA_HOME="+filepath.Join(home, "data"),
+	)
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	err := cmd.Run()
+	if err != nil {
+		return out.String() + stderr.String(), err
+	}
+	return out.String(), nil
+}
+
+type object = map[string]any
+
+func parseManifests(t *testing.T, rendered string) map[string]object {
+	t.Helper()
+	byKind := map[string]object{}
+	dec := yaml.NewDecoder(strings.NewReader(rendered))
+	for {
+		var o object
+		err := dec.Decode(&o)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("parse rendered manifests: %v\n%s", err, rendered)
+		}
+		if o == nil {
+			continue
+		}
+		kind, _ := o["kind"].(string)
+		if _, dup := byKind[kind]; dup {
+			t.Fatalf("two %s objects rendered; the test expects one of each kind", kind)
+		}
+		byKind[kind] = o
+	}
+	return byKind
+}
+
+// get walks nested maps/lists: keys are map keys or list indexes.
+func get(v any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, ok := v.(map[string]any)
+			if !ok {
+				return nil
+			}
+			v = m[k]
+		case int:
+			l, ok := v.([]any)
+			if !ok || k >= len(l) {
+				return nil
+			}
+			v = l[k]
+		}
+	}
+	return v
+}
+
+func toInt(v any) int {
+	switch n := v.(type) {
+	case int:
+		return n
+	case float64:
+		return int(n)
+	case string:
+		i, _ := strconv.Atoi(n)
+		return i
+	}
+	return -1
+}
+
+func chartValues(t *testing.T) map[string]any {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v map[string]any
+	if err := yaml.Unmarshal(data, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestHelmChart(t *testing.T) {
+	d := readDesign(t)
+	values := chartValues(t)
+	inputPartitions := toInt(get(values, "kafka", "inputPartitions"))
+
+	cases := []struct {
+		name string
+		set  []string
+		gpu  bool
+		keda bool
+	}{
+		{name: "defaults"},
+		{name: "gpu+keda", set: []string{"gpu.enabled=true", "keda.enabled=true", "kafka.rowsTopic=transcripts.scores.rows",
+			"secret.env.KAFKA_SASL_PASSWORD=x", "metrics.serviceMonitor.enabled=true"}, gpu: true, keda: true},
+		{name: "hostPath model, explicit grace", set: []string{"model.source=hostPath", "terminationGracePeriodSeconds=120", "shutdownTimeoutSeconds=60"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			helm := helmBin(t)
+			args := []string{"lint", "--strict", chartDir}
+			for _, s := range tc.set {
+				args = append(args, "--set", s)
+			}
+			if out, err := runHelm(t, helm, args...); err != nil {
+				t.Fatalf("helm lint: %v\n%s", err, out)
+			}
+			args = []string{"template", "scorer", chartDir, "--namespace", "scoring",
+				"--api-versions", "monitoring.coreos.com/v1/ServiceMonitor"}
+			for _, s := range tc.set {
+				args = append(args, "--set", s)
+			}
+			out, err := runHelm(t, helm, args...)
+			if err != nil {
+				t.Fatalf("helm template: %v\n%s", err, out)
+			}
+			objs := parseManifests(t, out)
+			checkRendered(t, d, objs, inputPartitions, tc.gpu, tc.keda)
+		})
+	}
+
+	t.Run("guards", func(t *testing.T) {
+		helm := helmBin(t)
+		for _, g := range []struct {
+			set  []string
+			want string
+		}{
+			{[]string{"keda.enabled=true", "keda.maxReplicaCount=" + strconv.Itoa(inputPartitions+1)}, "must be <= kafka.inputPartitions"},
+			{[]string{"terminationGracePeriodSeconds=10"}, "terminationGracePeriodSeconds (10) must be >="},
+			{[]string{"config.SHUTDOWN_TIMEOUT=5s"}, "config.SHUTDOWN_TIMEOUT is set from other values"},
+			{[]string{"kafka.brokers="}, "kafka.brokers is required"},
+		} {
+			args := []string{"template", "scorer", chartDir}
+			for _, s := range g.set {
+				args = append(args, "--set", s)
+			}
+			out, err := runHelm(t, helm, args...)
+			if err == nil || !strings.Contains(out, g.want) {
+				t.Errorf("helm template --set %v: err=%v, want a failure containing %q; output:\n%s", g.set, err, g.want, out)
+			}
+		}
+	})
+}
+
+func checkRendered(t *testing.T, d design, objs map[string]object, inputPartitions int, gpu, keda bool) {
+	t.Helper()
+	for _, kind := range []string{"Deployment", "ConfigMap", "Service", "PodDisruptionBudget", "ServiceAccount"} {
+		if objs[kind] == nil {
+			t.Fatalf("no %s rendered", kind)
+		}
+	}
+	cm, _ := get(objs["ConfigMap"], "data").(map[string]any)
+	for k := range cm {
+		if !d.vars[k] && k != "CUDA_DEVICE_ORDER" {
+			t.Errorf("ConfigMap key %s is not a variable documented in %s", k, designDoc)
+		}
+	}
+	if cm["KAFKA_BROKERS"] == "" || cm["KAFKA_BROKERS"] == nil {
+		t.Error("ConfigMap: KAFKA_BROKERS empty")
+	}
+	wantDevice := map[bool]string{false: "cpu", true: "auto"}[gpu]
+	if cm["DEVICE"] != wantDevice {
+		t.Errorf("ConfigMap DEVICE = %v, want %s", cm["DEVICE"], wantDevice)
+	}
+
+	dep := objs["Deployment"]
+	pod := get(dep, "spec", "template", "spec")
+	psc := get(pod, "securityContext")
+	if get(psc, "runAsNonRoot") != true || toInt(get(psc, "runAsUser")) != nonRootUID ||
+		get(psc, "seccompProfile", "type") != "RuntimeDefault" {
+		t.Errorf("pod securityContext = %v", psc)
+	}
+	ctr := get(pod, "containers", 0)
+	sc := get(ctr, "securityContext")
+	if get(sc, "allowPrivilegeEscalation") != false || get(sc, "readOnlyRootFilesystem") != true ||
+		get(sc, "runAsNonRoot") != true || toInt(get(sc, "runAsUser")) != nonRootUID ||
+		!slices.Equal(toStrings(get(sc, "capabilities", "drop")), []string{"ALL"}) ||
+		get(sc, "seccompProfile", "type") != "RuntimeDefault" {
+		t.Errorf("container securityContext = %v", sc)
+	}
+
+	// /tmp is an emptyDir, the only writable mount.
+	tmpVol := ""
+	for _, m := range toSlice(get(ctr, "volumeMounts")) {
+		if get(m, "mountPath") == "/tmp" {
+			tmpVol, _ = get(m, "name").(string)
+		} else if get(m, "readOnly") != true {
+			t.Errorf("volume mount %v is writable", m)
+		}
+	}
+	if tmpVol == "" || !slices.ContainsFunc(toSlice(get(pod, "volumes")), func(v any) bool {
+		return get(v, "name") == tmpVol && get(v, "emptyDir") != nil
+	}) {
+		t.Error("no emptyDir mounted at /tmp")
+	}
+
+	// Probes on the metrics port.
+	metricsPort := toInt(strings.TrimPrefix(toString(cm["METRICS_ADDR"]), ":"))
+	portName := ""
+	for _, p := range toSlice(get(ctr, "ports")) {
+		if toInt(get(p, "containerPort")) == metricsPort {
+			portName, _ = get(p, "name").(string)
+		}
+	}
+	if portName == "" {
+		t.Errorf("no container port for METRICS_ADDR %v", cm["METRICS_ADDR"])
+	}
+	for probe, path := range map[string]string{"livenessProbe": "/healthz", "readinessProbe": "/readyz"} {
+		hg := get(ctr, probe, "httpGet")
+		if get(hg, "path") != path || (get(hg, "port") != portName && toInt(get(hg, "port")) != metricsPort) {
+			t.Errorf("%s = %v, want GET %s on the metrics port", probe, hg, path)
+		}
+	}
+
+	// Grace period covers the drain.
+	shutdown, err := time.ParseDuration(toString(cm["SHUTDOWN_TIMEOUT"]))
+	if err != nil {
+		t.Fatalf("ConfigMap SHUTDOWN_TIMEOUT %v: %v", cm["SHUTDOWN_TIMEOUT"], err)
+	}
+	grace := time.Duration(toInt(get(pod, "terminationGracePeriodSeconds"))) * time.Second
+	if grace < shutdown+5*time.Second {
+		t.Errorf("terminationGracePeriodSeconds %v < SHUTDOWN_TIMEOUT %v + 5s margin", grace, shutdown)
+	}
+
+	limits, _ := get(ctr, "resources", "limits").(map[string]any)
+	image := toString(get(ctr, "image"))
+	if gpu {
+		if toInt(limits["nvidia.com/gpu"]) < 1 {
+			t.Errorf("gpu.enabled but limits = %v", limits)
+		}
+		if get(pod, "nodeSelector") == nil || get(pod, "tolerations") == nil {
+			t.Error("gpu.enabled but no nodeSelector/tolerations")
+		}
+		if !strings.Contains(image, "cuda") {
+			t.Errorf("gpu.enabled but image %s is not the CUDA image", image)
+		}
+		if objs["Secret"] == nil {
+			t.Error("secret.env set but no Secret rendered")
+		}
+		if objs["ServiceMonitor"] == nil {
+			t.Error("serviceMonitor enabled with the CRD known, but none rendered")
+		}
+	} else if _, ok := limits["nvidia.com/gpu"]; ok {
+		t.Error("GPU limit without gpu.enabled")
+	}
+
+	so := objs["ScaledObject"]
+	if keda {
+		if so == nil {
+			t.Fatal("keda.enabled but no ScaledObject")
+		}
+		if get(dep, "spec", "replicas") != nil {
+			t.Error("keda.enabled but the Deployment sets replicas (KEDA owns them)")
+		}
+		if maxR := toInt(get(so, "spec", "maxReplicaCount")); maxR < 1 || maxR > inputPartitions {
+			t.Errorf("ScaledObject maxReplicaCount %d not in [1, inputPartitions=%d]", maxR, inputPartitions)
+		}
+		trig := get(so, "spec", "triggers", 0)
+		md := get(trig, "metadata")
+		if get(trig, "type") != "kafka" || get(md, "consumerGroup") != cm["KAFKA_GROUP_ID"] ||
+			get(md, "topic") != cm["KAFKA_INPUT_TOPIC"] || get(md, "bootstrapServers") != cm["KAFKA_BROKERS"] ||
+			get(md, "lagThreshold") == nil {
+			t.Errorf("ScaledObject trigger = %v, want kafka on group %v topic %v", trig, cm["KAFKA_GROUP_ID"], cm["KAFKA_INPUT_TOPIC"])
+		}
+		if get(so, "spec", "scaleTargetRef", "name") != get(dep, "metadata", "name") {
+			t.Error("ScaledObject does not target the Deployment")
+		}
+	} else if so != nil {
+		t.Error("ScaledObject rendered without keda.enabled")
+	}
+}
+
+func toSlice(v any) []any { s, _ := v.([]any); return s }
+
+func toString(v any) string {
+	if s, ok := v.(string); ok {
+		return s
+	}
+	return ""
+}
+
+func toStrings(v any) []string {
+	var out []string
+	for _, x := range toSlice(v) {
+		out = append(out, toString(x))
+	}
+	return out
+}
