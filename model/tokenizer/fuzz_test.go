@@ -1,0 +1,41 @@
+package tokenizer
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"unicode/utf8"
+)
+
+// FuzzEncode feeds arbitrary bytes to both real tokenizers: valid UTF-8
+// must encode without error to in-range ids, identically twice; anything
+// else must be ErrInvalidUTF8, never a panic.
+func FuzzEncode(f *testing.F) {
+	toks := []*Tokenizer{loadModel(f, "nli-unigram-small"), loadModel(f, "nli-wordpiece-small")}
+	for _, s := range []string{"", "Revenue grew 12%.", "[MASK]x[CLS]", "\u2581\u2581", "a\x00b", "👨‍👩‍👧", "\xff"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, tok := range toks {
+			ids, err := tok.Encode(s)
+			if !utf8.ValidString(s) {
+				if !errors.Is(err, ErrInvalidUTF8) {
+					t.Fatalf("Encode(%q) on invalid UTF-8: err = %v", s, err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("Encode(%q): %v", s, err)
+			}
+			checkRange(t, tok, ids)
+			again, _ := tok.Encode(s)
+			if !slices.Equal(ids, again) {
+				t.Fatalf("Encode(%q) not deterministic: %v then %v", s, ids, again)
+			}
+			p := tok.EncodePair(ids, ids, 64)
+			if p.Len() > 64 || len(p.TypeIDs) != p.Len() {
+				t.Fatalf("EncodePair over budget: %d ids, %d type ids", p.Len(), len(p.TypeIDs))
+			}
+		}
+	})
+}
