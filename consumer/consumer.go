@@ -1,0 +1,453 @@
+// Package consumer reads TranscriptEvents from a Kafka consumer group,
+// scores them in bounded batches and publishes the results at least once:
+// an input offset is committed only after its result (or dead letter) was
+// acknowledged, out-of-order completion never commits past a gap, and a
+// partition revoked in a rebalance is never committed again by this member.
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/scorer/scorer/schema"
+)
+
+// Scorer scores a batch of events, one result per event in input order.
+// It must return promptly once ctx ends. gpupool/model satisfy it.
+type Scorer interface {
+	Score(ctx context.Context, events []schema.TranscriptEvent) ([]schema.ScoredTranscript, error)
+}
+
+// Sink writes results and dead letters and returns only after the broker
+// acknowledged them, because the consumer commits offsets on that return.
+// An error satisfying IsPermanent means retrying cannot help. producer
+// satisfies it.
+type Sink interface {
+	Publish(ctx context.Context, results []schema.ScoredTranscript) error
+	DeadLetter(ctx context.Context, dls []schema.DeadLetter) error
+}
+
+// Stats is a snapshot of the consumer's counters, for tests and debugging.
+type Stats struct {
+	MessagesIn   uint64 // records fetched
+	Published    uint64 // results acknowledged by the sink
+	DeadLettered uint64 // records acknowledged by the DLQ
+	Inflight     int64  // fetched, not yet acknowledged nor abandoned
+	InflightPeak int64  // highest Inflight seen
+	Commits      uint64 // successful offset commits
+	CommitErrors uint64
+	Generations  uint64 // group generations joined
+	Assigned     int    // partitions in the current generation
+	// Batches counts flushed batches by the rule that ended them
+	// (Trigger.String()).
+	Batches map[string]uint64
+}
+
+// Consumer is one member of the consumer group. Create it with New and call
+// Run once; Ready and Stats are safe to call concurrently with Run.
+type Consumer struct {
+	cfg    Config
+	scorer Scorer
+	sink   Sink
+	log    zerolog.Logger
+	m      *metrics
+
+	// in carries fetched records to the batch loop; unbuffered so a
+	// fetcher holds at most one record while the pipeline is full.
+	in chan *record
+	// slots holds one token per batch between fetch and ack; work hands
+	// flushed batches to the workers and never blocks because of slots.
+	slots chan struct{}
+	work  chan []*record
+
+	running  atomic.Bool
+	assigned atomic.Int32
+	brokerOK atomic.Bool
+
+	messagesIn, published, deadLettered atomic.Uint64
+	inflight, inflightPeak              atomic.Int64
+	commits, commitErrors, generations  atomic.Uint64
+	batches                             [numTriggers]atomic.Uint64
+
+	// hooks lets tests observe internals; zero in production.
+	hooks testHooks
+}
+
+// testHooks are called, when set, at points tests need to observe.
+type testHooks struct {
+	assigned func(generation int32, memberID string, partitions []int)
+}
+
+// record is one fetched message on its way through the pipeline.
+type record struct {
+	msg  kafka.Message
+	gen  *genState
+	done func() // resolves the offset in its partition's watermark
+	// settled guards the inflight accounting against double counting.
+	settled atomic.Bool
+}
+
+// genState is what one generation owns: its partitions' watermarks and
+// whether it has been revoked (records of a revoked generation are dropped
+// from the pipeline; the partition's new owner re-reads them).
+type genState struct {
+	id      int32
+	parts   map[int]*partState
+	revoked atomic.Bool
+	// pending counts this generation's records handed to the pipeline and
+	// not yet acknowledged, so the generation end can wait for them.
+	pending atomic.Int64
+}
+
+type partState struct {
+	partition int
+	wm        *Watermark
+	committed int64 // last committed offset; touched by the manager only
+}
+
+// New checks cfg (after applying defaults) and registers metrics on reg
+// (nil: none). It opens no connection; Run does.
+func New(cfg Config, scorer Scorer, sink Sink, log zerolog.Logger, reg prometheus.Registerer) (*Consumer, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if scorer == nil || sink == nil {
+		return nil, errors.New("consumer: scorer and sink are required")
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Consumer{
+		cfg: cfg, scorer: scorer, sink: sink, m: m,
+		log:   log.With().Str("component", "consumer").Str("topic", cfg.Topic).Logger(),
+		in:    make(chan *record),
+		slots: make(chan struct{}, cfg.MaxInflightBatches),
+		work:  make(chan []*record, cfg.MaxInflightBatches),
+	}, nil
+}
+
+// Ready reports whether this member has partitions assigned and its last
+// broker interaction succeeded, for /readyz. A member left without
+// partitions (more members than partitions) is not ready: it does no work.
+func (c *Consumer) Ready() bool {
+	return c.assigned.Load() > 0 && c.brokerOK.Load()
+}
+
+// Stats returns a snapshot of the counters.
+func (c *Consumer) Stats() Stats {
+	s := Stats{
+		MessagesIn: c.messagesIn.Load(), Published: c.published.Load(),
+		DeadLettered: c.deadLettered.Load(), Inflight: c.inflight.Load(),
+		InflightPeak: c.inflightPeak.Load(), Commits: c.commits.Load(),
+		CommitErrors: c.commitErrors.Load(), Generations: c.generations.Load(),
+		Assigned: int(c.assigned.Load()), Batches: map[string]uint64{},
+	}
+	for t := range c.batches {
+		if n := c.batches[t].Load(); n > 0 {
+			s.Batches[Trigger(t).String()] = n
+		}
+	}
+	return s
+}
+
+// Run joins the group and processes records until ctx ends. On ctx end it
+// stops fetching, waits up to ShutdownTimeout for in-flight work, commits
+// what is done, leaves the group and returns nil. It returns an error only
+// if the group cannot be set up at all. Run may be called once.
+func (c *Consumer) Run(ctx context.Context) error {
+	if !c.running.CompareAndSwap(false, true) {
+		return errors.New("consumer: Run called twice")
+	}
+	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID:                c.cfg.GroupID,
+		Brokers:           c.cfg.Brokers,
+		Dialer:            c.cfg.Dialer,
+		Topics:            []string{c.cfg.Topic},
+		HeartbeatInterval: c.cfg.HeartbeatInterval,
+		SessionTimeout:    c.cfg.SessionTimeout,
+		RebalanceTimeout:  c.cfg.RebalanceTimeout,
+		JoinGroupBackoff:  c.cfg.JoinGroupBackoff,
+		StartOffset:       c.cfg.StartOffset,
+		Timeout:           10 * time.Second,
+		ErrorLogger:       kafka.LoggerFunc(func(f string, a ...any) { c.log.Debug().Msgf("kafka-go: "+f, a...) }),
+	})
+	if err != nil {
+		return fmt.Errorf("consumer: consumer group: %w", err)
+	}
+
+	// The pipeline outlives ctx so that in-flight work can finish during
+	// the shutdown grace period; abandon ends it.
+	workCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
+	defer abandon()
+	var pipe sync.WaitGroup
+	pipe.Go(func() { c.batchLoop(workCtx) })
+	for range c.cfg.MaxInflightBatches {
+		pipe.Go(func() { c.worker(workCtx) })
+	}
+
+	for ctx.Err() == nil {
+		gen, err := cg.Next(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			// kafka-go backs off (JoinGroupBackoff) before the next attempt.
+			c.brokerOK.Store(false)
+			c.log.Warn().Err(err).Msg("consumer group generation failed; rejoining")
+			continue
+		}
+		c.brokerOK.Store(true)
+		c.runGeneration(ctx, gen)
+	}
+
+	c.assigned.Store(0)
+	abandon()
+	pipe.Wait()
+	// Leaving the group lets the others take over at once instead of after
+	// SessionTimeout; Close can hang on an unreachable broker, so bound it.
+	closed := make(chan struct{})
+	go func() {
+		_ = cg.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(c.cfg.ShutdownTimeout):
+		c.log.Warn().Msg("consumer group close timed out")
+	}
+	return nil
+}
+
+// runGeneration consumes the generation's partitions until it ends (a
+// rebalance) or ctx ends, and returns once its final commit was attempted.
+func (c *Consumer) runGeneration(ctx context.Context, gen *kafka.Generation) {
+	assignments := gen.Assignments[c.cfg.Topic]
+	g := &genState{id: gen.ID, parts: make(map[int]*partState, len(assignments))}
+	ids := make([]int, 0, len(assignments))
+	for _, pa := range assignments {
+		g.parts[pa.ID] = &partState{partition: pa.ID, wm: NewWatermark(), committed: pa.Offset}
+		ids = append(ids, pa.ID)
+	}
+	c.generations.Add(1)
+	c.assigned.Store(int32(len(ids)))
+	c.m.assigned.Set(float64(len(ids)))
+	c.log.Info().Int32("generation", gen.ID).Str("member", gen.MemberID).Ints("partitions", ids).Msg("generation started")
+	if c.hooks.assigned != nil {
+		c.hooks.assigned(gen.ID, gen.MemberID, ids)
+	}
+
+	var fetchers sync.WaitGroup
+	finished := make(chan struct{})
+	for _, pa := range assignments {
+		fetchers.Add(1)
+		gen.Start(func(gctx context.Context) {
+			defer fetchers.Done()
+			fctx, cancel := context.WithCancel(gctx)
+			defer cancel()
+			defer context.AfterFunc(ctx, cancel)()
+			c.fetch(fctx, g, g.parts[pa.ID], pa.Offset)
+		})
+	}
+	// The manager commits periodically and, when the generation ends,
+	// drains and commits once more. It runs under gen.Start because the
+	// generation's coordinator connection closes once all Start'd
+	// functions return: the last commit must happen before that.
+	gen.Start(func(gctx context.Context) {
+		defer close(finished)
+		c.manage(ctx, gctx, gen, g, &fetchers)
+	})
+	<-finished
+}
+
+// manage runs the generation's commit loop and its end: stop, drain with a
+// deadline, commit once, revoke.
+func (c *Consumer) manage(ctx, gctx context.Context, gen *kafka.Generation, g *genState, fetchers *sync.WaitGroup) {
+	tick := time.NewTicker(c.cfg.CommitInterval)
+	defer tick.Stop()
+loop:
+	for {
+		select {
+		case <-tick.C:
+			c.commit(gen, g)
+		case <-gctx.Done():
+			break loop
+		case <-ctx.Done():
+			break loop
+		}
+	}
+	timeout, why := c.cfg.RevokeTimeout, "rebalance"
+	if ctx.Err() != nil {
+		timeout, why = c.cfg.ShutdownTimeout, "shutdown"
+	}
+	deadline := time.Now().Add(timeout)
+	fetchers.Wait() // fetchers stop promptly: their ctx is done
+	for g.pending.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := g.pending.Load(); n > 0 {
+		c.log.Warn().Int64("abandoned", n).Str("reason", why).Msg("generation ended with work in flight; it will be redelivered")
+	}
+	c.commit(gen, g)
+	// From here on nothing of this generation is ever committed: the
+	// watermarks are unreachable and late results resolve them in vain.
+	g.revoked.Store(true)
+	c.assigned.Store(0)
+	c.m.assigned.Set(0)
+	for p := range g.parts {
+		c.m.lag.DeleteLabelValues(c.cfg.Topic, strconv.Itoa(p))
+	}
+	c.log.Info().Int32("generation", g.id).Str("reason", why).Msg("generation ended")
+}
+
+// commit commits each partition's watermark that moved since the last
+// commit. Only the generation's manager calls it.
+func (c *Consumer) commit(gen *kafka.Generation, g *genState) {
+	offsets := map[int]int64{}
+	for p, ps := range g.parts {
+		if next, ok := ps.wm.Committable(); ok && next > ps.committed {
+			offsets[p] = next
+		}
+	}
+	if len(offsets) == 0 {
+		return
+	}
+	start := time.Now()
+	err := gen.CommitOffsets(map[string]map[int]int64{c.cfg.Topic: offsets})
+	c.m.commitTime.Observe(time.Since(start).Seconds())
+	if err != nil {
+		// Not fatal: the next commit covers it, and if the generation is
+		// gone the new owner resumes from the previous commit.
+		c.commitErrors.Add(1)
+		c.brokerOK.Store(false)
+		c.log.Warn().Err(fmt.Errorf("consumer: commit generation %d: %w", g.id, err)).Msg("commit failed")
+		return
+	}
+	c.commits.Add(1)
+	c.brokerOK.Store(true)
+	for p, o := range offsets {
+		g.parts[p].committed = o
+	}
+	c.log.Debug().Int32("generation", g.id).Interface("offsets", offsets).Msg("committed")
+}
+
+// fetch reads one partition from offset and hands records to the batch
+// loop until ctx ends. It never returns early on errors: a Start'd function
+// returning would end the whole generation.
+func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset int64) {
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:   c.cfg.Brokers,
+		Topic:     c.cfg.Topic,
+		Partition: ps.partition,
+		Dialer:    c.cfg.Dialer,
+		MinBytes:  1,
+		// Room for one record of the largest size we accept (plus
+		// framing) so an oversized record reaches the DLQ path.
+		MaxBytes:       c.cfg.MaxMessageBytes + 64<<10,
+		MaxWait:        c.cfg.FetchMaxWait,
+		QueueCapacity:  c.cfg.BatchMaxMessages,
+		ReadBackoffMin: c.cfg.RetryBackoff,
+		ReadBackoffMax: c.cfg.RetryBackoffMax,
+	})
+	defer func() {
+		// Reader.Close can block for MaxWait or longer (kafka-go #428).
+		done := make(chan struct{})
+		go func() { _ = r.Close(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(c.cfg.FetchMaxWait + 5*time.Second):
+			c.log.Warn().Int("partition", ps.partition).Msg("reader close timed out")
+		}
+	}()
+	if err := r.SetOffset(offset); err != nil {
+		c.log.Error().Err(err).Int("partition", ps.partition).Msg("set offset")
+		<-ctx.Done()
+		return
+	}
+	partLabel := strconv.Itoa(ps.partition)
+	backoff := c.cfg.RetryBackoff
+	for {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			c.brokerOK.Store(false)
+			c.log.Warn().Err(err).Int("partition", ps.partition).Msg("fetch failed; retrying")
+			if !sleepCtx(ctx, backoff) {
+				return
+			}
+			backoff = min(backoff*2, c.cfg.RetryBackoffMax)
+			continue
+		}
+		backoff = c.cfg.RetryBackoff
+		c.brokerOK.Store(true)
+		c.messagesIn.Add(1)
+		c.m.messagesIn.WithLabelValues(c.cfg.Topic).Inc()
+		c.m.lag.WithLabelValues(c.cfg.Topic, partLabel).Set(float64(max(m.HighWaterMark-m.Offset-1, 0)))
+		done, err := ps.wm.Track(m.Offset)
+		if err != nil {
+			// A stale buffered message (kafka-go #1398): already tracked.
+			c.log.Debug().Err(err).Int("partition", ps.partition).Int64("offset", m.Offset).Msg("skipping repeated offset")
+			continue
+		}
+		rec := &record{msg: m, gen: g, done: done}
+		c.addInflight(1)
+		g.pending.Add(1)
+		select {
+		case c.in <- rec:
+		case <-ctx.Done():
+			// Never handed over: it stays unresolved, so the commit stops
+			// before it and the next owner reads it again.
+			c.addInflight(-1)
+			g.pending.Add(-1)
+			return
+		}
+	}
+}
+
+func (c *Consumer) addInflight(n int64) {
+	v := c.inflight.Add(n)
+	c.m.inflight.Set(float64(v))
+	for {
+		p := c.inflightPeak.Load()
+		if v <= p || c.inflightPeak.CompareAndSwap(p, v) {
+			return
+		}
+	}
+}
+
+// settle takes a record out of the in-flight accounting; with ack it also
+// resolves its offset, making it committable.
+func (c *Consumer) settle(r *record, ack bool) {
+	if !r.settled.CompareAndSwap(false, true) {
+		return
+	}
+	if ack {
+		r.done()
+	}
+	c.addInflight(-1)
+	r.gen.pending.Add(-1)
+}
+
+// sleepCtx sleeps d or until ctx ends; it reports whether it slept fully.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

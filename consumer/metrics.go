@@ -1,0 +1,68 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics holds the consumer's collectors (names in docs/design.md). They
+// exist even without a Registerer so the hot path never checks for nil.
+type metrics struct {
+	messagesIn  *prometheus.CounterVec
+	inflight    prometheus.Gauge
+	batchSize   prometheus.Histogram
+	endToEnd    prometheus.Histogram
+	commitTime  prometheus.Histogram
+	lag         *prometheus.GaugeVec
+	dlq         *prometheus.CounterVec
+	assigned    prometheus.Gauge
+	collections []prometheus.Collector
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		messagesIn: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scorer_messages_in_total", Help: "Records fetched from the input topic.",
+		}, []string{"topic"}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "scorer_inflight_messages", Help: "Records fetched but not yet acknowledged (published or dead-lettered).",
+		}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "scorer_batch_messages", Help: "Records per scoring batch.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
+		}),
+		endToEnd: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "scorer_end_to_end_seconds", Help: "Input record timestamp to output acknowledgement.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 16),
+		}),
+		commitTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "scorer_commit_seconds", Help: "Duration of offset commits.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "scorer_consumer_lag", Help: "High water mark minus fetched offset minus one, per assigned partition.",
+		}, []string{"topic", "partition"}),
+		dlq: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scorer_dlq_total", Help: "Input records written to the dead-letter queue, by reason.",
+		}, []string{"reason"}),
+		assigned: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "scorer_assigned_partitions", Help: "Partitions assigned to this member in the current generation.",
+		}),
+	}
+	m.collections = []prometheus.Collector{m.messagesIn, m.inflight, m.batchSize, m.endToEnd, m.commitTime, m.lag, m.dlq, m.assigned}
+	if reg == nil {
+		return m, nil
+	}
+	var errs []error
+	for _, c := range m.collections {
+		if err := reg.Register(c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("consumer: register metrics: %w", err)
+	}
+	return m, nil
+}
