@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,6 +36,7 @@ const (
 	cudaDockerfile = "docker/Dockerfile.cuda"
 	connectDocker  = "compose/connect/Dockerfile"
 	chartDir       = "helm/scorer"
+	cmdConfig      = "../cmd/scorer/config.go"
 
 	wantORTVersion = "1.30.0"
 	nonRootUID     = 65532
@@ -716,7 +718,9 @@ func TestHelmChart(t *testing.T) {
 	}{
 		{name: "defaults"},
 		{name: "gpu+keda", set: []string{"gpu.enabled=true", "keda.enabled=true", "kafka.rowsTopic=transcripts.scores.rows",
-			"secret.env.KAFKA_SASL_PASSWORD=x", "metrics.serviceMonitor.enabled=true"}, gpu: true, keda: true},
+			"secret.env.EXTRA_SECRET=x", "metrics.serviceMonitor.enabled=true", "kafka.sasl.mechanism=SCRAM-SHA-512",
+			"kafka.sasl.username=scorer", "kafka.sasl.password=pw", "kafka.tls.enabled=true", "kafka.tls.secretName=kafka-ca"},
+			gpu: true, keda: true},
 		{name: "hostPath model, explicit grace", set: []string{"model.source=hostPath", "terminationGracePeriodSeconds=120", "shutdownTimeoutSeconds=60"}},
 	}
 	for _, tc := range cases {
@@ -766,8 +770,28 @@ func TestHelmChart(t *testing.T) {
 	})
 }
 
+// configVars returns the variables the binary reads: design.md's table plus the env tags of
+// cmd/scorer/config.go (which may list variables, such as SASL/TLS, before design.md does).
+func configVars(t *testing.T, d design) map[string]bool {
+	t.Helper()
+	vars := maps.Clone(d.vars)
+	src, err := os.ReadFile(cmdConfig)
+	if err != nil {
+		t.Logf("%s not readable (%v); checking against %s only", cmdConfig, err, designDoc)
+		return vars
+	}
+	for _, m := range regexp.MustCompile(`env:"([A-Z][A-Z0-9_]*)"`).FindAllSubmatch(src, -1) {
+		if !vars[string(m[1])] {
+			t.Logf("%s is read by %s but not documented in %s", m[1], cmdConfig, designDoc)
+		}
+		vars[string(m[1])] = true
+	}
+	return vars
+}
+
 func checkRendered(t *testing.T, d design, objs map[string]object, inputPartitions int, gpu, keda bool) {
 	t.Helper()
+	vars := configVars(t, d)
 	for _, kind := range []string{"Deployment", "ConfigMap", "Service", "PodDisruptionBudget", "ServiceAccount"} {
 		if objs[kind] == nil {
 			t.Fatalf("no %s rendered", kind)
@@ -775,8 +799,8 @@ func checkRendered(t *testing.T, d design, objs map[string]object, inputPartitio
 	}
 	cm, _ := get(objs["ConfigMap"], "data").(map[string]any)
 	for k := range cm {
-		if !d.vars[k] && k != "CUDA_DEVICE_ORDER" {
-			t.Errorf("ConfigMap key %s is not a variable documented in %s", k, designDoc)
+		if !vars[k] && k != "CUDA_DEVICE_ORDER" {
+			t.Errorf("ConfigMap key %s is neither documented in %s nor read by %s", k, designDoc, cmdConfig)
 		}
 	}
 	if cm["KAFKA_BROKERS"] == "" || cm["KAFKA_BROKERS"] == nil {
@@ -858,8 +882,14 @@ func checkRendered(t *testing.T, d design, objs map[string]object, inputPartitio
 		if !strings.Contains(image, "cuda") {
 			t.Errorf("gpu.enabled but image %s is not the CUDA image", image)
 		}
-		if objs["Secret"] == nil {
-			t.Error("secret.env set but no Secret rendered")
+		if get(objs["Secret"], "stringData", "KAFKA_SASL_PASSWORD") != "pw" {
+			t.Errorf("kafka.sasl.password set but the Secret = %v", objs["Secret"])
+		}
+		if cm["KAFKA_SASL_PASSWORD"] != nil {
+			t.Error("the SASL password is in the ConfigMap")
+		}
+		if cm["KAFKA_TLS"] != "true" || cm["KAFKA_TLS_CA_FILE"] != "/etc/scorer/kafka-tls/ca.crt" {
+			t.Errorf("kafka.tls set but ConfigMap KAFKA_TLS=%v KAFKA_TLS_CA_FILE=%v", cm["KAFKA_TLS"], cm["KAFKA_TLS_CA_FILE"])
 		}
 		if objs["ServiceMonitor"] == nil {
 			t.Error("serviceMonitor enabled with the CRD known, but none rendered")

@@ -57,7 +57,7 @@ app.kubernetes.io/component: scorer
 {{- define "scorer.secretName" -}}
 {{- if .Values.secret.existingSecret }}
 {{- .Values.secret.existingSecret }}
-{{- else if .Values.secret.env }}
+{{- else if or .Values.secret.env .Values.kafka.sasl.password }}
 {{- include "scorer.fullname" . }}
 {{- end }}
 {{- end }}
@@ -89,10 +89,10 @@ which must not be smaller than that sum (the kubelet's SIGKILL would cut the dra
 
 {{/* Checks that do not belong to one template. */}}
 {{- define "scorer.validate" -}}
-{{- $reserved := list "KAFKA_BROKERS" "KAFKA_INPUT_TOPIC" "KAFKA_OUTPUT_TOPIC" "KAFKA_DLQ_TOPIC" "OUTPUT_ROWS_TOPIC" "KAFKA_GROUP_ID" "KAFKA_CLIENT_ID" "MODEL_DIR" "METRICS_ADDR" "SHUTDOWN_TIMEOUT" }}
+{{- $reserved := list "KAFKA_BROKERS" "KAFKA_INPUT_TOPIC" "KAFKA_OUTPUT_TOPIC" "KAFKA_DLQ_TOPIC" "OUTPUT_ROWS_TOPIC" "KAFKA_GROUP_ID" "KAFKA_CLIENT_ID" "MODEL_DIR" "METRICS_ADDR" "SHUTDOWN_TIMEOUT" "KAFKA_INPUT_PARTITIONS" "KAFKA_SASL_MECHANISM" "KAFKA_SASL_USERNAME" "KAFKA_SASL_PASSWORD" "KAFKA_SASL_PASSWORD_FILE" "KAFKA_TLS" "KAFKA_TLS_CA_FILE" "KAFKA_TLS_CERT_FILE" "KAFKA_TLS_KEY_FILE" "KAFKA_TLS_INSECURE_SKIP_VERIFY" }}
 {{- range $k, $v := .Values.config }}
 {{- if has $k $reserved }}
-{{- fail (printf "config.%s is set from other values (kafka.*, model.dir, metrics.port, shutdownTimeoutSeconds); remove it from config" $k) }}
+{{- fail (printf "config.%s is set from other values (kafka.*, model.dir, metrics.port, shutdownTimeoutSeconds, secret.*); remove it from config" $k) }}
 {{- end }}
 {{- end }}
 {{- if not (has .Values.model.source (list "pvc" "hostPath" "image")) }}
@@ -100,6 +100,17 @@ which must not be smaller than that sum (the kubelet's SIGKILL would cut the dra
 {{- end }}
 {{- if not .Values.kafka.brokers }}
 {{- fail "kafka.brokers is required (an empty KAFKA_BROKERS starts the in-memory demo broker)" }}
+{{- end }}
+{{- with .Values.kafka.tls }}
+{{- if and (or .certKey .keyKey) (not (and .certKey .keyKey)) }}
+{{- fail "kafka.tls.certKey and kafka.tls.keyKey go together" }}
+{{- end }}
+{{- if and (or .certKey .keyKey) (not .secretName) }}
+{{- fail "kafka.tls.certKey/keyKey need kafka.tls.secretName" }}
+{{- end }}
+{{- end }}
+{{- if and .Values.kafka.sasl.mechanism (not (has .Values.kafka.sasl.mechanism (list "PLAIN" "SCRAM-SHA-256" "SCRAM-SHA-512"))) }}
+{{- fail (printf "kafka.sasl.mechanism must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, not %q" .Values.kafka.sasl.mechanism) }}
 {{- end }}
 {{- if lt (int .Values.kafka.inputPartitions) 1 }}
 {{- fail "kafka.inputPartitions must be >= 1" }}
