@@ -1,0 +1,399 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/scorer/scorer/schema"
+)
+
+func TestConfigDefaultsAndValidate(t *testing.T) {
+	t.Parallel()
+	cfg := Config{Brokers: []string{"x:9092"}}.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Topic != "transcripts" || cfg.BatchMaxMessages != 16 || cfg.BatchMaxBytes != 8<<20 ||
+		cfg.BatchMaxWait != 200*time.Millisecond || cfg.MaxInflightBatches != 2 || cfg.MaxMessageBytes != 16<<20 {
+		t.Fatalf("defaults = %+v", cfg)
+	}
+	bad := cfg
+	bad.RevokeTimeout = bad.RebalanceTimeout
+	if err := bad.Validate(); err == nil || !strings.HasPrefix(err.Error(), "consumer:") {
+		t.Fatalf("RevokeTimeout >= RebalanceTimeout: err = %v", err)
+	}
+	if err := (Config{}).WithDefaults().Validate(); err == nil {
+		t.Fatal("no brokers: want error")
+	}
+}
+
+// TestCleanRun: every record is published exactly once with its Source,
+// and the committed offsets reach the end of every partition.
+func TestCleanRun(t *testing.T) {
+	t.Parallel()
+	const topic, group, parts, perPart = "clean", "g-clean", 3, 20
+	_, brokers := newCluster(t, topic, parts)
+	var msgs []kafka.Message
+	for p := range parts {
+		for i := range perPart {
+			msgs = append(msgs, eventMsg(p, fmt.Sprintf("c-%d-%d", p, i)))
+		}
+	}
+	produce(t, brokers, topic, msgs)
+	sc, sk := &fakeScorer{}, &fakeSink{}
+	r := start(t, testConfig(brokers, topic, group), sc, sk, testHooks{})
+	eventually(t, 20*time.Second, "all published", func() bool { return len(sk.Published()) >= len(msgs) })
+	eventually(t, 10*time.Second, "commits at end", func() bool {
+		c := committed(t, brokers, group, topic, parts)
+		return c[0] == perPart && c[1] == perPart && c[2] == perPart
+	})
+	if !r.c.Ready() {
+		t.Error("not ready while consuming")
+	}
+	r.stop(t)
+	res := sk.Published()
+	if len(res) != len(msgs) {
+		t.Fatalf("published %d, want %d", len(res), len(msgs))
+	}
+	for id, n := range countIDs(res) {
+		if n != 1 {
+			t.Errorf("%s published %d times", id, n)
+		}
+	}
+	for _, st := range res {
+		var p, i int
+		fmt.Sscanf(st.CallID, "c-%d-%d", &p, &i)
+		if st.Source == nil || st.Source.Topic != topic || st.Source.Partition != p || st.Source.Offset != int64(i) {
+			t.Fatalf("%s: source = %+v", st.CallID, st.Source)
+		}
+	}
+	for _, call := range sc.Calls() {
+		if len(call) > 8 {
+			t.Errorf("batch of %d > BatchMaxMessages 8", len(call))
+		}
+	}
+	if s := r.c.Stats(); s.Inflight != 0 || s.MessagesIn != uint64(len(msgs)) || s.Published != uint64(len(msgs)) {
+		t.Errorf("stats = %+v", s)
+	}
+	if r.c.Ready() {
+		t.Error("ready after shutdown")
+	}
+}
+
+// TestDeadLetters: bad records go to the DLQ with the Connect-style
+// details, the good ones around them are scored, and all are committed.
+func TestDeadLetters(t *testing.T) {
+	t.Parallel()
+	const topic, group = "dlq", "g-dlq"
+	_, brokers := newCluster(t, topic, 1)
+	msgs := []kafka.Message{
+		eventMsg(0, "good-0"),
+		{Key: []byte("k1"), Value: []byte(`{not json`), Headers: []kafka.Header{{Key: "h", Value: []byte("v")}}},
+		eventMsg(0, "good-2"),
+		{Key: []byte("k3"), Value: []byte(`{"sections":{"FILT_MD":["x"]}}`)},
+		{Key: []byte("k4"), Value: []byte(strings.Repeat("x", 5000))},
+		eventMsg(0, "poison"),
+		eventMsg(0, "good-6"),
+	}
+	produce(t, brokers, topic, msgs)
+	sc, sk := &fakeScorer{}, &fakeSink{}
+	sc.hook = func(_ context.Context, evs []schema.TranscriptEvent) error {
+		for _, e := range evs {
+			if e.CallID == "poison" {
+				return errors.New("model exploded")
+			}
+		}
+		return nil
+	}
+	cfg := testConfig(brokers, topic, group)
+	cfg.MaxMessageBytes = 4096
+	start(t, cfg, sc, sk, testHooks{})
+	eventually(t, 20*time.Second, "committed to end", func() bool { return committed(t, brokers, group, topic, 1)[0] == int64(len(msgs)) })
+
+	got := countIDs(sk.Published())
+	for _, id := range []string{"good-0", "good-2", "good-6"} {
+		if got[id] != 1 {
+			t.Errorf("%s published %d times", id, got[id])
+		}
+	}
+	if got["poison"] != 0 {
+		t.Error("poison published")
+	}
+	want := map[int64]struct{ stage, reason string }{
+		1: {schema.StageDecode, "malformed_json"},
+		3: {schema.StageDecode, "missing_field"},
+		4: {schema.StageDecode, ReasonTooLarge},
+		5: {schema.StageScore, ReasonScoreFailed},
+	}
+	dead := sk.Dead()
+	if len(dead) != len(want) {
+		t.Fatalf("dead letters = %+v", dead)
+	}
+	for _, d := range dead {
+		w, ok := want[d.Offset]
+		if !ok || d.Stage != w.stage || d.Reason != w.reason {
+			t.Errorf("offset %d: stage %q reason %q, want %+v", d.Offset, d.Stage, d.Reason, w)
+		}
+		orig := msgs[d.Offset]
+		if d.Topic != topic || d.Partition != 0 || string(d.Key) != string(orig.Key) || string(d.Value) != string(orig.Value) ||
+			d.ExceptionClass == "" || d.Message == "" || d.Timestamp.IsZero() {
+			t.Errorf("offset %d: dead letter %+v", d.Offset, d)
+		}
+		if d.Offset == 1 && (len(d.Headers) != 1 || d.Headers[0].Key != "h") {
+			t.Errorf("headers not kept: %+v", d.Headers)
+		}
+	}
+}
+
+// TestPermanentPublishError: a result the sink can never write sends its
+// input to the DLQ at the produce stage; its batch neighbours are published.
+func TestPermanentPublishError(t *testing.T) {
+	t.Parallel()
+	const topic, group = "perm", "g-perm"
+	_, brokers := newCluster(t, topic, 1)
+	produce(t, brokers, topic, []kafka.Message{eventMsg(0, "a"), eventMsg(0, "huge"), eventMsg(0, "b")})
+	sk := &fakeSink{publishErr: func(res []schema.ScoredTranscript) error {
+		for _, r := range res {
+			if r.CallID == "huge" {
+				return &PermanentError{Err: kafka.MessageSizeTooLarge}
+			}
+		}
+		return nil
+	}}
+	start(t, testConfig(brokers, topic, group), &fakeScorer{}, sk, testHooks{})
+	eventually(t, 20*time.Second, "committed to end", func() bool { return committed(t, brokers, group, topic, 1)[0] == 3 })
+	got := countIDs(sk.Published())
+	if got["a"] != 1 || got["b"] != 1 || got["huge"] != 0 {
+		t.Errorf("published %v", got)
+	}
+	dead := sk.Dead()
+	if len(dead) != 1 || dead[0].Offset != 1 || dead[0].Stage != schema.StageProduce || dead[0].Reason != ReasonOutputTooLarge {
+		t.Errorf("dead = %+v", dead)
+	}
+}
+
+// TestOutOfOrderNeverCommitsPastGap: with one record held in the scorer,
+// later records of its partition complete but the commit stops at the held
+// offset, while the other partition commits to its end.
+func TestOutOfOrderNeverCommitsPastGap(t *testing.T) {
+	t.Parallel()
+	const topic, group = "ooo", "g-ooo"
+	_, brokers := newCluster(t, topic, 2)
+	var msgs []kafka.Message
+	for p := range 2 {
+		for i := range 6 {
+			msgs = append(msgs, eventMsg(p, fmt.Sprintf("c-%d-%d", p, i)))
+		}
+	}
+	produce(t, brokers, topic, msgs)
+	release := make(chan struct{})
+	sc := &fakeScorer{hook: func(ctx context.Context, evs []schema.TranscriptEvent) error {
+		if evs[0].CallID == "c-0-2" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}}
+	sk := &fakeSink{}
+	cfg := testConfig(brokers, topic, group)
+	cfg.BatchMaxMessages = 1 // one record per batch: completion order is free
+	cfg.MaxInflightBatches = 4
+	start(t, cfg, sc, sk, testHooks{})
+	eventually(t, 20*time.Second, "everything but the held record", func() bool { return len(sk.Published()) == len(msgs)-1 })
+	eventually(t, 10*time.Second, "partition 1 committed", func() bool { return committed(t, brokers, group, topic, 2)[1] == 6 })
+	time.Sleep(5 * cfg.CommitInterval) // give a wrong commit every chance to happen
+	if c := committed(t, brokers, group, topic, 2); c[0] != 2 {
+		t.Fatalf("partition 0 committed %d with offset 2 in flight, want 2", c[0])
+	}
+	close(release)
+	eventually(t, 10*time.Second, "partition 0 committed", func() bool { return committed(t, brokers, group, topic, 2)[0] == 6 })
+}
+
+// TestBatchBounds: no batch over BatchMaxMessages or BatchMaxBytes (unless
+// one record alone), and a lone record waits BatchMaxWait from when it was
+// added, not longer than needed.
+func TestBatchBounds(t *testing.T) {
+	t.Parallel()
+	const topic, group = "bounds", "g-bounds"
+	_, brokers := newCluster(t, topic, 1)
+	sizes := map[string]int{}
+	var msgs []kafka.Message
+	for i := range 40 {
+		id := fmt.Sprintf("b-%02d", i)
+		pad := strings.Repeat("y", (i%7)*120)
+		m := kafka.Message{Value: fmt.Appendf(nil, `{"call_id":%q,"sections":{"FILT_MD":[%q]}}`, id, pad)}
+		if i == 13 {
+			m.Value = fmt.Appendf(nil, `{"call_id":%q,"sections":{"FILT_MD":[%q]}}`, id, strings.Repeat("z", 3000))
+		}
+		sizes[id] = len(m.Value)
+		msgs = append(msgs, m)
+	}
+	produce(t, brokers, topic, msgs)
+	sc, sk := &fakeScorer{}, &fakeSink{}
+	cfg := testConfig(brokers, topic, group)
+	cfg.BatchMaxMessages, cfg.BatchMaxBytes, cfg.BatchMaxWait = 5, 2500, 300*time.Millisecond
+	r := start(t, cfg, sc, sk, testHooks{})
+	eventually(t, 20*time.Second, "all published", func() bool { return len(sk.Published()) == len(msgs) })
+	for _, call := range sc.Calls() {
+		total := 0
+		for _, id := range call {
+			total += sizes[id]
+		}
+		if len(call) > 5 || (total > 2500 && len(call) > 1) {
+			t.Errorf("batch %v: %d records, %d bytes", call, len(call), total)
+		}
+	}
+	if s := r.c.Stats(); s.Batches["bytes"] == 0 || s.Batches["count"] == 0 {
+		t.Errorf("triggers = %v, want both bytes and count", s.Batches)
+	}
+
+	// MaxWait: a lone record is flushed by the period rule, after waiting.
+	before := len(sc.Calls())
+	t0 := time.Now()
+	produce(t, brokers, topic, []kafka.Message{eventMsg(0, "lone")})
+	eventually(t, 10*time.Second, "lone record scored", func() bool { return len(sc.Calls()) > before })
+	if waited := time.Since(t0); waited < cfg.BatchMaxWait {
+		t.Errorf("lone record scored after %v < BatchMaxWait", waited)
+	}
+	if s := r.c.Stats(); s.Batches["period"] == 0 {
+		t.Errorf("triggers = %v, want period", s.Batches)
+	}
+}
+
+// TestBackpressure: with the scorer blocked, fetched-but-unacknowledged
+// records stay within the in-flight bound, and everything completes once
+// it unblocks.
+func TestBackpressure(t *testing.T) {
+	t.Parallel()
+	const topic, group, parts = "bp", "g-bp", 2
+	_, brokers := newCluster(t, topic, parts)
+	var msgs []kafka.Message
+	for i := range 60 {
+		msgs = append(msgs, eventMsg(i%parts, fmt.Sprintf("bp-%d", i)))
+	}
+	produce(t, brokers, topic, msgs)
+	release := make(chan struct{})
+	var blocked sync.WaitGroup
+	blocked.Add(2)
+	var once [2]sync.Once
+	var n int
+	var mu sync.Mutex
+	sc := &fakeScorer{hook: func(ctx context.Context, _ []schema.TranscriptEvent) error {
+		mu.Lock()
+		if n < 2 {
+			once[n].Do(blocked.Done)
+		}
+		n++
+		mu.Unlock()
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}}
+	sk := &fakeSink{}
+	cfg := testConfig(brokers, topic, group)
+	cfg.BatchMaxMessages, cfg.MaxInflightBatches = 3, 2
+	r := start(t, cfg, sc, sk, testHooks{})
+	waitDone := make(chan struct{})
+	go func() { blocked.Wait(); close(waitDone) }()
+	select {
+	case <-waitDone:
+	case <-time.After(20 * time.Second):
+		t.Fatal("scorer never got two batches")
+	}
+	time.Sleep(time.Second) // let fetchers run into the wall
+	// Batches in flight, plus one record held by each fetcher and one
+	// held by the batch loop after an overflow.
+	bound := int64(cfg.MaxInflightBatches*cfg.BatchMaxMessages + parts + 1)
+	s := r.c.Stats()
+	if s.InflightPeak > bound || s.Inflight > bound {
+		t.Fatalf("in flight %d (peak %d) > bound %d", s.Inflight, s.InflightPeak, bound)
+	}
+	if s.MessagesIn > uint64(bound) {
+		t.Fatalf("fetched %d while blocked, bound %d", s.MessagesIn, bound)
+	}
+	if len(sc.Calls()) != 2 {
+		t.Fatalf("scorer calls while blocked = %d, want 2", len(sc.Calls()))
+	}
+	close(release)
+	eventually(t, 20*time.Second, "all published", func() bool { return len(sk.Published()) == len(msgs) })
+	if s := r.c.Stats(); s.InflightPeak > bound {
+		t.Fatalf("in-flight peak %d > bound %d", s.InflightPeak, bound)
+	}
+}
+
+// TestShutdownCommitsDoneWork: a shutdown with one record stuck in the
+// scorer returns nil within ShutdownTimeout, commits everything before the
+// stuck record, and a restarted consumer resumes there: duplicates only for
+// records at or after the stuck one (done out of order, not committable).
+func TestShutdownCommitsDoneWorkAndRestartResumes(t *testing.T) {
+	t.Parallel()
+	const topic, group = "restart", "g-restart"
+	_, brokers := newCluster(t, topic, 1)
+	var msgs []kafka.Message
+	for i := range 10 {
+		msgs = append(msgs, eventMsg(0, fmt.Sprintf("r-%d", i)))
+	}
+	produce(t, brokers, topic, msgs)
+	sc1 := &fakeScorer{hook: func(ctx context.Context, evs []schema.TranscriptEvent) error {
+		for _, e := range evs {
+			if e.CallID == "r-6" {
+				<-ctx.Done() // stuck until the shutdown grace period ends
+				return ctx.Err()
+			}
+		}
+		return nil
+	}}
+	sk1 := &fakeSink{}
+	cfg := testConfig(brokers, topic, group)
+	cfg.BatchMaxMessages = 1
+	cfg.ShutdownTimeout = time.Second
+	r1 := start(t, cfg, sc1, sk1, testHooks{})
+	eventually(t, 20*time.Second, "r-0..r-5 published", func() bool { return len(sk1.Published()) >= 6 })
+	t0 := time.Now()
+	r1.stop(t)
+	if d := time.Since(t0); d > cfg.ShutdownTimeout+8*time.Second {
+		t.Errorf("shutdown took %v", d)
+	}
+	if c := committed(t, brokers, group, topic, 1)[0]; c != 6 {
+		t.Fatalf("committed %d after shutdown, want 6 (the stuck offset)", c)
+	}
+	first := countIDs(sk1.Published())
+	if first["r-6"] != 0 {
+		t.Fatal("stuck record published")
+	}
+
+	var more []kafka.Message
+	for i := 10; i < 15; i++ {
+		more = append(more, eventMsg(0, fmt.Sprintf("r-%d", i)))
+	}
+	produce(t, brokers, topic, more)
+	sk2 := &fakeSink{}
+	start(t, testConfig(brokers, topic, group), &fakeScorer{}, sk2, testHooks{})
+	eventually(t, 20*time.Second, "committed to end", func() bool { return committed(t, brokers, group, topic, 1)[0] == 15 })
+	second := countIDs(sk2.Published())
+	for i := range 15 {
+		id := fmt.Sprintf("r-%d", i)
+		if first[id]+second[id] < 1 {
+			t.Errorf("%s lost", id)
+		}
+		if i < 6 && second[id] > 0 {
+			t.Errorf("%s republished although the first run committed it", id)
+		}
+		if second[id] > 1 {
+			t.Errorf("%s published %d times by the second run", id, second[id])
+		}
+	}
+}
