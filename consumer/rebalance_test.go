@@ -1,0 +1,154 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// groupLog is an ordered log of the assignments members received (from the
+// consumer's hook) and the offset commits the broker received (from a kfake
+// control function), to check who committed what in which generation.
+type groupLog struct {
+	mu     sync.Mutex
+	events []groupEvent
+}
+
+type groupEvent struct {
+	commit     bool
+	member     string
+	generation int32
+	partitions []int
+}
+
+func (l *groupLog) add(e groupEvent) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, e)
+}
+
+// check verifies that every commit names only partitions its member was
+// assigned in that generation, and that it came before the member's next
+// assignment (so nothing is committed after a revocation).
+func (l *groupLog) check(t *testing.T) (commits int) {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	current := map[string]groupEvent{}
+	for _, e := range l.events {
+		if !e.commit {
+			current[e.member] = e
+			continue
+		}
+		commits++
+		a, ok := current[e.member]
+		if !ok {
+			t.Errorf("member %s committed %v in generation %d before any assignment", e.member, e.partitions, e.generation)
+			continue
+		}
+		if a.generation != e.generation {
+			t.Errorf("member %s committed %v for generation %d while in generation %d", e.member, e.partitions, e.generation, a.generation)
+		}
+		for _, p := range e.partitions {
+			if !slices.Contains(a.partitions, p) {
+				t.Errorf("member %s committed partition %d in generation %d; assigned %v", e.member, p, e.generation, a.partitions)
+			}
+		}
+	}
+	return commits
+}
+
+// TestRebalanceNoLossNoStaleCommits: a second member joins mid-stream; no
+// record is lost, offsets reach the end, and no member commits a partition
+// outside its current assignment.
+func TestRebalanceNoLossNoStaleCommits(t *testing.T) {
+	t.Parallel()
+	const topic, group, parts, total = "rebal", "g-rebal", 4, 240
+	cluster, brokers := newCluster(t, topic, parts)
+	log := &groupLog{}
+	cluster.ControlKey(int16(kmsg.OffsetCommit), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		req := kreq.(*kmsg.OffsetCommitRequest)
+		if req.Group == group {
+			var ps []int
+			for _, tp := range req.Topics {
+				for _, p := range tp.Partitions {
+					ps = append(ps, int(p.Partition))
+				}
+			}
+			log.add(groupEvent{commit: true, member: req.MemberID, generation: req.Generation, partitions: ps})
+		}
+		return nil, nil, false // observe only; the broker handles it
+	})
+	hooks := testHooks{assigned: func(gen int32, member string, ps []int) {
+		log.add(groupEvent{member: member, generation: gen, partitions: slices.Clone(ps)})
+	}}
+
+	// Produce in the background, spread over a few seconds.
+	produced := make(chan error, 1)
+	go func() {
+		w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, RequiredAcks: kafka.RequireAll,
+			BatchTimeout: time.Millisecond,
+			Balancer:     kafka.BalancerFunc(func(m kafka.Message, _ ...int) int { return m.Partition })}
+		defer w.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for i := 0; i < total; i += 8 {
+			var batch []kafka.Message
+			for j := i; j < i+8; j++ {
+				batch = append(batch, eventMsg(j%parts, fmt.Sprintf("rb-%d", j)))
+			}
+			if err := w.WriteMessages(ctx, batch...); err != nil {
+				produced <- err
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		produced <- nil
+	}()
+
+	skA, skB := &fakeSink{}, &fakeSink{}
+	a := start(t, testConfig(brokers, topic, group), &fakeScorer{}, skA, hooks)
+	eventually(t, 20*time.Second, "A processing", func() bool { return len(skA.Published()) >= 40 })
+	b := start(t, testConfig(brokers, topic, group), &fakeScorer{}, skB, hooks)
+	eventually(t, 30*time.Second, "B assigned", func() bool { return b.c.Stats().Assigned > 0 })
+	select {
+	case err := <-produced:
+		if err != nil {
+			t.Fatalf("produce: %v", err)
+		}
+	case <-time.After(40 * time.Second):
+		t.Fatal("producer stuck")
+	}
+	eventually(t, 30*time.Second, "committed to end", func() bool {
+		c := committed(t, brokers, group, topic, parts)
+		for p := range parts {
+			if c[p] != total/parts {
+				return false
+			}
+		}
+		return true
+	})
+	all := countIDs(append(skA.Published(), skB.Published()...))
+	for i := range total {
+		if all[fmt.Sprintf("rb-%d", i)] == 0 {
+			t.Errorf("rb-%d lost", i)
+		}
+	}
+	if len(skB.Published()) == 0 {
+		t.Error("B published nothing")
+	}
+	if sa := a.c.Stats(); sa.Generations < 2 || sa.Assigned >= parts {
+		t.Errorf("A stats after rebalance = %+v", sa)
+	}
+	a.stop(t)
+	b.stop(t)
+	if n := log.check(t); n == 0 {
+		t.Error("no commits observed")
+	}
+}
