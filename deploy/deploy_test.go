@@ -39,7 +39,10 @@ const (
 	cmdConfig      = "../cmd/scorer/config.go"
 
 	wantORTVersion = "1.30.0"
-	nonRootUID     = 65532
+	// kubeVersion passed to helm: a helm built with `go install` (no release ldflags) assumes
+	// Kubernetes v1.20, below the chart's kubeVersion constraint.
+	kubeVersion = "1.31.0"
+	nonRootUID  = 65532
 )
 
 // design holds what docs/design.md documents: the configuration variables and the metric names.
@@ -706,7 +709,7 @@ func chartValues(t *testing.T) map[string]any {
 }
 
 func TestHelmChart(t *testing.T) {
-	d := readDesign(t)
+	vars := configVars(t, readDesign(t))
 	values := chartValues(t)
 	inputPartitions := toInt(get(values, "kafka", "inputPartitions"))
 
@@ -726,14 +729,14 @@ func TestHelmChart(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			helm := helmBin(t)
-			args := []string{"lint", "--strict", chartDir}
+			args := []string{"lint", "--strict", "--kube-version", kubeVersion, chartDir}
 			for _, s := range tc.set {
 				args = append(args, "--set", s)
 			}
 			if out, err := runHelm(t, helm, args...); err != nil {
 				t.Fatalf("helm lint: %v\n%s", err, out)
 			}
-			args = []string{"template", "scorer", chartDir, "--namespace", "scoring",
+			args = []string{"template", "scorer", chartDir, "--namespace", "scoring", "--kube-version", kubeVersion,
 				"--api-versions", "monitoring.coreos.com/v1/ServiceMonitor"}
 			for _, s := range tc.set {
 				args = append(args, "--set", s)
@@ -743,7 +746,7 @@ func TestHelmChart(t *testing.T) {
 				t.Fatalf("helm template: %v\n%s", err, out)
 			}
 			objs := parseManifests(t, out)
-			checkRendered(t, d, objs, inputPartitions, tc.gpu, tc.keda)
+			checkRendered(t, vars, objs, inputPartitions, tc.gpu, tc.keda)
 		})
 	}
 
@@ -758,7 +761,7 @@ func TestHelmChart(t *testing.T) {
 			{[]string{"config.SHUTDOWN_TIMEOUT=5s"}, "config.SHUTDOWN_TIMEOUT is set from other values"},
 			{[]string{"kafka.brokers="}, "kafka.brokers is required"},
 		} {
-			args := []string{"template", "scorer", chartDir}
+			args := []string{"template", "scorer", chartDir, "--kube-version", kubeVersion}
 			for _, s := range g.set {
 				args = append(args, "--set", s)
 			}
@@ -780,18 +783,21 @@ func configVars(t *testing.T, d design) map[string]bool {
 		t.Logf("%s not readable (%v); checking against %s only", cmdConfig, err, designDoc)
 		return vars
 	}
+	var undocumented []string
 	for _, m := range regexp.MustCompile(`env:"([A-Z][A-Z0-9_]*)"`).FindAllSubmatch(src, -1) {
 		if !vars[string(m[1])] {
-			t.Logf("%s is read by %s but not documented in %s", m[1], cmdConfig, designDoc)
+			undocumented = append(undocumented, string(m[1]))
 		}
 		vars[string(m[1])] = true
+	}
+	if len(undocumented) > 0 {
+		t.Logf("read by %s but not in %s's table: %s", cmdConfig, designDoc, strings.Join(undocumented, " "))
 	}
 	return vars
 }
 
-func checkRendered(t *testing.T, d design, objs map[string]object, inputPartitions int, gpu, keda bool) {
+func checkRendered(t *testing.T, vars map[string]bool, objs map[string]object, inputPartitions int, gpu, keda bool) {
 	t.Helper()
-	vars := configVars(t, d)
 	for _, kind := range []string{"Deployment", "ConfigMap", "Service", "PodDisruptionBudget", "ServiceAccount"} {
 		if objs[kind] == nil {
 			t.Fatalf("no %s rendered", kind)
