@@ -1,0 +1,224 @@
+package gpupool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/scorer/scorer/model"
+)
+
+// fakeEngine is a scriptable Engine. Its score for a pair is the pair's
+// first ID, so tests can check results land at the right index.
+type fakeEngine struct {
+	dev     Device
+	delay   time.Duration
+	oomOver int           // rows above this fail with model.ErrOutOfMemory (0: never)
+	err     error         // every call fails with it
+	gate    chan struct{} // if set, each call waits for it (or ctx)
+	onRun   func(rows, maxLen int)
+
+	mu      sync.Mutex
+	calls   int
+	okRows  []int // rows of each successful call
+	maxRows int   // most rows run successfully at once
+	running int
+	closed  bool
+}
+
+var errFakeCUDA = errors.New("fake: CUDA failure: an illegal memory access was encountered")
+
+func (e *fakeEngine) ScorePairs(ctx context.Context, pairs []model.Pair) ([]float32, error) {
+	e.mu.Lock()
+	e.calls++
+	e.running++
+	closed := e.closed
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.running--
+		e.mu.Unlock()
+	}()
+	if closed {
+		return nil, errors.New("fake: engine used after Close")
+	}
+	if e.gate != nil {
+		select {
+		case <-e.gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if e.delay > 0 {
+		t := time.NewTimer(e.delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
+	if e.err != nil {
+		return nil, e.err
+	}
+	if e.oomOver > 0 && len(pairs) > e.oomOver {
+		return nil, fmt.Errorf("fake: %d rows: %w", len(pairs), model.ErrOutOfMemory)
+	}
+	maxLen := 0
+	out := make([]float32, len(pairs))
+	for i, p := range pairs {
+		maxLen = max(maxLen, p.Len())
+		if p.Len() > 0 {
+			out[i] = float32(p.IDs[0])
+		}
+	}
+	if e.onRun != nil {
+		e.onRun(len(pairs), maxLen)
+	}
+	e.mu.Lock()
+	e.okRows = append(e.okRows, len(pairs))
+	e.maxRows = max(e.maxRows, len(pairs))
+	e.mu.Unlock()
+	return out, nil
+}
+
+func (e *fakeEngine) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return errors.New("fake: closed twice")
+	}
+	e.closed = true
+	return nil
+}
+
+func (e *fakeEngine) snapshot() (calls int, okRows []int, maxRows int, closed bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.calls, append([]int(nil), e.okRows...), e.maxRows, e.closed
+}
+
+// fakeFactory hands out engines per device: engines[label] if present,
+// else a fresh default engine, and remembers every engine it made.
+type fakeFactory struct {
+	mu      sync.Mutex
+	engines map[string]*fakeEngine
+	made    []*fakeEngine
+	failFor map[string]error
+}
+
+func newFakeFactory(engines map[string]*fakeEngine) *fakeFactory {
+	if engines == nil {
+		engines = map[string]*fakeEngine{}
+	}
+	return &fakeFactory{engines: engines, failFor: map[string]error{}}
+}
+
+func (f *fakeFactory) factory(dev Device) (Engine, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.failFor[dev.Label()]; err != nil {
+		return nil, err
+	}
+	e, ok := f.engines[dev.Label()]
+	if !ok {
+		e = &fakeEngine{}
+		f.engines[dev.Label()] = e
+	}
+	e.dev = dev
+	f.made = append(f.made, e)
+	return e, nil
+}
+
+func (f *fakeFactory) engine(label string) *fakeEngine {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.engines[label]
+}
+
+// fakeGPU is one device a fakeProbe reports.
+type fakeGPU struct {
+	total, used uint64
+	util        uint32
+	throttle    uint64
+	memErr      error
+}
+
+// fakeProbe is a scriptable Probe.
+type fakeProbe struct {
+	mu   sync.Mutex
+	gpus []*fakeGPU
+	err  error // Devices fails with it
+}
+
+func newFakeProbe(gpus ...*fakeGPU) *fakeProbe { return &fakeProbe{gpus: gpus} }
+
+func (p *fakeProbe) Devices() ([]DeviceInfo, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.err != nil {
+		return nil, p.err
+	}
+	out := make([]DeviceInfo, len(p.gpus))
+	for i, g := range p.gpus {
+		out[i] = DeviceInfo{Index: i, UUID: fmt.Sprintf("GPU-fake-%d", i), Name: "Fake GPU", TotalMemory: g.total}
+	}
+	return out, nil
+}
+
+func (p *fakeProbe) MemoryInfo(idx int) (free, used, total uint64, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	g := p.gpus[idx]
+	if g.memErr != nil {
+		return 0, 0, 0, g.memErr
+	}
+	return g.total - g.used, g.used, g.total, nil
+}
+
+func (p *fakeProbe) Utilization(idx int) (uint32, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gpus[idx].util, nil
+}
+
+func (p *fakeProbe) Throttled(idx int) (uint64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gpus[idx].throttle, nil
+}
+
+func (p *fakeProbe) set(idx int, fn func(g *fakeGPU)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fn(p.gpus[idx])
+}
+
+// makePairs builds pairs of the given lengths; pair i's IDs start with
+// 1000+i so a fake engine's score identifies it.
+func makePairs(lens []int) []model.Pair {
+	out := make([]model.Pair, len(lens))
+	for i, l := range lens {
+		ids := make([]int32, l)
+		for j := range ids {
+			ids[j] = int32(1000 + i)
+		}
+		out[i] = model.Pair{IDs: ids, TypeIDs: make([]int32, l)}
+	}
+	return out
+}
+
+// checkScores asserts scores are makePairs' identities in input order.
+func checkScores(pairs []model.Pair, scores []float32) error {
+	if len(scores) != len(pairs) {
+		return fmt.Errorf("got %d scores for %d pairs", len(scores), len(pairs))
+	}
+	for i, s := range scores {
+		if want := float32(pairs[i].IDs[0]); s != want {
+			return fmt.Errorf("score[%d] = %v, want %v", i, s, want)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,275 @@
+package gpupool
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// DeviceMode chooses where the pool runs.
+type DeviceMode string
+
+const (
+	// ModeAuto uses every GPU NVML lists whose CUDA engine opens and falls
+	// back to the CPU, with one warning, when none does.
+	ModeAuto DeviceMode = "auto"
+	// ModeCPU never touches NVML or CUDA.
+	ModeCPU DeviceMode = "cpu"
+	// ModeCUDA requires at least one working GPU; New fails otherwise, so a
+	// GPU deployment that lost its GPUs does not silently crawl on the CPU.
+	ModeCUDA DeviceMode = "cuda"
+)
+
+// ParseDeviceMode turns configuration text into a DeviceMode; "" is
+// ModeAuto so an unset variable gets the default.
+func ParseDeviceMode(s string) (DeviceMode, error) {
+	switch DeviceMode(s) {
+	case "", ModeAuto:
+		return ModeAuto, nil
+	case ModeCPU, ModeCUDA:
+		return DeviceMode(s), nil
+	}
+	return "", fmt.Errorf("gpupool: unknown device mode %q (want auto, cpu or cuda)", s)
+}
+
+// Shape is one calibration batch: Rows pairs of Len tokens each.
+type Shape struct{ Rows, Len int }
+
+// Calibration configures how the pool learns each GPU's memory cost per
+// batch. At start every CUDA device runs a few warm-up batches of different
+// shapes, measures device memory after each, and fits bytes ≈ a + b·rows·len;
+// admission then asks for that much free memory before each batch. The zero
+// value means "calibrate with the default shapes".
+type Calibration struct {
+	// Disabled skips the warm-up runs; admission then uses FallbackBase and
+	// FallbackPerToken (e.g. for tests, or when start time matters more).
+	Disabled bool
+	// Shapes are the warm-up batches; empty means a default ladder that
+	// stays inside the token budget and MaxLen.
+	Shapes []Shape
+	// MaxLen caps the calibration pair length; set it to the model's
+	// maximum sequence length (default 512).
+	MaxLen int
+	// TokenID fills the synthetic calibration pairs; any ID valid in the
+	// vocabulary works because memory depends on shape, not content
+	// (default 1).
+	TokenID int32
+	// FallbackBase and FallbackPerToken are the estimate used when
+	// calibration is disabled or fails (defaults 64 MiB and 256 KiB: a
+	// generous guess for base-sized encoders).
+	FallbackBase, FallbackPerToken uint64
+}
+
+// Option configures a Pool. Options are applied over the defaults in order
+// and the result is validated by New before any device is touched.
+type Option interface{ apply(*cfg) }
+
+type optFunc func(*cfg)
+
+func (f optFunc) apply(c *cfg) { f(c) }
+
+type cfg struct {
+	maxBatchTokens    int
+	maxBatchRows      int
+	batchOverhead     int
+	workersPerDevice  int
+	queueCapacity     int
+	mode              DeviceMode
+	gpuIDs            []string
+	memFraction       float64
+	headroom          uint64
+	probe             Probe
+	logger            zerolog.Logger
+	reg               prometheus.Registerer
+	calibration       Calibration
+	maxDeviceFailures int
+	maxAttempts       int
+	cpuFallback       bool
+	admissionBackoff  time.Duration
+	hotUtilization    uint32
+	coolUtilization   uint32
+	afterCUDAInit     func()
+}
+
+func defaultCfg() cfg {
+	return cfg{
+		maxBatchTokens:    16384,
+		maxBatchRows:      256,
+		queueCapacity:     32768,
+		mode:              ModeAuto,
+		memFraction:       0.8,
+		headroom:          256 << 20,
+		logger:            zerolog.Nop(),
+		maxDeviceFailures: 3,
+		maxAttempts:       16,
+		cpuFallback:       true,
+		admissionBackoff:  20 * time.Millisecond,
+		hotUtilization:    95,
+		coolUtilization:   80,
+	}
+}
+
+func (c *cfg) validate() error {
+	var errs []error
+	if c.maxBatchTokens < 1 {
+		errs = append(errs, fmt.Errorf("MaxBatchTokens %d < 1", c.maxBatchTokens))
+	}
+	if c.maxBatchRows < 1 {
+		errs = append(errs, fmt.Errorf("MaxBatchRows %d < 1", c.maxBatchRows))
+	}
+	if c.batchOverhead < 0 {
+		errs = append(errs, fmt.Errorf("BatchOverheadTokens %d < 0", c.batchOverhead))
+	}
+	if c.workersPerDevice < 0 {
+		errs = append(errs, fmt.Errorf("WorkersPerDevice %d < 0", c.workersPerDevice))
+	}
+	// A whole batch must fit in the queue, or a call could wait forever for
+	// room that never comes.
+	if c.queueCapacity < c.maxBatchRows {
+		errs = append(errs, fmt.Errorf("QueueCapacity %d < MaxBatchRows %d", c.queueCapacity, c.maxBatchRows))
+	}
+	if _, err := ParseDeviceMode(string(c.mode)); err != nil {
+		errs = append(errs, err)
+	}
+	if c.mode == ModeCPU && len(c.gpuIDs) > 0 {
+		errs = append(errs, errors.New("GPUIDs given with Mode cpu"))
+	}
+	if !(c.memFraction > 0 && c.memFraction <= 1) {
+		errs = append(errs, fmt.Errorf("MemFraction %v not in (0, 1]", c.memFraction))
+	}
+	if c.maxDeviceFailures < 1 {
+		errs = append(errs, fmt.Errorf("MaxDeviceFailures %d < 1", c.maxDeviceFailures))
+	}
+	if c.maxAttempts < 1 {
+		errs = append(errs, fmt.Errorf("MaxAttempts %d < 1", c.maxAttempts))
+	}
+	if c.admissionBackoff <= 0 {
+		errs = append(errs, fmt.Errorf("AdmissionBackoff %v <= 0", c.admissionBackoff))
+	}
+	if c.coolUtilization >= c.hotUtilization || c.hotUtilization > 100 {
+		errs = append(errs, fmt.Errorf("UtilizationHysteresis cool %d, hot %d: want cool < hot <= 100", c.coolUtilization, c.hotUtilization))
+	}
+	for _, s := range c.calibration.Shapes {
+		if s.Rows < 1 || s.Len < 1 {
+			errs = append(errs, fmt.Errorf("calibration shape %dx%d: rows and len must be >= 1", s.Rows, s.Len))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("gpupool: invalid options: %w", errors.Join(errs...))
+	}
+	if c.batchOverhead == 0 {
+		c.batchOverhead = max(1, c.maxBatchTokens/32)
+	}
+	if c.calibration.MaxLen == 0 {
+		c.calibration.MaxLen = 512
+	}
+	if c.calibration.TokenID == 0 {
+		c.calibration.TokenID = 1
+	}
+	if c.calibration.FallbackBase == 0 {
+		c.calibration.FallbackBase = 64 << 20
+	}
+	if c.calibration.FallbackPerToken == 0 {
+		c.calibration.FallbackPerToken = 256 << 10
+	}
+	return nil
+}
+
+// MaxBatchTokens caps rows × padded length of one inference batch (default
+// 16384). It bounds activation memory, which grows with the padded size.
+func MaxBatchTokens(n int) Option { return optFunc(func(c *cfg) { c.maxBatchTokens = n }) }
+
+// MaxBatchRows caps the pairs in one inference batch (default 256), so many
+// short pairs do not build a batch wider than the model was tuned for.
+func MaxBatchRows(n int) Option { return optFunc(func(c *cfg) { c.maxBatchRows = n }) }
+
+// BatchOverheadTokens is what the planner counts one extra batch as costing,
+// in padded tokens (default MaxBatchTokens/32). The planner cuts each call's
+// length-sorted pairs to minimise padded tokens plus this per batch: larger
+// values give fewer, fuller batches (GPUs like them); smaller ones give less
+// padding in more batches.
+func BatchOverheadTokens(n int) Option { return optFunc(func(c *cfg) { c.batchOverhead = n }) }
+
+// WorkersPerDevice sets how many workers pull batches for each device; 0
+// (default) means 1 on the CPU, whose session already uses every core, and 2
+// on a GPU, so one batch's host-side work overlaps the other's kernels.
+func WorkersPerDevice(n int) Option { return optFunc(func(c *cfg) { c.workersPerDevice = n }) }
+
+// QueueCapacity bounds the pairs admitted into the pool and not yet scored,
+// queued or running (default 32768). ScorePairs waits, honouring its ctx,
+// while the pool is full: the backpressure that keeps memory bounded.
+func QueueCapacity(pairs int) Option { return optFunc(func(c *cfg) { c.queueCapacity = pairs }) }
+
+// Mode picks auto, cpu or cuda (default auto).
+func Mode(m DeviceMode) Option { return optFunc(func(c *cfg) { c.mode = m }) }
+
+// GPUIDs restricts the pool to these GPUs, each an NVML index ("0") or a
+// UUID ("GPU-…"); empty (default) means all. UUIDs are the safe choice
+// because NVML and CUDA may number devices differently.
+func GPUIDs(ids ...string) Option {
+	return optFunc(func(c *cfg) { c.gpuIDs = append([]string(nil), ids...) })
+}
+
+// MemFraction is the share of a GPU's memory the pool lets used memory reach
+// with a batch's estimate added (default 0.8), leaving room for other
+// tenants and fragmentation. It also sizes ORT's gpu_mem_limit in
+// SessionFactory callers that pass it along.
+func MemFraction(f float64) Option { return optFunc(func(c *cfg) { c.memFraction = f }) }
+
+// Headroom is the free memory, beyond a batch's estimate, a GPU must keep to
+// admit the batch (default 256 MiB); it absorbs estimate error.
+func Headroom(bytes uint64) Option { return optFunc(func(c *cfg) { c.headroom = bytes }) }
+
+// WithProbe replaces NVML with p (tests, or a caller that owns NVML's
+// lifetime). Without it, New opens NVML itself in auto and cuda modes and
+// shuts it down at Close.
+func WithProbe(p Probe) Option { return optFunc(func(c *cfg) { c.probe = p }) }
+
+// Logger sets the pool's logger (default: none).
+func Logger(l zerolog.Logger) Option { return optFunc(func(c *cfg) { c.logger = l }) }
+
+// Registerer registers the pool's metrics with r (default nil: no metrics).
+func Registerer(r prometheus.Registerer) Option { return optFunc(func(c *cfg) { c.reg = r }) }
+
+// Calibrate sets how GPU memory per batch is learned; see Calibration.
+func Calibrate(cal Calibration) Option { return optFunc(func(c *cfg) { c.calibration = cal }) }
+
+// MaxDeviceFailures is how many consecutive failed runs mark a device
+// degraded (default 3); its work then moves to other devices.
+func MaxDeviceFailures(n int) Option { return optFunc(func(c *cfg) { c.maxDeviceFailures = n }) }
+
+// MaxAttempts bounds how often one batch (or a piece split from it) is
+// retried before its ScorePairs call fails (default 16), so a poison batch
+// ends in an error rather than a loop.
+func MaxAttempts(n int) Option { return optFunc(func(c *cfg) { c.maxAttempts = n }) }
+
+// CPUFallback says whether a CPU engine is created lazily when no GPU can
+// take a batch (default true). With false such a batch fails its call.
+func CPUFallback(on bool) Option { return optFunc(func(c *cfg) { c.cpuFallback = on }) }
+
+// AdmissionBackoff is how long a GPU worker waits after its device refused
+// a batch, or before pulling while the device is hot (default 20ms), so
+// other devices get the first chance at the work.
+func AdmissionBackoff(d time.Duration) Option {
+	return optFunc(func(c *cfg) { c.admissionBackoff = d })
+}
+
+// UtilizationHysteresis sets when a GPU counts as hot: utilization at or
+// above hot (default 95), or a power/thermal throttle reason, makes it hot;
+// it cools only below cool (default 80) with no throttling. A hot device
+// waits before pulling and admits only half-budget batches, so it takes a
+// smaller share; two thresholds keep it from flapping.
+func UtilizationHysteresis(cool, hot uint32) Option {
+	return optFunc(func(c *cfg) { c.coolUtilization, c.hotUtilization = cool, hot })
+}
+
+// AfterCUDAInit runs fn once New has created the CUDA sessions. The CUDA
+// execution provider can replace Go's signal handlers when it initialises
+// (onnxruntime_go issue #140), after which SIGINT/SIGTERM no longer reach
+// signal.NotifyContext. cmd/scorer should pass a func that re-installs its
+// handlers, e.g. calling signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+// again on its channel. It is not called when no CUDA engine was attempted.
+func AfterCUDAInit(fn func()) Option { return optFunc(func(c *cfg) { c.afterCUDAInit = fn }) }

@@ -1,0 +1,65 @@
+package gpupool
+
+import (
+	"slices"
+
+	"github.com/scorer/scorer/model"
+)
+
+// planBatches sorts the pairs by length and cuts the sorted run into
+// batches whose padded size (rows × longest length) stays within maxTokens
+// and whose rows stay within maxRows. Sorting puts pairs of similar length
+// together; the cut points are then chosen by dynamic programming to
+// minimise padded tokens plus overhead tokens per batch, so a batch is not
+// stretched over very different lengths just because the budget allows it,
+// nor cut into slivers that waste per-run overhead. A pair longer than
+// maxTokens on its own becomes a batch of one: it cannot be made smaller and
+// must still be scored. Each batch lists indices into pairs, shortest first.
+func planBatches(pairs []model.Pair, maxTokens, maxRows, overhead int) [][]int {
+	n := len(pairs)
+	if n == 0 {
+		return nil
+	}
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return pairs[a].Len() - pairs[b].Len() })
+	length := func(k int) int { return max(pairs[order[k]].Len(), 1) }
+
+	// cost[j] is the cheapest plan for the first j sorted pairs; cut[j] is
+	// where its last batch starts. The last batch [i, j) is padded to the
+	// length of its longest, last pair.
+	cost := make([]int, n+1)
+	cut := make([]int, n+1)
+	for j := 1; j <= n; j++ {
+		l := length(j - 1)
+		cost[j] = -1
+		for i := j - 1; i >= 0 && j-i <= maxRows; i-- {
+			rows := j - i
+			if rows > 1 && rows*l > maxTokens {
+				break
+			}
+			c := cost[i] + rows*l + overhead
+			if cost[j] < 0 || c < cost[j] {
+				cost[j], cut[j] = c, i
+			}
+		}
+	}
+	var out [][]int
+	for j := n; j > 0; j = cut[j] {
+		out = append(out, order[cut[j]:j])
+	}
+	slices.Reverse(out)
+	return out
+}
+
+// shape returns a batch's rows, padded length and real token count.
+func shape(pairs []model.Pair, idx []int) (rows, maxLen, real int) {
+	for _, i := range idx {
+		l := pairs[i].Len()
+		real += l
+		maxLen = max(maxLen, l)
+	}
+	return len(idx), maxLen, real
+}

@@ -1,0 +1,529 @@
+package gpupool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/rs/zerolog"
+
+	"github.com/scorer/scorer/model"
+)
+
+// ErrPoolClosed is returned by ScorePairs once Close has begun, and fails
+// work that a Close whose ctx expired abandoned.
+var ErrPoolClosed = errors.New("gpupool: pool closed")
+
+// Pool schedules pair scoring over a set of devices. It is safe for
+// concurrent use. Create it with New and stop it with Close; a closed pool
+// cannot be reused.
+type Pool struct {
+	cfg     cfg
+	factory EngineFactory
+	log     zerolog.Logger
+	m       *metrics
+
+	probe         Probe
+	probeShutdown func() // nil when the caller owns the probe
+
+	// abortCtx ends when Close's ctx expires: running batches are cancelled
+	// and workers stop without draining.
+	abortCtx context.Context
+	abort    context.CancelFunc
+
+	wg          sync.WaitGroup // workers
+	closeOnce   sync.Once      // starts the closer
+	workersDone chan struct{}  // closed after workers exit and engines close
+	closeErr    error          // engine/probe close errors, set before workersDone closes
+
+	mu          sync.Mutex
+	queue       []*batch // pending batches, retries at the front
+	queuedPairs int
+	admitted    int // pairs queued or running: the QueueCapacity bound
+	inflight    int // batches taken by workers and not yet settled
+	closed      bool
+	devices     []*device
+	creatingCPU bool          // a worker is creating the fallback CPU engine
+	work        chan struct{} // closed and replaced to wake workers
+	space       chan struct{} // closed and replaced to wake callers waiting for capacity
+	stats       Stats
+}
+
+// request is one ScorePairs call.
+type request struct {
+	ctx       context.Context
+	pairs     []model.Pair
+	out       []float32
+	remaining int           // pairs not yet scored; guarded by Pool.mu
+	finished  bool          // done is closed; guarded by Pool.mu
+	err       error         // set before done closes
+	done      chan struct{} // closed when every pair is scored or the call failed
+}
+
+// batch is a set of a request's pairs run together.
+type batch struct {
+	req      *request
+	idx      []int // indices into req.pairs, shortest first
+	attempts int   // failed runs of this batch and the batches it was split from
+	refusals int   // admission refusals since it was last split
+	avoid    []int // device slots this batch must not run on again
+	lastErr  error // the latest run failure, for the error a failed call gets
+}
+
+// device is one execution device with its engine and workers.
+type device struct {
+	slot     int
+	dev      Device
+	engine   Engine
+	workers  int
+	fallback bool // lazily created CPU engine
+	est      memEstimate
+
+	// Guarded by Pool.mu.
+	degraded bool
+	failures int // consecutive failed runs
+	hot      bool
+	reserved float64 // memory estimates of admitted batches running now
+	// arenaPeak is the most memory our runs have needed at once on this
+	// device: what ORT's arena may hold and reuse.
+	arenaPeak float64
+	batches   uint64
+	pairs     uint64
+}
+
+// Stats is a snapshot of the pool's counters, kept so a benchmark can read
+// batching and padding efficiency without scraping Prometheus.
+type Stats struct {
+	// Batches and Pairs count completed inference batches and their pairs.
+	Batches, Pairs uint64
+	// RealTokens and PaddedTokens sum the pairs' lengths and rows × longest
+	// length over completed batches; their ratio is padding efficiency.
+	RealTokens, PaddedTokens uint64
+	// Splits counts batches split in two (after OOM, errors or refusals).
+	Splits uint64
+	// OOMRetries counts runs that failed for lack of memory.
+	OOMRetries uint64
+	// RunErrors counts runs that failed for any other reason.
+	RunErrors uint64
+	// Refusals counts GPU admission refusals.
+	Refusals uint64
+	// Fallbacks counts lazily created CPU engines.
+	Fallbacks uint64
+	// Dropped counts queued batches discarded because their call had
+	// already ended (cancelled or failed).
+	Dropped uint64
+	// QueuedPairs is the pairs waiting now; InFlightBatches the batches
+	// running now.
+	QueuedPairs, InFlightBatches int
+	// Devices has one entry per device, fallback included.
+	Devices []DeviceStats
+}
+
+// DeviceStats is one device's share of the work and its health.
+type DeviceStats struct {
+	Device         Device
+	Batches, Pairs uint64
+	Degraded, Hot  bool
+	Fallback       bool
+	// EstimateBase and EstimatePerToken are the calibrated memory model
+	// bytes ≈ base + perToken·rows·len (zero on the CPU).
+	EstimateBase, EstimatePerToken float64
+}
+
+// PaddingEfficiency is RealTokens / PaddedTokens: 1 means no padding.
+func (s Stats) PaddingEfficiency() float64 {
+	if s.PaddedTokens == 0 {
+		return 0
+	}
+	return float64(s.RealTokens) / float64(s.PaddedTokens)
+}
+
+// New builds a pool: it validates the options, finds the devices for the
+// mode, opens one engine per device through factory, calibrates GPU memory
+// and starts the workers. In auto mode a machine without a usable GPU gets a
+// CPU pool and one warning naming the reason; in cuda mode it gets an error.
+// ctx bounds only the start (NVML init, calibration), not the pool's life.
+func New(ctx context.Context, factory EngineFactory, opts ...Option) (*Pool, error) {
+	if factory == nil {
+		return nil, errors.New("gpupool: nil EngineFactory")
+	}
+	c := defaultCfg()
+	for _, o := range opts {
+		o.apply(&c)
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(c.reg)
+	if err != nil {
+		return nil, err
+	}
+	p := &Pool{
+		cfg:         c,
+		factory:     factory,
+		log:         c.logger,
+		m:           m,
+		workersDone: make(chan struct{}),
+		work:        make(chan struct{}),
+		space:       make(chan struct{}),
+	}
+	p.abortCtx, p.abort = context.WithCancel(context.Background())
+	if err := p.openDevices(ctx); err != nil {
+		p.abort()
+		return nil, err
+	}
+	for _, d := range p.devices {
+		p.startWorkersLocked(d)
+	}
+	return p, nil
+}
+
+// openDevices fills p.devices according to the mode.
+func (p *Pool) openDevices(ctx context.Context) error {
+	if p.cfg.mode == ModeCPU {
+		return p.openCPU(false)
+	}
+	reason := p.openGPUs(ctx)
+	if len(p.devices) > 0 {
+		return nil
+	}
+	if p.probeShutdown != nil {
+		p.probeShutdown()
+		p.probeShutdown = nil
+	}
+	if p.cfg.mode == ModeCUDA {
+		return fmt.Errorf("gpupool: mode cuda but no GPU works: %w", reason)
+	}
+	p.log.Warn().Err(reason).Msg("gpupool: no usable GPU, scoring on CPU")
+	return p.openCPU(false)
+}
+
+func (p *Pool) openCPU(fallback bool) error {
+	dev := Device{Kind: CPU, Name: "cpu"}
+	eng, err := p.factory(dev)
+	if err != nil {
+		return fmt.Errorf("gpupool: opening CPU engine: %w", err)
+	}
+	p.addDeviceLocked(dev, eng, memEstimate{}, fallback)
+	return nil
+}
+
+func (p *Pool) addDeviceLocked(dev Device, eng Engine, est memEstimate, fallback bool) *device {
+	w := p.cfg.workersPerDevice
+	if w == 0 {
+		w = 1 // the CPU session already spreads one batch over every core
+		if dev.Kind == CUDA {
+			w = 2 // overlap one batch's host work with the other's kernels
+		}
+	}
+	d := &device{slot: len(p.devices), dev: dev, engine: eng, workers: w, fallback: fallback, est: est, arenaPeak: est.arena}
+	p.devices = append(p.devices, d)
+	return d
+}
+
+// openGPUs opens every selected GPU whose engine opens and calibrates. It
+// returns why no GPU (or some GPU) could not be used.
+func (p *Pool) openGPUs(ctx context.Context) error {
+	probe := p.cfg.probe
+	if probe == nil {
+		pr, shutdown, err := NewNVMLProbe(ctx)
+		if err != nil {
+			return err
+		}
+		probe, p.probeShutdown = pr, shutdown
+	}
+	p.probe = probe
+	infos, err := probe.Devices()
+	if err != nil {
+		return err
+	}
+	infos, err = selectGPUs(infos, p.cfg.gpuIDs)
+	if err != nil {
+		return err
+	}
+	if len(infos) == 0 {
+		return fmt.Errorf("gpupool: GPU_IDS %v selects no GPU: %w", p.cfg.gpuIDs, ErrNoGPU)
+	}
+	guard, gerr := saveSignals()
+	if gerr != nil {
+		p.log.Warn().Err(gerr).Msg("gpupool: cannot save signal handlers before CUDA init")
+	}
+	var reasons []error
+	for _, info := range infos {
+		dev := Device{Kind: CUDA, Index: info.Index, UUID: info.UUID, Name: info.Name, TotalMemory: info.TotalMemory}
+		_, usedBefore, _, _ := probe.MemoryInfo(info.Index)
+		eng, err := p.factory(dev)
+		if err != nil {
+			reasons = append(reasons, fmt.Errorf("gpupool: %s (%s): opening engine: %w", dev.Label(), dev.UUID, err))
+			continue
+		}
+		est, err := p.calibrate(ctx, dev, eng, usedBefore)
+		if err != nil {
+			_ = eng.Close()
+			reasons = append(reasons, err)
+			continue
+		}
+		p.log.Info().Str("device", dev.Label()).Str("uuid", dev.UUID).Str("name", dev.Name).
+			Uint64("total_bytes", dev.TotalMemory).Uint64("weights_bytes", est.weights).
+			Float64("estimate_base_bytes", est.base).Float64("estimate_bytes_per_token", est.perToken).
+			Bool("calibrated", est.calibrated).Msg("gpupool: GPU ready")
+		p.addDeviceLocked(dev, eng, est, false)
+	}
+	// CUDA may have replaced SIGINT/SIGTERM handlers while initialising
+	// (onnxruntime_go #140); put Go's back before anything else happens.
+	if guard != nil {
+		if err := guard.restore(); err != nil {
+			p.log.Warn().Err(err).Msg("gpupool: cannot restore signal handlers after CUDA init")
+		}
+	}
+	if p.cfg.afterCUDAInit != nil {
+		p.cfg.afterCUDAInit()
+	}
+	if len(reasons) > 0 && len(p.devices) > 0 {
+		p.log.Warn().Err(errors.Join(reasons...)).Msg("gpupool: some GPUs are unusable")
+	}
+	return errors.Join(reasons...)
+}
+
+// selectGPUs keeps the GPUs named in ids (NVML index or UUID); no ids keeps
+// all. A name that matches nothing is an error: a typo must not silently
+// shrink the pool.
+func selectGPUs(infos []DeviceInfo, ids []string) ([]DeviceInfo, error) {
+	if len(ids) == 0 {
+		return infos, nil
+	}
+	var out []DeviceInfo
+	for _, id := range ids {
+		id = strings.TrimSpace(id)
+		found := false
+		for _, in := range infos {
+			if id == strconv.Itoa(in.Index) || strings.EqualFold(id, in.UUID) {
+				if !slices.ContainsFunc(out, func(o DeviceInfo) bool { return o.Index == in.Index }) {
+					out = append(out, in)
+				}
+				found = true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("gpupool: GPU id %q matches no device NVML lists: %w", id, ErrNoGPU)
+		}
+	}
+	return out, nil
+}
+
+func (p *Pool) startWorkersLocked(d *device) {
+	for i := 0; i < d.workers; i++ {
+		p.wg.Add(1)
+		go p.worker(d)
+	}
+}
+
+// closeEngines closes every engine and, if the pool opened NVML, shuts it
+// down. It runs once, after every worker has exited.
+func (p *Pool) closeEngines() error {
+	p.mu.Lock()
+	devs := slices.Clone(p.devices)
+	p.mu.Unlock()
+	var errs []error
+	for _, d := range devs {
+		if err := d.engine.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("gpupool: closing %s engine: %w", d.dev.Label(), err))
+		}
+	}
+	if p.probeShutdown != nil {
+		p.probeShutdown()
+	}
+	return errors.Join(errs...)
+}
+
+// Devices lists the pool's devices, a lazily created CPU fallback included.
+func (p *Pool) Devices() []Device {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]Device, len(p.devices))
+	for i, d := range p.devices {
+		out[i] = d.dev
+	}
+	return out
+}
+
+// Stats returns a snapshot of the pool's counters.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.stats
+	s.QueuedPairs = p.queuedPairs
+	s.InFlightBatches = p.inflight
+	s.Devices = make([]DeviceStats, len(p.devices))
+	for i, d := range p.devices {
+		s.Devices[i] = DeviceStats{Device: d.dev, Batches: d.batches, Pairs: d.pairs, Degraded: d.degraded,
+			Hot: d.hot, Fallback: d.fallback, EstimateBase: d.est.base, EstimatePerToken: d.est.perToken}
+	}
+	return s
+}
+
+// ScorePairs scores pairs and returns one score per pair in input order; it
+// implements model.PairScorer. The pairs are sorted by length and packed
+// into batches under MaxBatchTokens and MaxBatchRows, queued, and run by
+// whichever device workers are idle. While the pool holds QueueCapacity
+// pairs, ScorePairs waits for room. When ctx ends, the call's queued batches
+// are removed and its running ones cancelled, and ctx's error is returned.
+// After Close it returns ErrPoolClosed. Every pair is scored or the call
+// fails: a batch is never silently dropped.
+func (p *Pool) ScorePairs(ctx context.Context, pairs []model.Pair) ([]float32, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	closed := p.closed
+	p.mu.Unlock()
+	if closed {
+		return nil, ErrPoolClosed
+	}
+	if len(pairs) == 0 {
+		return []float32{}, nil
+	}
+	req := &request{ctx: ctx, pairs: pairs, out: make([]float32, len(pairs)), remaining: len(pairs), done: make(chan struct{})}
+	for _, idx := range planBatches(pairs, p.cfg.maxBatchTokens, p.cfg.maxBatchRows, p.cfg.batchOverhead) {
+		if err := p.enqueue(req, &batch{req: req, idx: idx}); err != nil {
+			return nil, err
+		}
+	}
+	select {
+	case <-req.done:
+	case <-ctx.Done():
+		p.mu.Lock()
+		p.failLocked(req, ctx.Err())
+		p.mu.Unlock()
+		<-req.done // closed by failLocked or just before it
+	}
+	if req.err != nil {
+		return nil, req.err
+	}
+	return req.out, nil
+}
+
+// enqueue adds b at the back of the queue, waiting while the pool is full.
+// On ctx's end or Close it fails the whole request and returns the reason.
+func (p *Pool) enqueue(req *request, b *batch) error {
+	n := len(b.idx)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for {
+		if req.finished {
+			return req.err
+		}
+		if p.closed {
+			p.failLocked(req, ErrPoolClosed)
+			return ErrPoolClosed
+		}
+		if p.admitted+n <= p.cfg.queueCapacity {
+			break
+		}
+		space := p.space
+		p.mu.Unlock()
+		select {
+		case <-space:
+		case <-req.ctx.Done():
+		}
+		p.mu.Lock()
+		if err := req.ctx.Err(); err != nil {
+			p.failLocked(req, err)
+			return err
+		}
+	}
+	p.admitted += n
+	p.pushLocked(b, false)
+	// Every device may already be degraded: fail or fall back now rather
+	// than leave the batch to wait for nobody.
+	p.reconcileLocked()
+	return nil
+}
+
+// pushLocked queues b: at the back for new work, at the front for retries,
+// which already waited their turn once.
+func (p *Pool) pushLocked(b *batch, front bool) {
+	if front {
+		p.queue = slices.Insert(p.queue, 0, b)
+	} else {
+		p.queue = append(p.queue, b)
+	}
+	p.queuedPairs += len(b.idx)
+	p.m.queueDepth.Set(float64(p.queuedPairs))
+	p.wakeWorkersLocked()
+}
+
+func (p *Pool) wakeWorkersLocked() {
+	close(p.work)
+	p.work = make(chan struct{})
+}
+
+// releaseLocked returns n pairs of capacity and wakes callers waiting for it.
+func (p *Pool) releaseLocked(n int) {
+	p.admitted -= n
+	close(p.space)
+	p.space = make(chan struct{})
+}
+
+// failLocked ends req with err (the first error wins), removing its queued
+// batches. Its running batches notice req.finished when they return.
+func (p *Pool) failLocked(req *request, err error) {
+	if req.finished {
+		return
+	}
+	req.finished = true
+	req.err = err
+	p.queue = slices.DeleteFunc(p.queue, func(b *batch) bool {
+		if b.req != req {
+			return false
+		}
+		p.queuedPairs -= len(b.idx)
+		p.releaseLocked(len(b.idx))
+		return true
+	})
+	p.m.queueDepth.Set(float64(p.queuedPairs))
+	close(req.done)
+	p.wakeWorkersLocked() // Close may be waiting for an empty queue
+}
+
+// Close shuts the pool down like http.Server.Shutdown: it stops taking new
+// calls (ScorePairs returns ErrPoolClosed, and callers still waiting for
+// queue room fail with it), lets queued and running batches finish, waits
+// for the workers, then closes the engines (and NVML, if New opened it). If
+// ctx ends first, Close cancels running batches, fails queued work with
+// ErrPoolClosed and returns ctx's error; the engines are then closed as soon
+// as the cancelled runs return. Calling Close again waits the same way.
+func (p *Pool) Close(ctx context.Context) error {
+	p.closeOnce.Do(func() {
+		p.mu.Lock()
+		p.closed = true
+		p.wakeWorkersLocked()
+		close(p.space)
+		p.space = make(chan struct{})
+		p.mu.Unlock()
+		// Started only now: until closed is set, a worker may add the CPU
+		// fallback's workers, and a WaitGroup must not be waited on while
+		// its count can rise from zero.
+		go func() {
+			p.wg.Wait()
+			p.closeErr = p.closeEngines()
+			close(p.workersDone)
+		}()
+	})
+	select {
+	case <-p.workersDone:
+		return p.closeErr
+	case <-ctx.Done():
+	}
+	p.abort()
+	p.mu.Lock()
+	for len(p.queue) > 0 {
+		p.failLocked(p.queue[0].req, ErrPoolClosed)
+	}
+	p.mu.Unlock()
+	return fmt.Errorf("gpupool: close: %w", ctx.Err())
+}

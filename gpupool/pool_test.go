@@ -1,0 +1,545 @@
+package gpupool
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// testCtx is t.Context with a deadline, so no test can hang.
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newPool(t *testing.T, f *fakeFactory, opts ...Option) *Pool {
+	t.Helper()
+	p, err := New(testCtx(t), f.factory, opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = p.Close(ctx)
+	})
+	return p
+}
+
+// gpuOpts is a two-GPU fake setup with ample memory and no calibration.
+func gpuOpts(probe *fakeProbe, extra ...Option) []Option {
+	return append([]Option{Mode(ModeCUDA), WithProbe(probe),
+		Calibrate(Calibration{Disabled: true, FallbackBase: 1, FallbackPerToken: 1}),
+		Headroom(1), AdmissionBackoff(time.Millisecond)}, extra...)
+}
+
+func TestScorePairsInputOrderConcurrentCalls(t *testing.T) {
+	f := newFakeFactory(nil)
+	p := newPool(t, f, Mode(ModeCPU), MaxBatchTokens(512), MaxBatchRows(16), WorkersPerDevice(3))
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for c := 0; c < 8; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pairs := makePairs(realisticLengths(200+c*37, uint64(c)))
+			scores, err := p.ScorePairs(testCtx(t), pairs)
+			if err == nil {
+				err = checkScores(pairs, scores)
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	st := p.Stats()
+	if st.Pairs == 0 || st.Batches < 8 || st.QueuedPairs != 0 || st.InFlightBatches != 0 {
+		t.Errorf("stats after all calls: %+v", st)
+	}
+	if got, err := p.ScorePairs(testCtx(t), nil); err != nil || len(got) != 0 {
+		t.Errorf("empty call = %v, %v", got, err)
+	}
+}
+
+func TestPullSchedulingFasterDeviceTakesMore(t *testing.T) {
+	probe := newFakeProbe(&fakeGPU{total: 80 << 30}, &fakeGPU{total: 80 << 30})
+	f := newFakeFactory(map[string]*fakeEngine{
+		"cuda:0": {delay: 1 * time.Millisecond},
+		"cuda:1": {delay: 12 * time.Millisecond},
+	})
+	p := newPool(t, f, gpuOpts(probe, MaxBatchRows(8), WorkersPerDevice(1))...)
+	lens := make([]int, 400)
+	for i := range lens {
+		lens[i] = 16
+	}
+	pairs := makePairs(lens)
+	scores, err := p.ScorePairs(testCtx(t), pairs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkScores(pairs, scores); err != nil {
+		t.Fatal(err)
+	}
+	st := p.Stats()
+	fast, slow := st.Devices[0].Batches, st.Devices[1].Batches
+	t.Logf("fast device ran %d batches, slow %d", fast, slow)
+	if fast+slow != 50 || fast < 2*slow {
+		t.Errorf("fast %d, slow %d batches: want 50 total and the fast device at least twice the slow", fast, slow)
+	}
+}
+
+func TestAdmissionSplitsWhenFreeMemoryIsLow(t *testing.T) {
+	// 1 KiB per padded token: a 64×16 batch needs 1 MiB, a 16×16 one 256 KiB.
+	probe := newFakeProbe(&fakeGPU{total: 100 << 20, used: 100<<20 - 400<<10})
+	f := newFakeFactory(nil)
+	reg := prometheus.NewRegistry()
+	p := newPool(t, f, Mode(ModeCUDA), WithProbe(probe), Registerer(reg), Headroom(1), MemFraction(1),
+		AdmissionBackoff(time.Millisecond), MaxBatchRows(64),
+		Calibrate(Calibration{Disabled: true, FallbackBase: 1, FallbackPerToken: 1 << 10}))
+	lens := make([]int, 64)
+	for i := range lens {
+		lens[i] = 16
+	}
+	pairs := makePairs(lens)
+	scores, err := p.ScorePairs(testCtx(t), pairs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkScores(pairs, scores); err != nil {
+		t.Fatal(err)
+	}
+	_, _, maxRows, _ := f.engine("cuda:0").snapshot()
+	if maxRows > 16 {
+		t.Errorf("engine ran %d rows at once; 400 KiB free admits at most 16×16", maxRows)
+	}
+	st := p.Stats()
+	if st.Refusals == 0 || st.Splits == 0 {
+		t.Errorf("want refusals and splits, got %+v", st)
+	}
+	if n := metricValue(t, p.m.admission.WithLabelValues("cuda:0", "refuse", "free_memory")); n == 0 {
+		t.Errorf("scorer_admission_total{decision=refuse,reason=free_memory} = 0")
+	}
+	if n := metricValue(t, p.m.gpuMemFree.WithLabelValues("cuda:0")); n != 400<<10 {
+		t.Errorf("scorer_gpu_memory_free_bytes = %v, want %v", n, 400<<10)
+	}
+}
+
+func TestAdmissionWaitsForMemoryFraction(t *testing.T) {
+	// used/total at 0.9 is over MemFraction 0.8: refused until memory frees.
+	probe := newFakeProbe(&fakeGPU{total: 1 << 30, used: 900 << 20})
+	f := newFakeFactory(nil)
+	p := newPool(t, f, Mode(ModeCUDA), WithProbe(probe), Headroom(1), AdmissionBackoff(5*time.Millisecond),
+		Calibrate(Calibration{Disabled: true, FallbackBase: 1, FallbackPerToken: 1}))
+	pairs := makePairs([]int{8})
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		probe.set(0, func(g *fakeGPU) { g.used = 100 << 20 })
+	}()
+	start := time.Now()
+	scores, err := p.ScorePairs(testCtx(t), pairs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkScores(pairs, scores); err != nil {
+		t.Fatal(err)
+	}
+	if time.Since(start) < 90*time.Millisecond {
+		t.Errorf("batch ran after %v, before memory was freed", time.Since(start))
+	}
+	if n := metricValue(t, p.m.admission.WithLabelValues("cuda:0", "refuse", "mem_fraction")); n == 0 {
+		t.Error("no mem_fraction refusal counted")
+	}
+	if st := p.Stats(); st.Refusals == 0 {
+		t.Errorf("stats %+v: want refusals", st)
+	}
+}
+
+func TestOOMSplitRetryCompletesEverything(t *testing.T) {
+	probe := newFakeProbe(&fakeGPU{total: 80 << 30})
+	f := newFakeFactory(map[string]*fakeEngine{"cuda:0": {oomOver: 5}})
+	reg := prometheus.NewRegistry()
+	p := newPool(t, f, gpuOpts(probe, Registerer(reg), MaxBatchRows(64))...)
+	pairs := makePairs(realisticLengths(500, 7))
+	scores, err := p.ScorePairs(testCtx(t), pairs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkScores(pairs, scores); err != nil {
+		t.Fatal(err)
+	}
+	_, _, maxRows, _ := f.engine("cuda:0").snapshot()
+	st := p.Stats()
+	if maxRows > 5 || st.OOMRetries == 0 || st.Splits == 0 || st.Devices[0].Degraded || st.Fallbacks != 0 {
+		t.Errorf("max rows %d, stats %+v: want splits down to ≤5 rows on a healthy GPU", maxRows, st)
+	}
+	if n := metricValue(t, p.m.oomRetries.WithLabelValues("cuda:0")); n != float64(st.OOMRetries) {
+		t.Errorf("scorer_oom_retries_total = %v, stats say %d", n, st.OOMRetries)
+	}
+}
+
+func TestRepeatedFailureDegradesToCPUFallback(t *testing.T) {
+	probe := newFakeProbe(&fakeGPU{total: 80 << 30})
+	f := newFakeFactory(map[string]*fakeEngine{"cuda:0": {err: errFakeCUDA}})
+	reg := prometheus.NewRegistry()
+	p := newPool(t, f, gpuOpts(probe, Registerer(reg), MaxDeviceFailures(2))...)
+	pairs := makePairs(realisticLengths(300, 3))
+	scores, err := p.ScorePairs(testCtx(t), pairs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkScores(pairs, scores); err != nil {
+		t.Fatal(err)
+	}
+	st := p.Stats()
+	if len(st.Devices) != 2 || !st.Devices[0].Degraded || !st.Devices[1].Fallback || st.Devices[1].Pairs != 300 {
+		t.Errorf("devices %+v: want cuda:0 degraded and the CPU fallback to score all 300", st.Devices)
+	}
+	if devs := p.Devices(); len(devs) != 2 || devs[1].Kind != CPU {
+		t.Errorf("Devices() = %+v", devs)
+	}
+	if n := metricValue(t, p.m.fallbacks); n != 1 {
+		t.Errorf("scorer_fallbacks_total = %v, want 1", n)
+	}
+	// Later calls go straight to the CPU.
+	again := makePairs([]int{5, 6, 7})
+	if scores, err := p.ScorePairs(testCtx(t), again); err != nil || checkScores(again, scores) != nil {
+		t.Errorf("after fallback: %v, %v", scores, err)
+	}
+}
+
+func TestFailureWithoutFallbackIsLoud(t *testing.T) {
+	probe := newFakeProbe(&fakeGPU{total: 80 << 30})
+	f := newFakeFactory(map[string]*fakeEngine{"cuda:0": {err: errFakeCUDA}})
+	p := newPool(t, f, gpuOpts(probe, CPUFallback(false), MaxDeviceFailures(2))...)
+	_, err := p.ScorePairs(testCtx(t), makePairs(realisticLengths(50, 1)))
+	if err == nil || !strings.Contains(err.Error(), "gpupool: no device can run") {
+		t.Fatalf("err = %v, want a loud no-device error", err)
+	}
+	// A new call after every device degraded fails at once, not at ctx.
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	if _, err := p.ScorePairs(ctx, makePairs([]int{3})); err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second call err = %v, want an immediate no-device error", err)
+	}
+}
+
+func TestCPUEngineErrorEndsAfterMaxAttempts(t *testing.T) {
+	boom := errors.New("fake: broken input")
+	f := newFakeFactory(map[string]*fakeEngine{"cpu": {err: boom}})
+	p := newPool(t, f, Mode(ModeCPU), MaxAttempts(4))
+	_, err := p.ScorePairs(testCtx(t), makePairs([]int{4, 4, 4, 4}))
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want it to wrap the engine's error", err)
+	}
+}
+
+func TestCancelRemovesQueuedWork(t *testing.T) {
+	gate := make(chan struct{})
+	f := newFakeFactory(map[string]*fakeEngine{"cpu": {gate: gate}})
+	p := newPool(t, f, Mode(ModeCPU), MaxBatchRows(4), MaxBatchTokens(64))
+	ctx, cancel := context.WithCancel(testCtx(t))
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.ScorePairs(ctx, makePairs(make40(8)))
+		done <- err
+	}()
+	waitFor(t, func() bool { st := p.Stats(); return st.InFlightBatches == 1 && st.QueuedPairs == 36 })
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("ScorePairs did not return after cancel")
+	}
+	waitFor(t, func() bool { st := p.Stats(); return st.QueuedPairs == 0 && st.InFlightBatches == 0 })
+	close(gate)
+	calls, _, _, _ := f.engine("cpu").snapshot()
+	if calls != 1 {
+		t.Errorf("engine called %d times; the cancelled call's queued batches must not run", calls)
+	}
+	// Capacity came back: a new call runs.
+	pairs := makePairs([]int{3, 4})
+	if scores, err := p.ScorePairs(testCtx(t), pairs); err != nil || checkScores(pairs, scores) != nil {
+		t.Fatalf("after cancel: %v, %v", scores, err)
+	}
+}
+
+func make40(l int) []int {
+	lens := make([]int, 40)
+	for i := range lens {
+		lens[i] = l
+	}
+	return lens
+}
+
+// waitFor polls cond until it holds or 5s pass.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestBoundedQueue(t *testing.T) {
+	gate := make(chan struct{})
+	f := newFakeFactory(map[string]*fakeEngine{"cpu": {gate: gate}})
+	reg := prometheus.NewRegistry()
+	p := newPool(t, f, Mode(ModeCPU), MaxBatchRows(4), MaxBatchTokens(64), QueueCapacity(8), Registerer(reg))
+	first := make(chan error, 1)
+	pairs := makePairs(make40(8))
+	go func() {
+		scores, err := p.ScorePairs(testCtx(t), pairs)
+		if err == nil {
+			err = checkScores(pairs, scores)
+		}
+		first <- err
+	}()
+	waitFor(t, func() bool { st := p.Stats(); return st.InFlightBatches == 1 && st.QueuedPairs == 4 })
+	time.Sleep(20 * time.Millisecond) // the caller stays blocked: no more room
+	if st := p.Stats(); st.QueuedPairs+4*st.InFlightBatches > 8 {
+		t.Fatalf("pool holds %d queued + %d running batches over capacity 8", st.QueuedPairs, st.InFlightBatches)
+	}
+	if g := metricValue(t, p.m.queueDepth); g != 4 {
+		t.Errorf("scorer_queue_depth_pairs = %v, want 4", g)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := p.ScorePairs(ctx, makePairs([]int{2})); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("call into a full pool: err = %v, want DeadlineExceeded", err)
+	}
+	close(gate)
+	select {
+	case err := <-first:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("first call never finished")
+	}
+}
+
+func TestCloseDrainsThenRejects(t *testing.T) {
+	f := newFakeFactory(map[string]*fakeEngine{"cpu": {delay: 5 * time.Millisecond}})
+	p, err := New(testCtx(t), f.factory, Mode(ModeCPU), MaxBatchRows(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan error, 4)
+	for c := 0; c < 4; c++ {
+		go func() {
+			pairs := makePairs(realisticLengths(40, uint64(c)))
+			scores, err := p.ScorePairs(testCtx(t), pairs)
+			if err == nil {
+				err = checkScores(pairs, scores)
+			}
+			results <- err
+		}()
+	}
+	waitFor(t, func() bool { return p.Stats().InFlightBatches > 0 })
+	ctx, cancel := context.WithTimeout(testCtx(t), 10*time.Second)
+	defer cancel()
+	if err := p.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	for c := 0; c < 4; c++ {
+		select {
+		case err := <-results:
+			// A call that had not enqueued before Close may be refused;
+			// one that was queued must complete.
+			if err != nil && !errors.Is(err, ErrPoolClosed) {
+				t.Errorf("call during Close: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a call never returned")
+		}
+	}
+	if _, _, _, closed := f.engine("cpu").snapshot(); !closed {
+		t.Error("engine not closed after Close")
+	}
+	if _, err := p.ScorePairs(testCtx(t), makePairs([]int{1})); !errors.Is(err, ErrPoolClosed) {
+		t.Errorf("after Close: err = %v, want ErrPoolClosed", err)
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+func TestCloseTimeoutCancelsHungRuns(t *testing.T) {
+	f := newFakeFactory(map[string]*fakeEngine{"cpu": {gate: make(chan struct{})}}) // never opens
+	p, err := New(testCtx(t), f.factory, Mode(ModeCPU), MaxBatchRows(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	go func() {
+		_, err := p.ScorePairs(testCtx(t), makePairs([]int{1, 2, 3, 4, 5}))
+		res <- err
+	}()
+	waitFor(t, func() bool { return p.Stats().InFlightBatches == 1 })
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if err := p.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close = %v, want DeadlineExceeded", err)
+	}
+	select {
+	case err := <-res:
+		if !errors.Is(err, ErrPoolClosed) {
+			t.Fatalf("abandoned call err = %v, want ErrPoolClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("abandoned call never returned")
+	}
+	waitFor(t, func() bool { _, _, _, closed := f.engine("cpu").snapshot(); return closed })
+}
+
+func TestHotDeviceTakesSmallerShare(t *testing.T) {
+	probe := newFakeProbe(&fakeGPU{total: 80 << 30, util: 99}, &fakeGPU{total: 80 << 30})
+	f := newFakeFactory(map[string]*fakeEngine{
+		"cuda:0": {delay: 2 * time.Millisecond},
+		"cuda:1": {delay: 2 * time.Millisecond},
+	})
+	p := newPool(t, f, gpuOpts(probe, MaxBatchRows(4), WorkersPerDevice(1), AdmissionBackoff(10*time.Millisecond))...)
+	pairs := makePairs(make40(4))
+	if _, err := p.ScorePairs(testCtx(t), append(pairs, makePairs(make40(4))...)); err != nil {
+		t.Fatal(err)
+	}
+	st := p.Stats()
+	t.Logf("hot device %d batches, cool %d", st.Devices[0].Batches, st.Devices[1].Batches)
+	if !st.Devices[0].Hot || st.Devices[0].Batches*2 > st.Devices[1].Batches {
+		t.Errorf("hot device ran %d batches, cool %d: want the hot one marked and at most half", st.Devices[0].Batches, st.Devices[1].Batches)
+	}
+	// Hysteresis: 90% is between cool (80) and hot (95): stays hot.
+	probe.set(0, func(g *fakeGPU) { g.util = 90 })
+	p.updateHeat(p.devices[0])
+	if !p.Stats().Devices[0].Hot {
+		t.Error("device cooled at 90% utilization; hysteresis should keep it hot until < 80%")
+	}
+	probe.set(0, func(g *fakeGPU) { g.util = 50 })
+	p.updateHeat(p.devices[0])
+	if p.Stats().Devices[0].Hot {
+		t.Error("device still hot at 50% utilization")
+	}
+	probe.set(0, func(g *fakeGPU) { g.throttle = 0x40 }) // HW thermal slowdown
+	p.updateHeat(p.devices[0])
+	if !p.Stats().Devices[0].Hot {
+		t.Error("thermal throttling did not make the device hot")
+	}
+}
+
+func TestCalibrationFitsMemoryModel(t *testing.T) {
+	const base, perToken = 32 << 20, 20 << 10
+	probe := newFakeProbe(&fakeGPU{total: 80 << 30, used: 1 << 30})
+	var mu sync.Mutex
+	peak := 0
+	f := newFakeFactory(map[string]*fakeEngine{"cuda:0": {onRun: func(rows, maxLen int) {
+		// An arena that grows to the largest batch seen and keeps it.
+		mu.Lock()
+		defer mu.Unlock()
+		if need := base + perToken*rows*maxLen; need > peak {
+			probe.set(0, func(g *fakeGPU) { g.used += uint64(need - peak) })
+			peak = need
+		}
+	}}})
+	p := newPool(t, f, Mode(ModeCUDA), WithProbe(probe), MemFraction(1), Calibrate(Calibration{MaxLen: 256}))
+	st := p.Stats().Devices[0]
+	if d := st.EstimatePerToken - perToken; d > 1 || d < -1 {
+		t.Errorf("per-token estimate %v, want %v", st.EstimatePerToken, perToken)
+	}
+	if d := st.EstimateBase - base; d > 1024 || d < -1024 {
+		t.Errorf("base estimate %v, want %v", st.EstimateBase, base)
+	}
+	// After calibration the arena holds the largest batch, so a normal
+	// batch needs no new memory and is admitted even with little free
+	// (another tenant took the rest).
+	probe.set(0, func(g *fakeGPU) { g.used = g.total - (300 << 20) })
+	defer func() {
+		if st := p.Stats(); st.Refusals != 0 || st.Devices[0].Batches == 0 {
+			t.Errorf("stats %+v: want the GPU to admit at once", st)
+		}
+	}()
+	pairs := makePairs(realisticLengths(100, 9))
+	if scores, err := p.ScorePairs(testCtx(t), pairs); err != nil || checkScores(pairs, scores) != nil {
+		t.Fatalf("after calibration: %v", err)
+	}
+}
+
+func TestOptionsValidation(t *testing.T) {
+	bad := map[string][]Option{
+		"tokens":     {MaxBatchTokens(0)},
+		"rows":       {MaxBatchRows(-1)},
+		"queue":      {QueueCapacity(10), MaxBatchRows(20)},
+		"mode":       {Mode("tpu")},
+		"fraction":   {MemFraction(1.5)},
+		"hysteresis": {UtilizationHysteresis(90, 80)},
+		"gpus+cpu":   {Mode(ModeCPU), GPUIDs("0")},
+		"shape":      {Calibrate(Calibration{Shapes: []Shape{{0, 4}}})},
+	}
+	for name, opts := range bad {
+		t.Run(name, func(t *testing.T) {
+			_, err := New(testCtx(t), newFakeFactory(nil).factory, opts...)
+			if err == nil || !strings.HasPrefix(err.Error(), "gpupool: invalid options") {
+				t.Fatalf("err = %v, want invalid options", err)
+			}
+		})
+	}
+	if _, err := ParseDeviceMode("gpu"); err == nil {
+		t.Error("ParseDeviceMode(gpu) succeeded")
+	}
+}
+
+func TestGPUSelectionAndFactoryFailures(t *testing.T) {
+	probe := newFakeProbe(&fakeGPU{total: 1 << 34}, &fakeGPU{total: 1 << 34}, &fakeGPU{total: 1 << 34})
+	f := newFakeFactory(nil)
+	f.failFor["cuda:2"] = errors.New("fake: CUDA EP failed to load")
+	called := 0
+	p := newPool(t, f, gpuOpts(probe, GPUIDs("GPU-fake-2", "1"), AfterCUDAInit(func() { called++ }))...)
+	devs := p.Devices()
+	if len(devs) != 1 || devs[0].Index != 1 || devs[0].UUID != "GPU-fake-1" {
+		t.Errorf("Devices() = %+v, want only GPU 1 (GPU 2's engine failed)", devs)
+	}
+	if called != 1 {
+		t.Errorf("AfterCUDAInit called %d times, want 1", called)
+	}
+	if _, err := New(testCtx(t), f.factory, gpuOpts(probe, GPUIDs("7"))...); !errors.Is(err, ErrNoGPU) {
+		t.Errorf("unknown GPU id: err = %v, want ErrNoGPU", err)
+	}
+}
+
+// metricValue reads a counter's or gauge's current value. (client_golang's
+// testutil would add a module dependency; this is all the tests need.)
+func metricValue(t *testing.T, c prometheus.Collector) float64 {
+	t.Helper()
+	ch := make(chan prometheus.Metric, 1)
+	c.Collect(ch)
+	var m dto.Metric
+	if err := (<-ch).Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case m.Counter != nil:
+		return m.Counter.GetValue()
+	case m.Gauge != nil:
+		return m.Gauge.GetValue()
+	}
+	t.Fatalf("metric %v is neither counter nor gauge", &m)
+	return 0
+}

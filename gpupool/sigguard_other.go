@@ -1,0 +1,11 @@
+//go:build !(cgo && unix)
+
+package gpupool
+
+// signalGuard is a no-op where there is no cgo or no sigaction; CUDA cannot
+// run there anyway.
+type signalGuard struct{}
+
+func saveSignals() (*signalGuard, error) { return &signalGuard{}, nil }
+
+func (g *signalGuard) restore() error { return nil }

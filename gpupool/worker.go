@@ -1,0 +1,359 @@
+package gpupool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/scorer/scorer/model"
+)
+
+// maxRefusals is how many admission refusals a batch takes before it is
+// split (or, at one row, moved off the refusing device): waiting helps when
+// memory is briefly taken, splitting when the batch is simply too big now.
+const maxRefusals = 3
+
+// worker pulls batches for d until the pool is drained or aborted, or d is
+// degraded. It is the only thing that calls d's engine on its goroutine.
+func (p *Pool) worker(d *device) {
+	defer p.wg.Done()
+	for {
+		p.mu.Lock()
+		hot := d.hot
+		p.mu.Unlock()
+		if hot {
+			// A hot device lets cooler ones pull first: a smaller share.
+			if !p.sleep(p.cfg.admissionBackoff) {
+				return
+			}
+		}
+		b, ok := p.next(d)
+		if !ok {
+			return
+		}
+		p.process(d, b)
+	}
+}
+
+// sleep waits d or until the pool aborts; false means aborted.
+func (p *Pool) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-p.abortCtx.Done():
+		return false
+	}
+}
+
+// next takes the first queued batch d may run, dropping batches whose call
+// already ended. It blocks while there is none and returns false when the
+// worker should exit: the pool is closed and fully drained, aborted, or d is
+// degraded.
+func (p *Pool) next(d *device) (*batch, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for {
+		if d.degraded || p.abortCtx.Err() != nil {
+			return nil, false
+		}
+		for i := 0; i < len(p.queue); {
+			b := p.queue[i]
+			if b.req.finished { // abandoned: never spend device time on it
+				p.queue = slices.Delete(p.queue, i, i+1)
+				p.queuedPairs -= len(b.idx)
+				p.releaseLocked(len(b.idx))
+				p.stats.Dropped++
+				continue
+			}
+			if !slices.Contains(b.avoid, d.slot) {
+				p.queue = slices.Delete(p.queue, i, i+1)
+				p.queuedPairs -= len(b.idx)
+				p.m.queueDepth.Set(float64(p.queuedPairs))
+				p.inflight++
+				return b, true
+			}
+			i++
+		}
+		p.m.queueDepth.Set(float64(p.queuedPairs))
+		// Running batches may still come back split, so a closing pool is
+		// drained only when nothing is queued or running.
+		if p.closed && len(p.queue) == 0 && p.inflight == 0 {
+			return nil, false
+		}
+		work := p.work
+		p.mu.Unlock()
+		select {
+		case <-work:
+		case <-p.abortCtx.Done():
+		}
+		p.mu.Lock()
+	}
+}
+
+// process admits, runs and settles one batch taken by a worker of d.
+func (p *Pool) process(d *device, b *batch) {
+	pairs := make([]model.Pair, len(b.idx))
+	for i, j := range b.idx {
+		pairs[i] = b.req.pairs[j]
+	}
+	rows, maxLen, real := shape(b.req.pairs, b.idx)
+
+	var reserved float64 // admitted memory estimate, returned after the run
+	if d.dev.Kind == CUDA {
+		dec := p.admit(d, rows*max(maxLen, 1))
+		reserved = dec.est
+		p.m.admission.WithLabelValues(d.dev.Label(), dec.decision(), dec.reason).Inc()
+		if !dec.ok {
+			p.refused(d, b, dec)
+			return
+		}
+	}
+
+	ctx, cancel := context.WithCancel(b.req.ctx)
+	stop := context.AfterFunc(p.abortCtx, cancel) // Close timed out: stop runs
+	start := time.Now()
+	scores, err := d.engine.ScorePairs(ctx, pairs)
+	elapsed := time.Since(start).Seconds()
+	stop()
+	cancel()
+	p.m.inference.WithLabelValues(d.dev.Label()).Observe(elapsed)
+	if err == nil && len(scores) != len(pairs) {
+		err = fmt.Errorf("gpupool: %s engine returned %d scores for %d pairs", d.dev.Label(), len(scores), len(pairs))
+	}
+	if err == nil {
+		for i, j := range b.idx {
+			b.req.out[j] = scores[i]
+		}
+	}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer p.settledLocked()
+	d.reserved -= reserved
+	if b.req.finished {
+		p.releaseLocked(rows) // the call ended while this ran; nobody wants it
+		return
+	}
+	if err == nil {
+		d.failures = 0
+		d.batches++
+		d.pairs += uint64(rows)
+		padded := rows * maxLen
+		p.stats.Batches++
+		p.stats.Pairs += uint64(rows)
+		p.stats.RealTokens += uint64(real)
+		p.stats.PaddedTokens += uint64(padded)
+		p.m.pairsScored.Add(float64(rows))
+		p.m.batchRows.Observe(float64(rows))
+		p.m.batchTokens.Observe(float64(padded))
+		if padded > 0 {
+			p.m.paddingRatio.Observe(float64(real) / float64(padded))
+		}
+		b.req.remaining -= rows
+		p.releaseLocked(rows)
+		if b.req.remaining == 0 {
+			b.req.finished = true
+			close(b.req.done)
+		}
+		return
+	}
+	if cerr := b.req.ctx.Err(); cerr != nil {
+		p.failLocked(b.req, cerr) // the caller gave up; not the device's fault
+		p.releaseLocked(rows)
+		return
+	}
+	if p.abortCtx.Err() != nil {
+		p.failLocked(b.req, fmt.Errorf("%w: batch cancelled on %s: %w", ErrPoolClosed, d.dev.Label(), err))
+		p.releaseLocked(rows)
+		return
+	}
+	p.runFailedLocked(d, b, err)
+}
+
+// settledLocked marks a taken batch as no longer running and wakes workers:
+// a closing pool may now be drained, or a split batch may be waiting.
+func (p *Pool) settledLocked() {
+	p.inflight--
+	p.wakeWorkersLocked()
+}
+
+// runFailedLocked handles a failed run: the batch is split in halves and
+// retried (a smaller batch needs less memory, and halves isolate a bad
+// pair); a single pair moves off the device. The device's consecutive
+// failures grow, and past MaxDeviceFailures it is degraded and its work goes
+// to the other devices, the CPU last. Retries are bounded by MaxAttempts.
+func (p *Pool) runFailedLocked(d *device, b *batch, err error) {
+	oom := errors.Is(err, model.ErrOutOfMemory)
+	label := d.dev.Label()
+	if oom {
+		p.stats.OOMRetries++
+		p.m.oomRetries.WithLabelValues(label).Inc()
+	} else {
+		p.stats.RunErrors++
+	}
+	ev := p.log.Warn().Err(err).Str("device", label).Int("rows", len(b.idx)).Bool("oom", oom)
+	// The CPU is the last resort: it is never degraded, or nothing could
+	// run; a broken CPU engine surfaces through MaxAttempts instead. An OOM
+	// on a multi-row batch says the batch was too big, not that the device
+	// is broken, so only other errors (and a one-row OOM) count.
+	if d.dev.Kind != CPU && (!oom || len(b.idx) == 1) {
+		d.failures++
+		if d.failures >= p.cfg.maxDeviceFailures && !d.degraded {
+			d.degraded = true
+			ev = p.log.Error().Err(err).Str("device", label).Int("consecutive_failures", d.failures)
+			ev.Msg("gpupool: device degraded, routing its work elsewhere")
+			ev = nil
+		}
+	}
+	if ev != nil {
+		ev.Msg("gpupool: inference failed, retrying")
+	}
+	b.attempts++
+	b.lastErr = err
+	if b.attempts > p.cfg.maxAttempts {
+		p.failLocked(b.req, fmt.Errorf("gpupool: batch of %d pairs failed %d times, last on %s: %w",
+			len(b.idx), b.attempts, label, err))
+		p.releaseLocked(len(b.idx))
+		return
+	}
+	if len(b.idx) == 1 {
+		b.avoid = append(b.avoid, d.slot)
+		p.pushLocked(b, true)
+	} else {
+		p.splitLocked(b)
+	}
+	p.reconcileLocked()
+}
+
+// splitLocked requeues b's two halves at the front. The halves keep b's
+// attempts and avoided devices, so retries stay bounded.
+func (p *Pool) splitLocked(b *batch) {
+	h := len(b.idx) / 2
+	second := &batch{req: b.req, idx: b.idx[h:], attempts: b.attempts, avoid: slices.Clone(b.avoid), lastErr: b.lastErr}
+	first := &batch{req: b.req, idx: b.idx[:h], attempts: b.attempts, avoid: slices.Clone(b.avoid), lastErr: b.lastErr}
+	p.stats.Splits++
+	p.pushLocked(second, true)
+	p.pushLocked(first, true)
+}
+
+// refused handles a batch a GPU did not admit. It goes back to the front of
+// the queue so another device can take it; after maxRefusals (or at once if
+// it could never fit) it is split, and a single pair moves off the device.
+// The worker then backs off so it does not spin on the same refusal.
+func (p *Pool) refused(d *device, b *batch, dec admission) {
+	p.mu.Lock()
+	p.stats.Refusals++
+	b.refusals++
+	switch {
+	case dec.gpuLost:
+		if !d.degraded {
+			d.degraded = true
+			p.log.Error().Str("device", d.dev.Label()).Str("reason", dec.reason).Msg("gpupool: device degraded, routing its work elsewhere")
+		}
+		p.pushLocked(b, true)
+	case len(b.idx) > 1 && (dec.neverFits || b.refusals >= maxRefusals):
+		p.splitLocked(b)
+	case dec.neverFits:
+		// One pair this device can never hold: another device (or the CPU)
+		// must take it. A one-pair batch refused only for memory in use
+		// right now waits instead, since that memory comes back.
+		b.avoid = append(b.avoid, d.slot)
+		p.pushLocked(b, true)
+	default:
+		p.pushLocked(b, true)
+	}
+	p.reconcileLocked()
+	p.settledLocked()
+	p.mu.Unlock()
+	p.sleep(p.cfg.admissionBackoff)
+}
+
+// live reports whether d can take work now.
+func (d *device) live() bool { return !d.degraded }
+
+// reconcileLocked makes sure every queued batch has a device that may run
+// it. If none does, a CPU engine is created (once, in the background) when
+// CPUFallback allows and no CPU device exists; otherwise the batch's call
+// fails loudly rather than waiting forever.
+func (p *Pool) reconcileLocked() {
+	needCPU := false
+	for _, b := range slices.Clone(p.queue) {
+		if b.req.finished || p.runnableLocked(b) {
+			continue
+		}
+		if p.cfg.cpuFallback && !p.hasCPULocked() {
+			needCPU = true
+			continue
+		}
+		err := fmt.Errorf("gpupool: no device can run a batch of %d pairs (tried %s)", len(b.idx), p.labelsLocked(b.avoid))
+		if b.lastErr != nil {
+			err = fmt.Errorf("%w: last error: %w", err, b.lastErr)
+		}
+		p.failLocked(b.req, err)
+	}
+	if needCPU && !p.creatingCPU {
+		p.creatingCPU = true
+		// The creating goroutine counts as a worker so Close's drain and the
+		// engine closer wait for it.
+		p.wg.Add(1)
+		go p.createFallback()
+	}
+}
+
+func (p *Pool) runnableLocked(b *batch) bool {
+	for _, d := range p.devices {
+		if d.live() && !slices.Contains(b.avoid, d.slot) {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Pool) hasCPULocked() bool {
+	return slices.ContainsFunc(p.devices, func(d *device) bool { return d.dev.Kind == CPU })
+}
+
+func (p *Pool) labelsLocked(slots []int) string {
+	s := ""
+	for i, slot := range slots {
+		if i > 0 {
+			s += ","
+		}
+		s += p.devices[slot].dev.Label()
+	}
+	return s
+}
+
+// createFallback opens the lazy CPU engine outside the lock (it can take
+// seconds) and starts its workers; on failure the stranded calls fail.
+func (p *Pool) createFallback() {
+	defer p.wg.Done()
+	dev := Device{Kind: CPU, Name: "cpu"}
+	eng, err := p.factory(dev)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.creatingCPU = false
+	if err != nil {
+		p.log.Error().Err(err).Msg("gpupool: no GPU can run the work and the CPU fallback failed to open")
+		for _, b := range slices.Clone(p.queue) {
+			if !b.req.finished && !p.runnableLocked(b) {
+				p.failLocked(b.req, fmt.Errorf("gpupool: no GPU can run the work and opening the CPU fallback failed: %w", err))
+			}
+		}
+		return
+	}
+	if p.abortCtx.Err() != nil {
+		_ = eng.Close()
+		return
+	}
+	d := p.addDeviceLocked(dev, eng, memEstimate{}, true)
+	p.stats.Fallbacks++
+	p.m.fallbacks.Inc()
+	p.log.Warn().Msg("gpupool: no GPU can run the work, falling back to a CPU engine")
+	p.startWorkersLocked(d)
+	p.wakeWorkersLocked()
+}
