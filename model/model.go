@@ -1,0 +1,386 @@
+package model
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/scorer/scorer/model/tokenizer"
+	"github.com/scorer/scorer/schema"
+)
+
+// Graph input names the session knows how to fill. Anything else in a graph
+// is an input we cannot supply, so Load rejects it rather than fail at Run.
+const (
+	inputIDs       = "input_ids"
+	inputMask      = "attention_mask"
+	inputTypeIDs   = "token_type_ids"
+	outputLogits   = "logits"
+	defaultMaxLen  = 512
+	defaultONNX    = "model.onnx"
+	onnxSubdirGlob = "onnx/model*.onnx"
+)
+
+// LoadOptions says which model folder to load and how to read its output.
+type LoadOptions struct {
+	// Dir is the model folder: config.json, tokenizer.json, optional
+	// tokenizer_config.json and the ONNX graph.
+	Dir string
+	// ONNXFile is the graph relative to Dir. Empty means model.onnx, or else
+	// the single onnx/model*.onnx (exports often ship several quantisations
+	// there, so more than one is an error that lists them).
+	ONNXFile string
+	// EntailmentIndex overrides the class found from id2label, for models
+	// whose labels are LABEL_0… or otherwise unnamed.
+	EntailmentIndex *int
+	// ContradictionIndex overrides the class ScoreEntailVsContradiction
+	// compares against.
+	ContradictionIndex *int
+	// ScoreMode defaults to ScoreSoftmax.
+	ScoreMode ScoreMode
+	// MaxLength caps a pair's token count. 0 means the smallest of the
+	// tokenizer's model_max_length, config's max_position_embeddings and 512.
+	MaxLength int
+}
+
+// Model is a loaded NLI model: its tokenizer, label layout and graph
+// description. It holds no ORT session; NewSession makes one per device, so a
+// Model can be shared freely and is read-only after Load.
+type Model struct {
+	// Name is the model folder's base name, reported with every result.
+	Name string
+	// Dir is the model folder.
+	Dir string
+	// ONNXPath is the graph file that sessions load.
+	ONNXPath string
+	// SHA256 is the hex hash of the ONNX file: the model's version.
+	SHA256 string
+	// Tokenizer encodes premises and hypotheses for this model.
+	Tokenizer *tokenizer.Tokenizer
+	// ID2Label is the class names by output index.
+	ID2Label []string
+	// EntailmentIndex is the output class read as P(entailment).
+	EntailmentIndex int
+	// ContradictionIndex is the class ScoreEntailVsContradiction compares
+	// against; -1 when the model has none and that mode is not in use.
+	ContradictionIndex int
+	// MaxLength is the longest pair, in tokens, fed to the graph.
+	MaxLength int
+	// ScoreMode is how logits become P(entailment).
+	ScoreMode ScoreMode
+	// InputNames are the graph inputs in the order sessions feed them.
+	InputNames []string
+	// OutputName is the graph output holding [rows, classes] logits.
+	OutputName string
+}
+
+// Info is the identity written into every scored record.
+func (m *Model) Info() schema.ModelInfo {
+	return schema.ModelInfo{Name: m.Name, SHA256: m.SHA256}
+}
+
+// Load reads a model folder. The ORT environment must exist (InitRuntime),
+// because the graph's input and output names are read through ORT.
+func Load(opts LoadOptions) (*Model, error) {
+	m, maxPositions, err := loadGraph(opts)
+	if err != nil {
+		return nil, err
+	}
+	tokPath := filepath.Join(opts.Dir, "tokenizer.json")
+	if m.Tokenizer, err = tokenizer.Load(tokPath); err != nil {
+		return nil, fmt.Errorf("model: loading tokenizer %s: %w", tokPath, err)
+	}
+	tokMax, err := readModelMaxLength(filepath.Join(opts.Dir, "tokenizer_config.json"))
+	if err != nil {
+		return nil, err
+	}
+	if m.MaxLength, err = pickMaxLength(opts.MaxLength, tokMax, maxPositions); err != nil {
+		return nil, err
+	}
+	if special := m.Tokenizer.NumSpecialTokensPair(); m.MaxLength <= special {
+		return nil, fmt.Errorf("model: max length %d leaves no room for text beside %d special tokens", m.MaxLength, special)
+	}
+	return m, nil
+}
+
+// loadGraph does everything in Load except the tokenizer: options, labels,
+// the ONNX file, its hash and its inputs and outputs. It also returns
+// config.json's max_position_embeddings (0 when absent).
+func loadGraph(opts LoadOptions) (*Model, int, error) {
+	if opts.Dir == "" {
+		return nil, 0, errors.New("model: LoadOptions.Dir is empty")
+	}
+	mode, err := ParseScoreMode(string(opts.ScoreMode))
+	if err != nil {
+		return nil, 0, err
+	}
+	if st, err := os.Stat(opts.Dir); err != nil {
+		return nil, 0, fmt.Errorf("model: model folder: %w", err)
+	} else if !st.IsDir() {
+		return nil, 0, fmt.Errorf("model: model folder %s is not a directory", opts.Dir)
+	}
+	m := &Model{Name: filepath.Base(filepath.Clean(opts.Dir)), Dir: opts.Dir, ScoreMode: mode}
+
+	cfg, err := readConfig(filepath.Join(opts.Dir, "config.json"))
+	if err != nil {
+		return nil, 0, err
+	}
+	m.ID2Label = cfg.labels
+	if err := m.pickIndices(opts, mode); err != nil {
+		return nil, 0, err
+	}
+	if m.ONNXPath, err = findONNX(opts.Dir, opts.ONNXFile); err != nil {
+		return nil, 0, err
+	}
+	if m.SHA256, err = hashFile(m.ONNXPath); err != nil {
+		return nil, 0, err
+	}
+	if err := m.readGraph(); err != nil {
+		return nil, 0, err
+	}
+	return m, cfg.maxPositions, nil
+}
+
+// modelConfig is the part of config.json Load needs.
+type modelConfig struct {
+	labels       []string
+	maxPositions int // 0 when absent
+}
+
+func readConfig(path string) (modelConfig, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return modelConfig{}, fmt.Errorf("model: reading config: %w", err)
+	}
+	var raw struct {
+		ID2Label              map[string]string `json:"id2label"`
+		MaxPositionEmbeddings int               `json:"max_position_embeddings"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return modelConfig{}, fmt.Errorf("model: parsing %s: %w", path, err)
+	}
+	labels, err := labelsFromID2Label(raw.ID2Label)
+	if err != nil {
+		return modelConfig{}, fmt.Errorf("model: %s: %w", path, err)
+	}
+	return modelConfig{labels: labels, maxPositions: raw.MaxPositionEmbeddings}, nil
+}
+
+// labelsFromID2Label turns config.json's string-keyed id2label into a slice,
+// insisting on ids 0..n-1 so an index is always a valid logits column.
+func labelsFromID2Label(m map[string]string) ([]string, error) {
+	if len(m) < 2 {
+		return nil, fmt.Errorf("id2label has %d entries, an NLI classifier needs at least 2", len(m))
+	}
+	labels := make([]string, len(m))
+	seen := make([]bool, len(m))
+	for k, v := range m {
+		i, err := strconv.Atoi(k)
+		if err != nil || i < 0 || i >= len(m) {
+			return nil, fmt.Errorf("id2label key %q is not an index in 0..%d", k, len(m)-1)
+		}
+		if seen[i] {
+			return nil, fmt.Errorf("id2label index %d appears twice", i)
+		}
+		seen[i], labels[i] = true, v
+	}
+	return labels, nil
+}
+
+// labelIndex finds the first label starting with prefix, case-insensitively.
+// A prefix rather than equality matches "ENTAILMENT", "entailed" and the like.
+func labelIndex(labels []string, prefix string) int {
+	return slices.IndexFunc(labels, func(l string) bool {
+		return strings.HasPrefix(strings.ToLower(l), prefix)
+	})
+}
+
+func (m *Model) pickIndices(opts LoadOptions, mode ScoreMode) error {
+	n := len(m.ID2Label)
+	if opts.EntailmentIndex != nil {
+		if i := *opts.EntailmentIndex; i < 0 || i >= n {
+			return fmt.Errorf("model: entailment index %d out of range for %d labels %v", i, n, m.ID2Label)
+		}
+		m.EntailmentIndex = *opts.EntailmentIndex
+	} else if m.EntailmentIndex = labelIndex(m.ID2Label, "entail"); m.EntailmentIndex < 0 {
+		return fmt.Errorf("model: no entailment label in id2label %v; set the entailment index explicitly", m.ID2Label)
+	}
+
+	m.ContradictionIndex = -1
+	if opts.ContradictionIndex != nil {
+		if i := *opts.ContradictionIndex; i < 0 || i >= n {
+			return fmt.Errorf("model: contradiction index %d out of range for %d labels %v", i, n, m.ID2Label)
+		}
+		m.ContradictionIndex = *opts.ContradictionIndex
+	} else if m.ContradictionIndex = labelIndex(m.ID2Label, "contradict"); m.ContradictionIndex < 0 {
+		m.ContradictionIndex = labelIndex(m.ID2Label, "not_entail")
+	}
+	if mode == ScoreEntailVsContradiction {
+		if m.ContradictionIndex < 0 {
+			return fmt.Errorf("model: score mode %s needs a contradiction or not_entailment label, none in id2label %v; set the contradiction index explicitly", mode, m.ID2Label)
+		}
+		if m.ContradictionIndex == m.EntailmentIndex {
+			return fmt.Errorf("model: contradiction and entailment index are both %d", m.EntailmentIndex)
+		}
+	}
+	return nil
+}
+
+// findONNX resolves the graph file: an explicit relative name, model.onnx, or
+// the single onnx/model*.onnx.
+func findONNX(dir, name string) (string, error) {
+	if name != "" {
+		if filepath.IsAbs(name) {
+			return "", fmt.Errorf("model: ONNX file %q must be relative to the model folder %s", name, dir)
+		}
+		p := filepath.Join(dir, name)
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("model: ONNX file: %w", err)
+		}
+		return p, nil
+	}
+	p := filepath.Join(dir, defaultONNX)
+	if _, err := os.Stat(p); err == nil {
+		return p, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("model: ONNX file: %w", err)
+	}
+	cands, err := filepath.Glob(filepath.Join(dir, onnxSubdirGlob))
+	if err != nil {
+		return "", fmt.Errorf("model: looking for ONNX files in %s: %w", dir, err)
+	}
+	switch len(cands) {
+	case 0:
+		return "", fmt.Errorf("model: no %s or %s in %s", defaultONNX, onnxSubdirGlob, dir)
+	case 1:
+		return cands[0], nil
+	}
+	rel := make([]string, len(cands))
+	for i, c := range cands {
+		rel[i], _ = filepath.Rel(dir, c)
+	}
+	return "", fmt.Errorf("model: %d ONNX files in %s, choose one: %s", len(cands), dir, strings.Join(rel, ", "))
+}
+
+// hashFile streams the file through SHA-256 so a multi-gigabyte graph is not
+// held in memory twice.
+func hashFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("model: hashing ONNX file: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("model: hashing %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// readGraph fills InputNames and OutputName from the graph and checks that
+// every input is one we can feed.
+func (m *Model) readGraph() error {
+	ins, outs, err := ort.GetInputOutputInfo(m.ONNXPath)
+	if err != nil {
+		return fmt.Errorf("model: reading graph inputs and outputs of %s: %w", m.ONNXPath, err)
+	}
+	have := map[string]bool{}
+	for _, in := range ins {
+		switch in.Name {
+		case inputIDs, inputMask, inputTypeIDs:
+		default:
+			return fmt.Errorf("model: graph %s has input %q; only %s, %s and %s can be fed", m.ONNXPath, in.Name, inputIDs, inputMask, inputTypeIDs)
+		}
+		if in.DataType != ort.TensorElementDataTypeInt64 {
+			return fmt.Errorf("model: graph input %q is %s, want int64", in.Name, in.DataType)
+		}
+		have[in.Name] = true
+		m.InputNames = append(m.InputNames, in.Name)
+	}
+	for _, req := range []string{inputIDs, inputMask} {
+		if !have[req] {
+			return fmt.Errorf("model: graph %s lacks required input %q (has %v)", m.ONNXPath, req, m.InputNames)
+		}
+	}
+
+	var out *ort.InputOutputInfo
+	for i := range outs {
+		if outs[i].Name == outputLogits {
+			out = &outs[i]
+		}
+	}
+	if out == nil {
+		if len(outs) != 1 {
+			names := make([]string, len(outs))
+			for i, o := range outs {
+				names[i] = o.Name
+			}
+			return fmt.Errorf("model: graph %s has no %q output and %d outputs %v; cannot tell which holds logits", m.ONNXPath, outputLogits, len(outs), names)
+		}
+		out = &outs[0]
+	}
+	if out.DataType != ort.TensorElementDataTypeFloat {
+		return fmt.Errorf("model: graph output %q is %s, want float32 logits", out.Name, out.DataType)
+	}
+	if d := out.Dimensions; len(d) != 2 {
+		return fmt.Errorf("model: graph output %q has shape %v, want [batch, classes]", out.Name, d)
+	} else if d[1] > 0 && int(d[1]) != len(m.ID2Label) {
+		return fmt.Errorf("model: graph output %q has %d classes but id2label has %d", out.Name, d[1], len(m.ID2Label))
+	}
+	m.OutputName = out.Name
+	return nil
+}
+
+// readModelMaxLength returns tokenizer_config.json's model_max_length, or 0
+// when the file or field is absent. HF writes a huge sentinel (1e30) for
+// "unlimited", hence the float.
+func readModelMaxLength(path string) (int, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	} else if err != nil {
+		return 0, fmt.Errorf("model: reading tokenizer config: %w", err)
+	}
+	var raw struct {
+		ModelMaxLength *float64 `json:"model_max_length"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return 0, fmt.Errorf("model: parsing %s: %w", path, err)
+	}
+	if raw.ModelMaxLength == nil || *raw.ModelMaxLength <= 0 || *raw.ModelMaxLength > 1<<20 {
+		return 0, nil
+	}
+	return int(*raw.ModelMaxLength), nil
+}
+
+// pickMaxLength applies LoadOptions.MaxLength's rule. An explicit length
+// beyond the position table is rejected: the graph would index past its
+// position embeddings at Run.
+func pickMaxLength(requested, tokMax, maxPositions int) (int, error) {
+	switch {
+	case requested < 0:
+		return 0, fmt.Errorf("model: max length %d is negative", requested)
+	case requested > 0:
+		if maxPositions > 0 && requested > maxPositions {
+			return 0, fmt.Errorf("model: max length %d exceeds max_position_embeddings %d", requested, maxPositions)
+		}
+		return requested, nil
+	}
+	n := defaultMaxLen
+	for _, v := range []int{tokMax, maxPositions} {
+		if v > 0 && v < n {
+			n = v
+		}
+	}
+	return n, nil
+}

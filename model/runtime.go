@@ -1,0 +1,52 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+
+	ort "github.com/yalue/onnxruntime_go"
+)
+
+// InitRuntime loads the ONNX Runtime shared library at libPath and creates
+// the process's one ORT environment. onnxruntime_go keeps that environment in
+// a package global, so it must be created exactly once, before any Load or
+// NewSession, and destroyed only after every session is closed: call it from
+// main (or a TestMain) and defer the returned shutdown. A second call while
+// the environment exists is an error rather than a silent no-op, because two
+// owners would each believe they may destroy it.
+//
+// shutdown destroys the environment and unloads the library; calling it again
+// is a no-op.
+func InitRuntime(libPath string) (shutdown func() error, err error) {
+	if libPath == "" {
+		return nil, errors.New("model: ONNX Runtime library path is empty")
+	}
+	// dlopen's message for a missing file is terse and names no remedy; a
+	// stat first lets the error say what is wrong in our words.
+	st, err := os.Stat(libPath)
+	if err != nil {
+		return nil, fmt.Errorf("model: ONNX Runtime library %s: %w", libPath, err)
+	}
+	if st.IsDir() {
+		return nil, fmt.Errorf("model: ONNX Runtime library %s is a directory, want the shared library file", libPath)
+	}
+	if ort.IsInitialized() {
+		return nil, errors.New("model: ONNX Runtime environment is already initialized in this process")
+	}
+	ort.SetSharedLibraryPath(libPath)
+	if err := ort.InitializeEnvironment(); err != nil {
+		return nil, fmt.Errorf("model: initializing ONNX Runtime from %s: %w", libPath, err)
+	}
+	var once sync.Once
+	var shutdownErr error
+	return func() error {
+		once.Do(func() {
+			if err := ort.DestroyEnvironment(); err != nil {
+				shutdownErr = fmt.Errorf("model: destroying ONNX Runtime environment: %w", err)
+			}
+		})
+		return shutdownErr
+	}, nil
+}

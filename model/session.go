@@ -1,0 +1,252 @@
+package model
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	ort "github.com/yalue/onnxruntime_go"
+)
+
+// SessionOptions tunes one ORT session.
+type SessionOptions struct {
+	// IntraOpThreads is ORT's thread count inside one operator; 0 leaves
+	// ORT's default (one per physical core).
+	IntraOpThreads int
+	// InterOpThreads is ORT's thread count across independent operators; 0
+	// leaves ORT's default.
+	InterOpThreads int
+	// Configure, when set, edits the ORT options before the session is
+	// created. It is how gpupool adds the CUDA execution provider without
+	// this package knowing about GPUs.
+	Configure func(*ort.SessionOptions) error
+}
+
+// Session runs a Model's graph on one device. It is safe for concurrent use:
+// DynamicAdvancedSession allows concurrent Run, and every call gets its own
+// tensors. Create one per device and keep it for the life of the process;
+// ORT does not return a destroyed session's memory reliably.
+type Session struct {
+	m    *Model
+	sess *ort.DynamicAdvancedSession
+
+	// mu is read-held by every Run and write-held by Close, so Close waits
+	// for calls in flight and no call starts on a destroyed session.
+	mu     sync.RWMutex
+	closed bool
+}
+
+// NewSession creates an ORT session for the model's graph.
+func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
+	if opts.IntraOpThreads < 0 || opts.InterOpThreads < 0 {
+		return nil, fmt.Errorf("model: negative thread count (intra %d, inter %d)", opts.IntraOpThreads, opts.InterOpThreads)
+	}
+	so, err := ort.NewSessionOptions()
+	if err != nil {
+		return nil, fmt.Errorf("model: creating session options: %w", err)
+	}
+	defer so.Destroy()
+	if opts.IntraOpThreads > 0 {
+		if err := so.SetIntraOpNumThreads(opts.IntraOpThreads); err != nil {
+			return nil, fmt.Errorf("model: setting intra-op threads to %d: %w", opts.IntraOpThreads, err)
+		}
+	}
+	if opts.InterOpThreads > 0 {
+		if err := so.SetInterOpNumThreads(opts.InterOpThreads); err != nil {
+			return nil, fmt.Errorf("model: setting inter-op threads to %d: %w", opts.InterOpThreads, err)
+		}
+	}
+	if opts.Configure != nil {
+		if err := opts.Configure(so); err != nil {
+			return nil, fmt.Errorf("model: configuring session for %s: %w", m.Name, err)
+		}
+	}
+	sess, err := ort.NewDynamicAdvancedSession(m.ONNXPath, m.InputNames, []string{m.OutputName}, so)
+	if err != nil {
+		if isOutOfMemory(err) {
+			return nil, fmt.Errorf("model: creating session for %s: %w: %w", m.ONNXPath, ErrOutOfMemory, err)
+		}
+		return nil, fmt.Errorf("model: creating session for %s: %w", m.ONNXPath, err)
+	}
+	return &Session{m: m, sess: sess}, nil
+}
+
+// Model is the model this session runs.
+func (s *Session) Model() *Model { return s.m }
+
+// ScorePairs returns P(entailment) for each pair under the model's
+// ScoreMode, in input order. It implements PairScorer.
+func (s *Session) ScorePairs(ctx context.Context, pairs []Pair) ([]float32, error) {
+	logits, err := s.Logits(ctx, pairs)
+	if err != nil {
+		return nil, err
+	}
+	m := s.m
+	out := make([]float32, len(logits))
+	for i, row := range logits {
+		out[i] = entailmentProb(row, m.ScoreMode, m.EntailmentIndex, m.ContradictionIndex)
+	}
+	return out, nil
+}
+
+// Logits runs the graph on pairs and returns one row of raw class logits per
+// pair, in input order. The batch is padded to its longest pair, so callers
+// that care about throughput should group pairs of similar length.
+func (s *Session) Logits(ctx context.Context, pairs []Pair) ([][]float32, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("model: scoring %d pairs: %w", len(pairs), err)
+	}
+	if len(pairs) == 0 {
+		return [][]float32{}, nil
+	}
+	feeds, rows, length, err := s.buildInputs(pairs)
+	if err != nil {
+		return nil, err
+	}
+
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, ErrSessionClosed
+	}
+
+	inputs := make([]ort.Value, len(s.m.InputNames))
+	for i, name := range s.m.InputNames {
+		t, err := ort.NewTensor(ort.NewShape(int64(rows), int64(length)), feeds[name])
+		if err != nil {
+			return nil, fmt.Errorf("model: creating %s tensor %d×%d: %w", name, rows, length, err)
+		}
+		defer t.Destroy()
+		inputs[i] = t
+	}
+	outputs := []ort.Value{nil} // ORT allocates logits; we destroy them below
+	if err := s.run(ctx, inputs, outputs, rows, length); err != nil {
+		return nil, err
+	}
+	defer outputs[0].Destroy()
+
+	t, ok := outputs[0].(*ort.Tensor[float32])
+	if !ok {
+		return nil, fmt.Errorf("model: output %q is %T, want a float32 tensor", s.m.OutputName, outputs[0])
+	}
+	classes := len(s.m.ID2Label)
+	if sh := t.GetShape(); len(sh) != 2 || sh[0] != int64(rows) || sh[1] != int64(classes) {
+		return nil, fmt.Errorf("model: output %q has shape %v, want [%d %d]", s.m.OutputName, sh, rows, classes)
+	}
+	// GetData aliases ORT's buffer, which Destroy frees: copy out first.
+	data := t.GetData()
+	flat := make([]float32, len(data))
+	copy(flat, data)
+	out := make([][]float32, rows)
+	for i := range out {
+		out[i] = flat[i*classes : (i+1)*classes : (i+1)*classes]
+	}
+	return out, nil
+}
+
+// run calls ORT with a per-call RunOptions that a context watcher terminates
+// when ctx ends: ORT's Run ignores Go contexts. run returns only after Run
+// has returned, so the caller may free the tensors.
+func (s *Session) run(ctx context.Context, inputs, outputs []ort.Value, rows, length int) error {
+	ro, err := ort.NewRunOptions()
+	if err != nil {
+		return fmt.Errorf("model: creating run options: %w", err)
+	}
+	defer ro.Destroy()
+
+	terminated := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(terminated)
+		_ = ro.Terminate() // Run then fails fast; its error is reported below as ctx's
+	})
+	runErr := s.sess.RunWithOptions(inputs, outputs, ro)
+	if !stop() {
+		// The watcher started; wait for it before ro is destroyed.
+		<-terminated
+	}
+	if ctx.Err() != nil {
+		if runErr == nil && outputs[0] != nil {
+			// Run finished before the terminate flag was read; the result is
+			// fine but the caller has given up, so drop it.
+			outputs[0].Destroy()
+			outputs[0] = nil
+		}
+		return fmt.Errorf("model: scoring %d×%d batch: %w", rows, length, context.Cause(ctx))
+	}
+	if runErr != nil {
+		if outputs[0] != nil {
+			outputs[0].Destroy()
+			outputs[0] = nil
+		}
+		return classifyRunError(runErr, rows, length)
+	}
+	if outputs[0] == nil {
+		return fmt.Errorf("model: running %d×%d batch: ORT returned no %q output", rows, length, s.m.OutputName)
+	}
+	return nil
+}
+
+// buildInputs pads pairs to the longest and lays out the int64 feeds by input
+// name. Pads get the tokenizer's pad id, mask 0 and type id 0, so they are
+// invisible to attention and the result matches scoring each pair alone.
+func (s *Session) buildInputs(pairs []Pair) (map[string][]int64, int, int, error) {
+	rows, length := len(pairs), 0
+	for i, p := range pairs {
+		if len(p.IDs) == 0 {
+			return nil, 0, 0, fmt.Errorf("model: pair %d is empty", i)
+		}
+		if p.TypeIDs != nil && len(p.TypeIDs) != len(p.IDs) {
+			return nil, 0, 0, fmt.Errorf("model: pair %d has %d ids but %d type ids", i, len(p.IDs), len(p.TypeIDs))
+		}
+		if len(p.IDs) > s.m.MaxLength {
+			return nil, 0, 0, fmt.Errorf("model: pair %d has %d tokens, max length is %d", i, len(p.IDs), s.m.MaxLength)
+		}
+		length = max(length, len(p.IDs))
+	}
+	pad := int64(s.m.Tokenizer.PadID())
+	ids := make([]int64, rows*length)
+	mask := make([]int64, rows*length)
+	var types []int64
+	if slices.Contains(s.m.InputNames, inputTypeIDs) {
+		types = make([]int64, rows*length)
+	}
+	for r, p := range pairs {
+		row := ids[r*length : (r+1)*length]
+		for j := range row {
+			if j < len(p.IDs) {
+				row[j] = int64(p.IDs[j])
+				mask[r*length+j] = 1
+			} else {
+				row[j] = pad
+			}
+		}
+		if types != nil {
+			for j, v := range p.TypeIDs {
+				types[r*length+j] = int64(v)
+			}
+		}
+	}
+	feeds := map[string][]int64{inputIDs: ids, inputMask: mask}
+	if types != nil {
+		feeds[inputTypeIDs] = types
+	}
+	return feeds, rows, length, nil
+}
+
+// Close destroys the ORT session after calls in flight return. Later calls
+// get ErrSessionClosed; a second Close is a no-op.
+func (s *Session) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if err := s.sess.Destroy(); err != nil {
+		return fmt.Errorf("model: destroying session for %s: %w", s.m.Name, err)
+	}
+	return nil
+}
+
+var _ PairScorer = (*Session)(nil)

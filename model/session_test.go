@@ -1,0 +1,388 @@
+package model
+
+import (
+	ort "github.com/yalue/onnxruntime_go"
+
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/scorer/scorer/internal/testenv"
+)
+
+// goldenCase is one reference pair computed by the reference stack (HF
+// tokenizers + PyTorch/ORT in Python) for model/testdata/golden/<model>.json.
+type goldenCase struct {
+	Premise      string    `json:"premise"`
+	Hypothesis   string    `json:"hypothesis"`
+	PremiseIDs   []int32   `json:"premise_ids"`
+	InputIDs     []int32   `json:"input_ids"`
+	TokenTypeIDs []int32   `json:"token_type_ids"`
+	Logits       []float64 `json:"logits"`
+	Probs        []float64 `json:"probs"`
+}
+
+// readGolden reads a golden file, accepting a bare array of cases or an
+// object holding them under "cases".
+func readGolden(t *testing.T, name string) []goldenCase {
+	t.Helper()
+	path := filepath.Join("testdata", "golden", name+".json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("golden file for %s missing (%v): the tokenizer's golden generator writes it; without it the model's numerics are unchecked", name, err)
+	}
+	var cases []goldenCase
+	if err := json.Unmarshal(data, &cases); err != nil {
+		var wrapped struct {
+			Cases []goldenCase `json:"cases"`
+		}
+		if err2 := json.Unmarshal(data, &wrapped); err2 != nil {
+			t.Fatalf("parsing %s: %v / %v", path, err, err2)
+		}
+		cases = wrapped.Cases
+	}
+	if len(cases) == 0 {
+		t.Fatalf("%s has no cases", path)
+	}
+	return cases
+}
+
+// TestGoldenScores feeds the reference input ids straight to the session, so
+// a mismatch here is in graph I/O, padding or score math, not tokenization.
+func TestGoldenScores(t *testing.T) {
+	for _, dir := range testenv.ModelDirs(t) {
+		name := filepath.Base(dir)
+		t.Run(name, func(t *testing.T) {
+			m := loadModel(t, LoadOptions{Dir: dir})
+			s := newSession(t, m)
+			cases := readGolden(t, name)
+			pairs := make([]Pair, len(cases))
+			for i, c := range cases {
+				if len(c.Logits) != len(m.ID2Label) || len(c.Probs) != len(m.ID2Label) {
+					t.Fatalf("case %d: %d logits, %d probs for %d labels", i, len(c.Logits), len(c.Probs), len(m.ID2Label))
+				}
+				pairs[i] = Pair{IDs: c.InputIDs, TypeIDs: c.TokenTypeIDs}
+			}
+			// One padded batch: golden values were computed pair by pair,
+			// so this also checks that padding is invisible.
+			logits, err := s.Logits(t.Context(), pairs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			probs, err := s.ScorePairs(t.Context(), pairs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var maxLogit, maxProb float64
+			golden := make([]float64, len(cases))
+			for i, c := range cases {
+				for k := range c.Logits {
+					d := math.Abs(float64(logits[i][k]) - c.Logits[k])
+					maxLogit = math.Max(maxLogit, d)
+					if d > 1e-4 {
+						t.Errorf("case %d (%q / %q): logit[%d] = %v, golden %v", i, c.Premise, c.Hypothesis, k, logits[i][k], c.Logits[k])
+					}
+				}
+				golden[i] = c.Probs[m.EntailmentIndex]
+				d := math.Abs(float64(probs[i]) - golden[i])
+				maxProb = math.Max(maxProb, d)
+				if d > 1e-4 {
+					t.Errorf("case %d (%q / %q): P(entailment) = %v, golden %v", i, c.Premise, c.Hypothesis, probs[i], golden[i])
+				}
+			}
+			// These small models never reach the production threshold, so
+			// decisions are compared at a threshold inside the golden
+			// distribution, midway between two neighbours so no golden value
+			// sits on it.
+			sorted := slices.Clone(golden)
+			slices.Sort(sorted)
+			mid := len(sorted) / 2
+			thr := sorted[mid]
+			if mid > 0 {
+				thr = (sorted[mid-1] + sorted[mid]) / 2
+			}
+			flips := 0
+			for i := range golden {
+				if (float64(probs[i]) > thr) != (golden[i] > thr) {
+					flips++
+					t.Errorf("case %d: decision at %v differs: ours %v, golden %v", i, thr, probs[i], golden[i])
+				}
+			}
+			t.Logf("%s: %d cases, max |Δlogit| %.3g, max |ΔP(entail)| %.3g, decision flips at %.4f: %d", name, len(cases), maxLogit, maxProb, thr, flips)
+		})
+	}
+}
+
+// realPairs encodes a few real sentences against a hypothesis with the
+// model's own tokenizer.
+func realPairs(t testing.TB, m *Model, sentences ...string) []Pair {
+	t.Helper()
+	hyp, err := m.Tokenizer.Encode("This text is about consumer weakness.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]Pair, len(sentences))
+	for i, s := range sentences {
+		ids, err := m.Tokenizer.Encode(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = m.Tokenizer.EncodePair(ids, hyp, m.MaxLength)
+	}
+	return out
+}
+
+var sampleSentences = []string{
+	"Consumers pulled back sharply on discretionary purchases this quarter.",
+	"Revenue grew 12%.",
+	"We saw strong demand across all of our retail channels, with traffic up double digits and average ticket higher than a year ago, which gives us confidence in the outlook.",
+	"Thank you.",
+	"Inventory levels remain elevated as shoppers trade down to private label and delay big-ticket items, and we expect that pressure to persist through the holiday season and into the first half of next year.",
+}
+
+func TestBatchInvariance(t *testing.T) {
+	for _, dir := range testenv.ModelDirs(t) {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			m := loadModel(t, LoadOptions{Dir: dir})
+			s := newSession(t, m)
+			pairs := realPairs(t, m, sampleSentences...)
+			batch, err := s.ScorePairs(t.Context(), pairs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			batchLogits, err := s.Logits(t.Context(), pairs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			padded := false
+			for i, p := range pairs {
+				alone, err := s.ScorePairs(t.Context(), []Pair{p})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := math.Abs(float64(alone[0] - batch[i])); d > 1e-4 {
+					t.Errorf("pair %d (%d tokens): alone %v, in batch %v (Δ %.3g)", i, len(p.IDs), alone[0], batch[i], d)
+				}
+				for _, q := range pairs {
+					padded = padded || len(q.IDs) > len(p.IDs)
+				}
+				// ScorePairs must be exactly the softmax read of Logits.
+				want := entailmentProb(batchLogits[i], m.ScoreMode, m.EntailmentIndex, m.ContradictionIndex)
+				if batch[i] != want {
+					t.Errorf("pair %d: ScorePairs %v != softmax(Logits)[entail] %v", i, batch[i], want)
+				}
+				if batch[i] < 0 || batch[i] > 1 || math.IsNaN(float64(batch[i])) {
+					t.Errorf("pair %d: score %v is not a probability", i, batch[i])
+				}
+			}
+			if !padded {
+				t.Fatal("sample pairs all have the same length; the test would not exercise padding")
+			}
+		})
+	}
+}
+
+func TestScoreModes(t *testing.T) {
+	for _, dir := range testenv.ModelDirs(t) {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			m := loadModel(t, LoadOptions{Dir: dir, ScoreMode: ScoreEntailVsContradiction})
+			s := newSession(t, m)
+			pairs := realPairs(t, m, sampleSentences...)
+			logits, err := s.Logits(t.Context(), pairs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := s.ScorePairs(t.Context(), pairs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, row := range logits {
+				e, c := float64(row[m.EntailmentIndex]), float64(row[m.ContradictionIndex])
+				want := 1 / (1 + math.Exp(c-e))
+				if math.Abs(float64(got[i])-want) > 1e-6 {
+					t.Errorf("pair %d: entail_vs_contradiction %v, want %v from logits %v", i, got[i], want, row)
+				}
+			}
+		})
+	}
+}
+
+func TestSessionConcurrent(t *testing.T) {
+	for _, dir := range testenv.ModelDirs(t) {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			m := loadModel(t, LoadOptions{Dir: dir})
+			// Concurrent Runs share one intra-op pool; with spinning on,
+			// idle workers burn the test machine's two cores and the test
+			// crawls (onnxruntime_go #47).
+			s, err := m.NewSession(SessionOptions{IntraOpThreads: 2, Configure: func(o *ort.SessionOptions) error {
+				return o.AddSessionConfigEntry("session.intra_op.allow_spinning", "0")
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			pairs := realPairs(t, m, sampleSentences...)
+			want, err := s.ScorePairs(t.Context(), pairs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const workers, rounds = 4, 3
+			var wg sync.WaitGroup
+			errs := make(chan error, workers*rounds)
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for r := range rounds {
+						// Each goroutine scores a different rotation so
+						// batches differ in shape and order.
+						k := (w + r) % len(pairs)
+						batch := append(slices.Clone(pairs[k:]), pairs[:k]...)
+						got, err := s.ScorePairs(t.Context(), batch)
+						if err != nil {
+							errs <- err
+							return
+						}
+						for i := range got {
+							if d := math.Abs(float64(got[i] - want[(i+k)%len(pairs)])); d > 1e-4 {
+								errs <- fmt.Errorf("worker %d round %d pair %d: %v vs %v", w, r, i, got[i], want[(i+k)%len(pairs)])
+								return
+							}
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// longPairs is a batch big enough that Run takes seconds on a small CPU.
+func longPairs(m *Model, rows int) []Pair {
+	pairs := make([]Pair, rows)
+	for r := range pairs {
+		ids := make([]int32, m.MaxLength)
+		types := make([]int32, m.MaxLength)
+		for j := range ids {
+			ids[j] = int32(100 + (r*31+j*7)%5000)
+		}
+		pairs[r] = Pair{IDs: ids, TypeIDs: types}
+	}
+	return pairs
+}
+
+func TestSessionCancel(t *testing.T) {
+	m := loadModel(t, LoadOptions{Dir: testenv.ModelDirs(t)[0]})
+	s := newSession(t, m)
+	pairs := longPairs(m, 128)
+
+	t.Run("cancel mid-run", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(300*time.Millisecond, cancel)
+		start := time.Now()
+		_, err := s.ScorePairs(ctx, pairs)
+		elapsed := time.Since(start)
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("ScorePairs after cancel = %v, want context.Canceled", err)
+		}
+		// A full 128×512 run takes many seconds on the test machine;
+		// returning soon after the cancel shows Terminate reached ORT.
+		if elapsed > 3*time.Second {
+			t.Errorf("ScorePairs returned %v after start, %v after cancel", elapsed, elapsed-300*time.Millisecond)
+		}
+		t.Logf("returned %v after start", elapsed)
+	})
+	t.Run("deadline", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		defer cancel()
+		if _, err := s.ScorePairs(ctx, pairs); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("ScorePairs past deadline = %v, want context.DeadlineExceeded", err)
+		}
+	})
+	t.Run("already cancelled", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		if _, err := s.ScorePairs(ctx, pairs[:1]); !errors.Is(err, context.Canceled) {
+			t.Fatalf("ScorePairs with a done ctx = %v, want context.Canceled", err)
+		}
+	})
+	t.Run("session still usable", func(t *testing.T) {
+		got, err := s.ScorePairs(t.Context(), realPairs(t, m, sampleSentences[:2]...))
+		if err != nil || len(got) != 2 {
+			t.Fatalf("ScorePairs after cancellations = %v, %v", got, err)
+		}
+	})
+}
+
+func TestSessionInputErrors(t *testing.T) {
+	m := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, "nli-wordpiece-small")})
+	s := newSession(t, m)
+
+	got, err := s.ScorePairs(t.Context(), nil)
+	if err != nil || got == nil || len(got) != 0 {
+		t.Errorf("ScorePairs(nil) = %#v, %v; want an empty, non-nil slice", got, err)
+	}
+	tooLong := make([]int32, m.MaxLength+1)
+	tests := []struct {
+		name string
+		pair Pair
+	}{
+		{"empty pair", Pair{}},
+		{"type ids length", Pair{IDs: []int32{1, 2, 3}, TypeIDs: []int32{0}}},
+		{"too long", Pair{IDs: tooLong}},
+	}
+	for _, tc := range tests {
+		if _, err := s.ScorePairs(t.Context(), []Pair{{IDs: []int32{1, 2}}, tc.pair}); err == nil {
+			t.Errorf("%s: ScorePairs succeeded", tc.name)
+		} else if !errors.Is(err, err) || err.Error()[:7] != "model: " {
+			t.Errorf("%s: error %q lacks the model: prefix", tc.name, err)
+		}
+	}
+}
+
+func TestSessionClose(t *testing.T) {
+	m := loadModel(t, LoadOptions{Dir: testenv.ModelDirs(t)[0]})
+	s, err := m.NewSession(SessionOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close = %v, want nil", err)
+	}
+	if _, err := s.ScorePairs(t.Context(), realPairs(t, m, "x")); !errors.Is(err, ErrSessionClosed) {
+		t.Errorf("ScorePairs after Close = %v, want ErrSessionClosed", err)
+	}
+}
+
+func TestNewSessionOptions(t *testing.T) {
+	m := loadModel(t, LoadOptions{Dir: testenv.ModelDirs(t)[0]})
+	if _, err := m.NewSession(SessionOptions{IntraOpThreads: -1}); err == nil {
+		t.Error("negative thread count accepted")
+	}
+	boom := errors.New("no such provider")
+	_, err := m.NewSession(SessionOptions{Configure: func(*ort.SessionOptions) error { return boom }})
+	if !errors.Is(err, boom) {
+		t.Errorf("Configure error = %v, want it wrapped", err)
+	}
+	called := false
+	s, err := m.NewSession(SessionOptions{IntraOpThreads: 1, Configure: func(*ort.SessionOptions) error { called = true; return nil }})
+	if err != nil || !called {
+		t.Fatalf("NewSession with Configure = %v (called %v)", err, called)
+	}
+	s.Close()
+}
