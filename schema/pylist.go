@@ -253,7 +253,13 @@ func (p *pyParser) escape(b *strings.Builder) error {
 		}
 		b.WriteRune(rune(v))
 	case 'x', 'u', 'U':
-		n := map[byte]int{'x': 2, 'u': 4, 'U': 8}[c]
+		n := 8 // \UNNNNNNNN
+		switch c {
+		case 'x':
+			n = 2
+		case 'u':
+			n = 4
+		}
 		if p.pos+n > len(p.s) {
 			return p.errf(at, "truncated \\%c escape", c)
 		}
