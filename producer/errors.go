@@ -37,6 +37,11 @@ func (e *PermanentError) Unwrap() error { return e.Err }
 // interface) to route inputs to the DLQ instead of retrying.
 func (e *PermanentError) Permanent() bool { return true }
 
+// FailedIndexes names the rejected records by their index in the Publish
+// call, so the consumer dead-letters exactly those and not neighbours that
+// were already acknowledged.
+func (e *PermanentError) FailedIndexes() []int { return e.Indexes }
+
 // errClass is the retry decision for one write error.
 type errClass int
 
