@@ -1,0 +1,134 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/scorer/scorer/internal/testenv"
+)
+
+func parseConfig(t *testing.T, environ map[string]string, args ...string) (Config, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return loadConfig(func(k string) string { return environ[k] }, fs, args)
+}
+
+func TestConfigDefaults(t *testing.T) {
+	cfg, err := parseConfig(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.InputTopic != "transcripts" || cfg.OutputTopic != "transcripts.scored" || cfg.DLQTopic != "transcripts.dlq" {
+		t.Errorf("topics = %q %q %q", cfg.InputTopic, cfg.OutputTopic, cfg.DLQTopic)
+	}
+	if len(cfg.KafkaBrokers) != 0 {
+		t.Errorf("KafkaBrokers = %v, want empty (in-memory broker)", cfg.KafkaBrokers)
+	}
+	want := []string{"consumer strength", "consumer weakness", "reduced consumer's spending patterns"}
+	if !reflect.DeepEqual(cfg.Labels, want) {
+		t.Errorf("Labels = %q, want %q", cfg.Labels, want)
+	}
+	if cfg.Threshold != 0.91 || cfg.HypothesisTemplate != "This text is about {}." {
+		t.Errorf("threshold %v template %q", cfg.Threshold, cfg.HypothesisTemplate)
+	}
+	if cfg.BatchMaxWait != 200*time.Millisecond || cfg.ShutdownTimeout != 30*time.Second {
+		t.Errorf("durations %v %v", cfg.BatchMaxWait, cfg.ShutdownTimeout)
+	}
+}
+
+func TestConfigFlagsOverrideEnvironment(t *testing.T) {
+	cfg, err := parseConfig(t, map[string]string{"KAFKA_BROKERS": "a:1,b:2", "THRESHOLD": "0.5", "LABELS": "x,y"},
+		"--threshold", "0.7", "--batch-max-wait", "1s", "--gpu-ids", "0,GPU-abc", "--kafka-tls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(cfg.KafkaBrokers, []string{"a:1", "b:2"}) {
+		t.Errorf("brokers from env = %v", cfg.KafkaBrokers)
+	}
+	if cfg.Threshold != 0.7 {
+		t.Errorf("flag did not override env: threshold %v", cfg.Threshold)
+	}
+	if !reflect.DeepEqual(cfg.Labels, []string{"x", "y"}) || cfg.BatchMaxWait != time.Second || !cfg.KafkaTLS {
+		t.Errorf("labels %q wait %v tls %v", cfg.Labels, cfg.BatchMaxWait, cfg.KafkaTLS)
+	}
+	if !reflect.DeepEqual(cfg.GPUIDs, []string{"0", "GPU-abc"}) {
+		t.Errorf("gpu ids %q", cfg.GPUIDs)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	for name, tc := range map[string]struct {
+		env  map[string]string
+		want string
+	}{
+		"template without braces": {map[string]string{"HYPOTHESIS_TEMPLATE": "About this."}, "HYPOTHESIS_TEMPLATE"},
+		"template with two":       {map[string]string{"HYPOTHESIS_TEMPLATE": "{} and {}"}, "HYPOTHESIS_TEMPLATE"},
+		"format":                  {map[string]string{"OUTPUT_FORMAT": "avro"}, "OUTPUT_FORMAT"},
+		"device":                  {map[string]string{"DEVICE": "tpu"}, "DEVICE"},
+		"fraction":                {map[string]string{"GPU_MEM_FRACTION": "1.5"}, "GPU_MEM_FRACTION"},
+		"batch":                   {map[string]string{"BATCH_MAX_MESSAGES": "0"}, "BATCH_MAX_MESSAGES"},
+		"sasl":                    {map[string]string{"KAFKA_SASL_MECHANISM": "GSSAPI"}, "KAFKA_SASL_MECHANISM"},
+		"bad int":                 {map[string]string{"MAX_BATCH_ROWS": "many"}, "MAX_BATCH_ROWS"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := parseConfig(t, tc.env)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one naming %s", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestReadmeDocumentsEveryVariable keeps README.md's configuration table in
+// step with Config: every variable, with its default.
+func TestReadmeDocumentsEveryVariable(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt := reflect.TypeFor[Config]()
+	for i := range rt.NumField() {
+		f := rt.Field(i)
+		name := f.Tag.Get("env")
+		row := ""
+		for _, line := range strings.Split(string(readme), "\n") {
+			if strings.HasPrefix(line, "| `"+name+"` |") {
+				row = line
+			}
+		}
+		if row == "" {
+			t.Errorf("README.md has no configuration row for %s", name)
+			continue
+		}
+		if def, ok := f.Tag.Lookup("envDefault"); ok && !strings.Contains(row, "`"+def+"`") {
+			t.Errorf("README.md row for %s does not show its default %q: %s", name, def, row)
+		}
+	}
+}
+
+func TestSecretsAreRedactedInFlagDefaults(t *testing.T) {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	_, err := loadConfig(func(k string) string {
+		if k == "KAFKA_SASL_PASSWORD" {
+			return "hunter2"
+		}
+		return ""
+	}, fs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var usage strings.Builder
+	fs.SetOutput(&usage)
+	fs.PrintDefaults()
+	if strings.Contains(usage.String(), "hunter2") {
+		t.Fatal("the SASL password shows in the flag usage")
+	}
+}

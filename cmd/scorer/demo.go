@@ -1,0 +1,188 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/scorer/scorer/schema"
+)
+
+// demoOptions drives `make run`: load sample transcripts into the input
+// topic, follow the output topic until each has a result, print a summary.
+type demoOptions struct {
+	file  string
+	limit int
+	cfg   Config
+	sec   kafkaSecurity
+	out   io.Writer
+	stack *scoringStack
+}
+
+func runDemo(ctx context.Context, o demoOptions, log zerolog.Logger) {
+	if err := demo(ctx, o, log); err != nil && ctx.Err() == nil {
+		log.Error().Err(err).Msg("demo failed")
+	}
+}
+
+func demo(ctx context.Context, o demoOptions, log zerolog.Logger) error {
+	f, err := os.Open(o.file)
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
+	defer f.Close()
+	w := &kafka.Writer{
+		Addr: kafka.TCP(o.cfg.KafkaBrokers...), Topic: o.cfg.InputTopic, Balancer: &kafka.Hash{},
+		RequiredAcks: kafka.RequireAll, BatchTimeout: 5 * time.Millisecond, BatchBytes: 64 << 20,
+		Transport: o.sec.transport(o.cfg.ClientID + "-demo"),
+	}
+	defer w.Close()
+	// Keep the sample's text so the summary can quote the best sentences:
+	// results carry scores by position, and text only for matches.
+	var sample bytes.Buffer
+	texts := map[string]map[string][]string{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for sc.Scan() && (o.limit <= 0 || len(texts) < o.limit) {
+		if ev, err := schema.DecodeEvent(sc.Bytes(), o.stack.limits); err == nil {
+			texts[ev.CallID] = ev.Sections
+		}
+		sample.Write(sc.Bytes())
+		sample.WriteByte('\n')
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("demo: reading %s: %w", o.file, err)
+	}
+	start := time.Now()
+	n, err := produceLines(ctx, w, &sample, 0, 0)
+	if err != nil {
+		return err
+	}
+	log.Info().Int("transcripts", n).Str("topic", o.cfg.InputTopic).Msg("demo: sample transcripts loaded; scoring")
+
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers: o.cfg.KafkaBrokers, Topic: o.cfg.OutputTopic, GroupID: fmt.Sprintf("scorer-demo-%d", time.Now().UnixNano()),
+		StartOffset: kafka.FirstOffset, MaxBytes: 64 << 20, Dialer: o.sec.dialer(o.cfg.ClientID + "-demo"),
+	})
+	defer r.Close()
+	sum := newDemoSummary(texts)
+	for len(sum.calls) < n {
+		m, err := r.ReadMessage(ctx)
+		if err != nil {
+			return fmt.Errorf("demo: reading %s: %w", o.cfg.OutputTopic, err)
+		}
+		var st schema.ScoredTranscript
+		if err := decodeOutput(m.Value, &st); err != nil {
+			return fmt.Errorf("demo: output record: %w", err)
+		}
+		sum.add(&st)
+	}
+	sum.print(o.out, time.Since(start), o.cfg.KafkaBrokers[0], o.stack)
+	return nil
+}
+
+// decodeOutput reads a ScoredTranscript in either output format.
+func decodeOutput(b []byte, st *schema.ScoredTranscript) error {
+	var envelope struct {
+		Schema  json.RawMessage `json:"schema"`
+		Payload json.RawMessage `json:"payload"`
+	}
+	if json.Unmarshal(b, &envelope) == nil && envelope.Schema != nil && envelope.Payload != nil {
+		b = envelope.Payload
+	}
+	return json.Unmarshal(b, st)
+}
+
+type scoredSentence struct {
+	score    float32
+	call     string
+	sentence string
+}
+
+type demoSummary struct {
+	texts   map[string]map[string][]string
+	calls   map[string]bool
+	pairs   int
+	labels  []string
+	matches map[string]int
+	top     map[string][]scoredSentence
+}
+
+func newDemoSummary(texts map[string]map[string][]string) *demoSummary {
+	return &demoSummary{texts: texts, calls: map[string]bool{}, matches: map[string]int{}, top: map[string][]scoredSentence{}}
+}
+
+const demoTopN = 3
+
+func (s *demoSummary) add(st *schema.ScoredTranscript) {
+	s.calls[st.CallID] = true
+	s.labels = st.Labels
+	for _, name := range sortedKeys(st.Sections) {
+		sec := st.Sections[name]
+		s.pairs += sec.Sentences * len(st.Labels)
+		for label, res := range sec.Results {
+			s.matches[label] += len(res.Matches)
+			for i, score := range res.Scores {
+				t := s.top[label]
+				if len(t) == demoTopN && score <= t[len(t)-1].score {
+					continue
+				}
+				text := fmt.Sprintf("(%s sentence %d)", name, i)
+				if sents := s.texts[st.CallID][name]; i < len(sents) {
+					text = sents[i]
+				}
+				t = append(t, scoredSentence{score: score, call: st.CallID, sentence: text})
+				sort.Slice(t, func(a, b int) bool { return t[a].score > t[b].score })
+				if len(t) > demoTopN {
+					t = t[:demoTopN]
+				}
+				s.top[label] = t
+			}
+		}
+	}
+}
+
+func (s *demoSummary) print(w io.Writer, elapsed time.Duration, broker string, stack *scoringStack) {
+	fmt.Fprintf(w, "\n=== scorer demo summary ===\n")
+	fmt.Fprintf(w, "model        %s (sha256 %s…)\n", stack.model.Name, stack.model.SHA256[:12])
+	fmt.Fprintf(w, "transcripts  %d\n", len(s.calls))
+	fmt.Fprintf(w, "pairs        %d (sentences × %d labels)\n", s.pairs, len(s.labels))
+	fmt.Fprintf(w, "throughput   %.0f pairs/s end to end (%s)\n", float64(s.pairs)/elapsed.Seconds(), elapsed.Truncate(time.Millisecond))
+	fmt.Fprintf(w, "threshold    %.2f\n\n", stack.labels.Threshold)
+	for _, label := range s.labels {
+		fmt.Fprintf(w, "%-40s %6d matches\n", label, s.matches[label])
+		for _, t := range s.top[label] {
+			fmt.Fprintf(w, "    %.4f  %-12s %s\n", t.score, t.call, truncateText(t.sentence, 100))
+		}
+	}
+	fmt.Fprintf(w, "\nstill serving: produce more with `bin/scorer produce --brokers %s --file FILE`,\n", broker)
+	fmt.Fprintf(w, "read results with `kcat -b %s -t transcripts.scored -C -e`; Ctrl-C to stop.\n", broker)
+}
+
+// truncateText shortens s to at most n runes for one-line display.
+func truncateText(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

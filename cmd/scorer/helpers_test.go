@@ -1,0 +1,314 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/scorer/scorer/internal/testenv"
+	"github.com/scorer/scorer/schema"
+)
+
+// binPath is the scorer binary built once for the tests that run it as its
+// own process (crash drills, the broker process, kcat interop).
+var (
+	binOnce sync.Once
+	binPath string
+	binErr  error
+)
+
+func scorerBinary(t testing.TB) string {
+	t.Helper()
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "scorer-bin-")
+		if err != nil {
+			binErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "scorer")
+		cmd := exec.Command("go", "build", "-o", binPath, ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// baseEnv is the environment every in-test scorer gets: the real model and
+// ORT library, small batch waits so tests move quickly.
+func baseEnv(t testing.TB) map[string]string {
+	return map[string]string{
+		"MODEL_DIR":        testenv.ModelDir(t, "nli-unigram-small"),
+		"ORT_LIB":          testenv.ORTLib(t),
+		"LOG_FORMAT":       "json",
+		"BATCH_MAX_WAIT":   "50ms",
+		"METRICS_ADDR":     "",
+		"CPU_THREADS":      "2",
+		"SHUTDOWN_TIMEOUT": "20s",
+	}
+}
+
+func environ(m map[string]string) []string {
+	out := os.Environ()
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	return out
+}
+
+// shortestTranscripts writes the n shortest real transcripts (whole, as they
+// are in the corpus) to a JSONL file and returns it with their events. The
+// shortest keep test time bounded on two cores without inventing data.
+func shortestTranscripts(t testing.TB, n int) (string, []schema.TranscriptEvent) {
+	t.Helper()
+	f, err := os.Open(testenv.Transcripts(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	type line struct {
+		raw   []byte
+		ev    schema.TranscriptEvent
+		count int
+	}
+	var lines []line
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 64<<20)
+	for sc.Scan() {
+		ev, err := schema.DecodeEvent(sc.Bytes(), schema.DefaultLimits())
+		if err != nil {
+			t.Fatalf("corpus line %d: %v", len(lines)+1, err)
+		}
+		lines = append(lines, line{raw: bytes.Clone(sc.Bytes()), ev: ev, count: ev.SentenceCount()})
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	sort.SliceStable(lines, func(i, j int) bool { return lines[i].count < lines[j].count })
+	path := filepath.Join(t.TempDir(), fmt.Sprintf("shortest-%d.jsonl", n))
+	var buf bytes.Buffer
+	var evs []schema.TranscriptEvent
+	for _, l := range lines[:n] {
+		buf.Write(l.raw)
+		buf.WriteByte('\n')
+		evs = append(evs, l.ev)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path, evs
+}
+
+// startBrokerProcess runs `scorer broker` as its own process on a free port.
+func startBrokerProcess(t testing.TB, partitions int) string {
+	t.Helper()
+	cmd := exec.Command(scorerBinary(t), "broker", "--addr", "127.0.0.1:0", "--partitions", fmt.Sprint(partitions), "--log-level", "warn")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), "broker listening on "); ok {
+				addr <- a
+			}
+		}
+	}()
+	select {
+	case a := <-addr:
+		return a
+	case <-time.After(30 * time.Second):
+		t.Fatal("broker process did not report its address within 30s")
+		return ""
+	}
+}
+
+// scorerProcess is `scorer run` as its own process, its log kept for failure reports.
+type scorerProcess struct {
+	cmd *exec.Cmd
+	log *lockedBuffer
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func startScorerProcess(t testing.TB, env map[string]string, args ...string) *scorerProcess {
+	t.Helper()
+	cmd := exec.Command(scorerBinary(t), append([]string{"run"}, args...)...)
+	cmd.Env = environ(env)
+	p := &scorerProcess{cmd: cmd, log: &lockedBuffer{}}
+	cmd.Stdout = p.log
+	cmd.Stderr = p.log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+		if t.Failed() {
+			t.Logf("scorer log (pid %d):\n%s", cmd.Process.Pid, tail(p.log.String(), 4000))
+		}
+	})
+	return p
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+// produceFile loads a JSONL file into topic the way `scorer produce` does.
+func produceFile(t testing.TB, broker, topic, path string) int {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w := &kafka.Writer{Addr: kafka.TCP(broker), Topic: topic, Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll,
+		BatchTimeout: 5 * time.Millisecond, BatchBytes: 64 << 20, AllowAutoTopicCreation: true}
+	defer w.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, err := produceLines(ctx, w, f, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// readTopic reads every partition of topic from the start until want
+// records arrived or the deadline passed; it returns what it has.
+func readTopic(t testing.TB, broker, topic string, want int, timeout time.Duration) []kafka.Message {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	conn, err := kafka.DialContext(ctx, "tcp", broker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts, err := conn.ReadPartitions(topic)
+	conn.Close()
+	if err != nil {
+		t.Fatalf("partitions of %s: %v", topic, err)
+	}
+	var (
+		mu   sync.Mutex
+		msgs []kafka.Message
+		wg   sync.WaitGroup
+	)
+	for _, p := range parts {
+		wg.Add(1)
+		go func(p kafka.Partition) {
+			defer wg.Done()
+			r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{broker}, Topic: topic, Partition: p.ID, MaxBytes: 64 << 20, MaxWait: 100 * time.Millisecond})
+			defer r.Close()
+			for {
+				mu.Lock()
+				done := len(msgs) >= want
+				mu.Unlock()
+				if done {
+					cancel()
+					return
+				}
+				m, err := r.ReadMessage(ctx)
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				msgs = append(msgs, m)
+				mu.Unlock()
+			}
+		}(p)
+	}
+	wg.Wait()
+	return msgs
+}
+
+// decodeScored parses output values in either format.
+func decodeScored(t testing.TB, msgs []kafka.Message) []schema.ScoredTranscript {
+	t.Helper()
+	out := make([]schema.ScoredTranscript, 0, len(msgs))
+	for _, m := range msgs {
+		var st schema.ScoredTranscript
+		if err := decodeOutput(m.Value, &st); err != nil {
+			t.Fatalf("output record at %s/%d/%d: %v", m.Topic, m.Partition, m.Offset, err)
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+// freeAddr is a loopback address with a port nobody listens on right now.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func readJSONL[T any](t testing.TB, path string) []T {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []T
+	dec := json.NewDecoder(bytes.NewReader(b))
+	for {
+		var v T
+		if err := dec.Decode(&v); errors.Is(err, io.EOF) {
+			return out
+		} else if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		out = append(out, v)
+	}
+}

@@ -1,0 +1,89 @@
+// Command scorer scores earnings-call transcripts with a zero-shot NLI model.
+//
+//	scorer run       the streaming service: Kafka in → scored → Kafka out
+//	scorer score     offline: TranscriptEvent JSONL in, ScoredTranscript JSONL out
+//	scorer broker    an in-memory Kafka-protocol broker, for development and tests
+//	scorer produce   load a TranscriptEvent JSONL file into a topic
+//	scorer bench     benchmarks (see docs/benchmarks.md)
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
+	if err != nil && !errors.Is(err, errUsage) {
+		fmt.Fprintln(os.Stderr, "scorer:", err)
+	}
+	if err != nil {
+		os.Exit(exitCode(err))
+	}
+}
+
+// errUsage marks errors already reported as usage text.
+var errUsage = errors.New("usage")
+
+func exitCode(err error) int {
+	if errors.Is(err, errUsage) {
+		return 2
+	}
+	return 1
+}
+
+// procEnv bundles what a subcommand may touch of the process, so tests can run
+// subcommands in-process.
+type procEnv struct {
+	getenv func(string) string
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+}
+
+const usageText = `usage: scorer <command> [flags]
+
+commands:
+  run       consume TranscriptEvents, score them, publish ScoredTranscripts
+  score     score a TranscriptEvent JSONL file offline (--in, --out)
+  broker    run an in-memory Kafka-protocol broker (not durable)
+  produce   load a TranscriptEvent JSONL file into a topic
+  bench     run the benchmarks
+
+Run 'scorer <command> -h' for the command's flags. Configuration comes from
+environment variables (see README.md); flags override them.
+`
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+	e := procEnv{getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr}
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usageText)
+		return errUsage
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "run":
+		return runService(ctx, e, rest)
+	case "score":
+		return runScore(ctx, e, rest)
+	case "broker":
+		return runBroker(ctx, e, rest)
+	case "produce":
+		return runProduce(ctx, e, rest)
+	case "bench":
+		return runBench(ctx, e, rest)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usageText)
+		return nil
+	default:
+		fmt.Fprintf(stderr, "scorer: unknown command %q\n\n%s", cmd, usageText)
+		return errUsage
+	}
+}

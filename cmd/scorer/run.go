@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/scorer/scorer/consumer"
+	"github.com/scorer/scorer/producer"
+)
+
+// runService is `scorer run`: the streaming scorer. Start-up goes in
+// dependency order (broker → model → pool → producer → consumer) and
+// shutdown in reverse, under SHUTDOWN_TIMEOUT.
+func runService(ctx context.Context, e procEnv, args []string) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	brokerAddr := fs.String("broker-addr", "127.0.0.1:9092", "listen address of the in-memory broker when KAFKA_BROKERS is empty (falls back to a free port when taken)")
+	demoFile := fs.String("demo-file", "", "after start-up, load this TranscriptEvent JSONL into the input topic and print a summary once all are scored")
+	demoLimit := fs.Int("demo-limit", 0, "load at most this many transcripts from --demo-file; 0 = all")
+	cfg, err := loadConfig(e.getenv, fs, args)
+	if err != nil {
+		return usageOr(err)
+	}
+	log, err := newLogger(e.stderr, cfg.LogLevel, cfg.LogFormat)
+	if err != nil {
+		return err
+	}
+	reg := newRegistry()
+	h := newHealth(reg)
+
+	if cfg.MetricsAddr != "" {
+		addr, stopHTTP, err := startHTTP(cfg.MetricsAddr, reg, h, log)
+		if err != nil {
+			return fmt.Errorf("metrics server: %w", err)
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = stopHTTP(sctx)
+		}()
+		log.Info().Str("addr", addr).Msg("serving /metrics, /healthz and /readyz")
+	}
+
+	if len(cfg.KafkaBrokers) == 0 {
+		c, addr, err := startBroker(brokerOptions{Addr: *brokerAddr, Partitions: cfg.InputPartitions})
+		if err != nil {
+			log.Warn().Err(err).Str("addr", *brokerAddr).Msg("in-memory broker address taken; using a free port")
+			c, addr, err = startBroker(brokerOptions{Addr: "127.0.0.1:0", Partitions: cfg.InputPartitions})
+			if err != nil {
+				return err
+			}
+		}
+		defer c.Close()
+		cfg.KafkaBrokers = []string{addr}
+		log.Warn().Str("addr", addr).
+			Msgf("KAFKA_BROKERS is empty: started an in-memory Kafka broker at %s; data is NOT durable and is lost at exit (kcat -b %s -L)", addr, addr)
+	}
+	sec, err := newKafkaSecurity(&cfg)
+	if err != nil {
+		return err
+	}
+
+	topics := []producer.TopicSpec{{Name: cfg.InputTopic, Partitions: cfg.InputPartitions}, {Name: cfg.OutputTopic, Partitions: cfg.InputPartitions}, {Name: cfg.DLQTopic, Partitions: 1}}
+	if cfg.RowsTopic != "" {
+		topics = append(topics, producer.TopicSpec{Name: cfg.RowsTopic, Partitions: cfg.InputPartitions})
+	}
+	if err := ensureTopicsRetry(ctx, cfg.KafkaBrokers, sec.dialer(cfg.ClientID), topics, log); err != nil {
+		return err
+	}
+
+	stack, err := openScoring(ctx, cfg, log, reg)
+	if err != nil {
+		return err
+	}
+	h.modelLoaded.Store(true)
+	reg.MustRegister(buildInfo(stack))
+
+	prod, err := producer.New(producer.Config{
+		Brokers: cfg.KafkaBrokers, Topic: cfg.OutputTopic, RowsTopic: cfg.RowsTopic, DLQTopic: cfg.DLQTopic,
+		Format: cfg.OutputFormat, ClientID: cfg.ClientID, Transport: sec.transport(cfg.ClientID),
+	}, log.With().Str("component", "producer").Logger(), reg)
+	if err != nil {
+		stack.Close(context.Background())
+		return err
+	}
+
+	cons, err := consumer.New(consumer.Config{
+		Brokers: cfg.KafkaBrokers, Topic: cfg.InputTopic, GroupID: cfg.GroupID, ClientID: cfg.ClientID,
+		BatchMaxMessages: cfg.BatchMaxMessages, BatchMaxBytes: cfg.BatchMaxBytes, BatchMaxWait: cfg.BatchMaxWait,
+		MaxMessageBytes: cfg.MaxMessageBytes, MaxInflightBatches: cfg.MaxInflightBatches,
+		Limits: stack.limits, ShutdownTimeout: cfg.ShutdownTimeout, Dialer: sec.dialer(cfg.ClientID),
+	}, stack.scorer, prod, log.With().Str("component", "consumer").Logger(), reg)
+	if err != nil {
+		closeWithin(cfg.ShutdownTimeout, log, prod.Close, stack.Close)
+		return err
+	}
+	ready := cons.Ready
+	h.consumerReady.Store(&ready)
+
+	if *demoFile != "" {
+		go runDemo(ctx, demoOptions{file: *demoFile, limit: *demoLimit, cfg: cfg, sec: sec, out: e.stdout, stack: stack}, log)
+	}
+
+	log.Info().Str("input", cfg.InputTopic).Str("output", cfg.OutputTopic).Str("dlq", cfg.DLQTopic).
+		Str("group", cfg.GroupID).Str("model", stack.model.Name).Str("model_sha256", stack.model.SHA256).
+		Msg("scorer running; SIGTERM or Ctrl-C to stop")
+	runErr := cons.Run(ctx)
+	h.shuttingDown.Store(true)
+	log.Info().Msg("consumer stopped; closing producer and scoring pool")
+	closeWithin(cfg.ShutdownTimeout, log, prod.Close, stack.Close)
+	if runErr != nil && !errors.Is(runErr, context.Canceled) {
+		return runErr
+	}
+	log.Info().Msg("scorer stopped cleanly")
+	return nil
+}
+
+// closeWithin closes components in order under one deadline, logging
+// overruns: a stuck Close (kafka-go can hang when brokers are gone) must not
+// keep the process from exiting.
+func closeWithin(d time.Duration, log zerolog.Logger, closers ...func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	for _, c := range closers {
+		if err := c(ctx); err != nil {
+			log.Warn().Err(err).Msg("close")
+		}
+	}
+}
+
+// ensureTopicsRetry creates missing topics, retrying with backoff while the
+// broker is unreachable so that a broker that starts after the scorer is
+// waited for, with a clear log line each time.
+func ensureTopicsRetry(ctx context.Context, brokers []string, d *kafka.Dialer, topics []producer.TopicSpec, log zerolog.Logger) error {
+	backoff := 500 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := producer.EnsureTopics(ctx, brokers, d, topics...)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("waiting for Kafka: %w", ctx.Err())
+		}
+		log.Warn().Err(err).Strs("brokers", brokers).Int("attempt", attempt).Dur("retry_in", backoff).
+			Msg("Kafka not reachable yet; retrying")
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for Kafka: %w", ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 15*time.Second)
+	}
+}
+
+func buildInfo(s *scoringStack) prometheus.Collector {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "scorer_build_info", Help: "Build and model identity; always 1."}, []string{"version", "model", "model_sha256"})
+	g.WithLabelValues(version(), s.model.Name, s.model.SHA256).Set(1)
+	return g
+}
+
+// version is the module version or VCS revision the binary was built from.
+func version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			return s.Value[:12]
+		}
+	}
+	return bi.Main.Version
+}

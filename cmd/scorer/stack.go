@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/model"
+	"github.com/scorer/scorer/schema"
+)
+
+// scoringStack is everything between a decoded event and its scores: the
+// ORT runtime, the model, the device pool and the transcript scorer. `run`,
+// `score` and `bench` all build the same one.
+type scoringStack struct {
+	model   *model.Model
+	pool    *gpupool.Pool
+	scorer  *model.TranscriptScorer
+	labels  model.LabelConfig
+	limits  schema.Limits
+	closers []func(context.Context) error
+}
+
+// openScoring starts the stack in dependency order: ORT environment, model,
+// NVML, pool (sessions per device), transcript scorer.
+func openScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg prometheus.Registerer) (s *scoringStack, err error) {
+	s = &scoringStack{}
+	defer func() {
+		if err != nil {
+			s.Close(context.Background())
+			s = nil
+		}
+	}()
+	lib, err := resolvePath(cfg.ORTLib)
+	if err != nil {
+		return nil, fmt.Errorf("ORT_LIB: %w (run `make` to fetch ONNX Runtime, or point ORT_LIB at libonnxruntime.so)", err)
+	}
+	shutdownORT, err := model.InitRuntime(lib)
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func(context.Context) error { return shutdownORT() })
+
+	dir, err := resolvePath(cfg.ModelDir)
+	if err != nil {
+		return nil, fmt.Errorf("MODEL_DIR: %w", err)
+	}
+	mode, err := model.ParseScoreMode(cfg.ScoreMode)
+	if err != nil {
+		return nil, err
+	}
+	lo := model.LoadOptions{Dir: dir, ONNXFile: cfg.ModelFile, ScoreMode: mode}
+	if cfg.EntailmentIndex >= 0 {
+		idx := cfg.EntailmentIndex
+		lo.EntailmentIndex = &idx
+	}
+	m, err := model.Load(lo)
+	if err != nil {
+		return nil, err
+	}
+	s.model = m
+	log.Info().Str("model", m.Name).Str("sha256", m.SHA256).Strs("inputs", m.InputNames).
+		Strs("labels", m.ID2Label).Int("entailment_index", m.EntailmentIndex).Int("max_length", m.MaxLength).
+		Str("score_mode", string(m.ScoreMode)).Msg("model loaded")
+
+	devMode, err := gpupool.ParseDeviceMode(cfg.Device)
+	if err != nil {
+		return nil, err
+	}
+	opts := []gpupool.Option{
+		gpupool.Mode(devMode),
+		gpupool.MaxBatchTokens(cfg.MaxBatchTokens),
+		gpupool.MaxBatchRows(cfg.MaxBatchRows),
+		gpupool.MemFraction(cfg.GPUMemFraction),
+		gpupool.Logger(log.With().Str("component", "gpupool").Logger()),
+		gpupool.Registerer(reg),
+	}
+	if len(cfg.GPUIDs) > 0 {
+		opts = append(opts, gpupool.GPUIDs(cfg.GPUIDs...))
+	}
+	if cfg.Workers > 0 {
+		opts = append(opts, gpupool.WorkersPerDevice(cfg.Workers))
+	}
+	if devMode != gpupool.ModeCPU {
+		probe, shutdownNVML, perr := gpupool.NewNVMLProbe(ctx)
+		switch {
+		case perr == nil:
+			s.closers = append(s.closers, func(context.Context) error { shutdownNVML(); return nil })
+			opts = append(opts, gpupool.WithProbe(probe))
+		case devMode == gpupool.ModeCUDA:
+			return nil, fmt.Errorf("DEVICE=cuda: %w", perr)
+		default:
+			// The pool logs the CPU fallback once, with this reason.
+			log.Debug().Err(perr).Msg("NVML unavailable")
+		}
+	}
+	pool, err := gpupool.New(ctx, gpupool.SessionFactory(m, gpupool.SessionConfig{IntraOpThreads: cfg.CPUThreads, GPUMemFraction: cfg.GPUMemFraction}), opts...)
+	if err != nil {
+		return nil, err
+	}
+	s.pool = pool
+	s.closers = append(s.closers, pool.Close)
+
+	s.labels = model.LabelConfig{Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold}
+	s.scorer, err = model.NewTranscriptScorer(m, s.labels, pool)
+	if err != nil {
+		return nil, err
+	}
+	s.limits = schema.DefaultLimits()
+	s.limits.MaxMessageBytes = cfg.MaxMessageBytes
+	return s, nil
+}
+
+// Close releases the stack in reverse order of opening.
+func (s *scoringStack) Close(ctx context.Context) error {
+	var errs []error
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		errs = append(errs, s.closers[i](ctx))
+	}
+	s.closers = nil
+	return errors.Join(errs...)
+}
+
+// resolvePath finds a relative default path from the working directory or,
+// failing that, from the repository the binary was built in (bin/..), so
+// that `bin/scorer` works from anywhere after `make`.
+func resolvePath(p string) (string, error) {
+	if filepath.IsAbs(p) {
+		if _, err := os.Stat(p); err != nil {
+			return "", err
+		}
+		return p, nil
+	}
+	candidates := []string{p}
+	if exe, err := os.Executable(); err == nil {
+		candidates = append(candidates, filepath.Join(filepath.Dir(exe), "..", p))
+	}
+	for _, c := range candidates {
+		if _, err := os.Stat(c); err == nil {
+			return filepath.Abs(c)
+		}
+	}
+	_, err := os.Stat(p)
+	return "", err
+}
