@@ -52,14 +52,14 @@ func SessionFactory(m *model.Model, cfg SessionConfig) EngineFactory {
 			opts.Configure = func(so *ort.SessionOptions) error {
 				po, err := ort.NewCUDAProviderOptions()
 				if err != nil {
-					return fmt.Errorf("gpupool: %s: CUDA provider options: %w", dev.Label(), err)
+					return fmt.Errorf("gpupool: CUDA provider options: %w", err)
 				}
 				defer po.Destroy()
 				if err := po.Update(cudaOpts); err != nil {
-					return fmt.Errorf("gpupool: %s: setting CUDA provider options %v: %w", dev.Label(), cudaOpts, err)
+					return fmt.Errorf("gpupool: setting CUDA provider options %v: %w", cudaOpts, err)
 				}
 				if err := so.AppendExecutionProviderCUDA(po); err != nil {
-					return fmt.Errorf("gpupool: %s: appending CUDA execution provider: %w", dev.Label(), err)
+					return fmt.Errorf("gpupool: appending CUDA execution provider: %w", err)
 				}
 				return nil
 			}
@@ -68,7 +68,7 @@ func SessionFactory(m *model.Model, cfg SessionConfig) EngineFactory {
 		}
 		s, err := m.NewSession(opts)
 		if err != nil {
-			return nil, fmt.Errorf("gpupool: %s: opening session: %w", dev.Label(), err)
+			return nil, fmt.Errorf("gpupool: opening %s session: %w", dev.Kind, err)
 		}
 		return s, nil
 	}
