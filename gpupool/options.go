@@ -266,10 +266,15 @@ func UtilizationHysteresis(cool, hot uint32) Option {
 	return optFunc(func(c *cfg) { c.coolUtilization, c.hotUtilization = cool, hot })
 }
 
-// AfterCUDAInit runs fn once New has created the CUDA sessions. The CUDA
-// execution provider can replace Go's signal handlers when it initialises
-// (onnxruntime_go issue #140), after which SIGINT/SIGTERM no longer reach
-// signal.NotifyContext. cmd/scorer should pass a func that re-installs its
-// handlers, e.g. calling signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
-// again on its channel. It is not called when no CUDA engine was attempted.
+// AfterCUDAInit runs fn once New has created and calibrated the CUDA
+// sessions (not when no CUDA engine was attempted). Background: the CUDA
+// execution provider can replace Go's SIGINT/SIGTERM handlers with ones
+// lacking SA_ONSTACK (onnxruntime_go issue #140); Ctrl+C then crashes the
+// runtime and signal.NotifyContext never fires. Calling signal.Notify again
+// does not help, because the Go runtime believes its handler is still
+// installed. So the pool itself saves the SIGINT/SIGTERM sigactions before
+// the first CUDA call and restores them after the sessions are created and
+// calibrated, and again after each GPU's first real batch. fn is the hook
+// for anything cmd/scorer must redo at that point (handlers for other
+// signals it owns, or a check that shutdown signals still arrive).
 func AfterCUDAInit(fn func()) Option { return optFunc(func(c *cfg) { c.afterCUDAInit = fn }) }

@@ -29,6 +29,10 @@ type Pool struct {
 
 	probe         Probe
 	probeShutdown func() // nil when the caller owns the probe
+	// sigGuard holds SIGINT/SIGTERM handlers from before CUDA init; they
+	// are restored again after each GPU's first real batch, since CUDA may
+	// install handlers lazily on its first multi-row run.
+	sigGuard *signalGuard
 
 	// abortCtx ends when Close's ctx expires: running batches are cancelled
 	// and workers stop without draining.
@@ -87,6 +91,7 @@ type device struct {
 	degraded bool
 	failures int // consecutive failed runs
 	hot      bool
+	warmed   bool    // a real batch has run: CUDA's lazy init is done
 	reserved float64 // memory estimates of admitted batches running now
 	// arenaPeak is the most memory our runs have needed at once on this
 	// device: what ORT's arena may hold and reuse.
@@ -252,6 +257,7 @@ func (p *Pool) openGPUs(ctx context.Context) error {
 	if gerr != nil {
 		p.log.Warn().Err(gerr).Msg("gpupool: cannot save signal handlers before CUDA init")
 	}
+	p.sigGuard = guard
 	var reasons []error
 	for _, info := range infos {
 		dev := Device{Kind: CUDA, Index: info.Index, UUID: info.UUID, Name: info.Name, TotalMemory: info.TotalMemory}

@@ -139,6 +139,14 @@ func (p *Pool) process(d *device, b *batch) {
 		return
 	}
 	if err == nil {
+		if d.dev.Kind == CUDA && !d.warmed {
+			d.warmed = true
+			if p.sigGuard != nil {
+				if rerr := p.sigGuard.restore(); rerr != nil {
+					p.log.Warn().Err(rerr).Msg("gpupool: cannot restore signal handlers after first CUDA run")
+				}
+			}
+		}
 		d.failures = 0
 		d.batches++
 		d.pairs += uint64(rows)
