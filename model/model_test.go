@@ -270,7 +270,7 @@ func TestLoadErrors(t *testing.T) {
 func TestPickMaxLength(t *testing.T) {
 	tests := []struct {
 		req, tok, pos, want int
-		wantErr            bool
+		wantErr             bool
 	}{
 		{0, 512, 512, 512, false},
 		{0, 0, 0, 512, false},
