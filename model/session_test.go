@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -317,9 +318,10 @@ func TestSessionCancel(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("ScorePairs after cancel = %v, want context.Canceled", err)
 		}
-		// A full 128×512 run takes many seconds on the test machine;
-		// returning soon after the cancel shows Terminate reached ORT.
-		if elapsed > 3*time.Second {
+		// A full 128×512 run takes over 4 s on the 2-core test machine;
+		// returning soon after the cancel shows Terminate reached ORT
+		// rather than the call waiting for Run to finish.
+		if elapsed > 2*time.Second {
 			t.Errorf("ScorePairs returned %v after start, %v after cancel", elapsed, elapsed-300*time.Millisecond)
 		}
 		t.Logf("returned %v after start", elapsed)
@@ -366,7 +368,7 @@ func TestSessionInputErrors(t *testing.T) {
 	for _, tc := range tests {
 		if _, err := s.ScorePairs(t.Context(), []Pair{{IDs: []int32{1, 2}}, tc.pair}); err == nil {
 			t.Errorf("%s: ScorePairs succeeded", tc.name)
-		} else if !errors.Is(err, err) || err.Error()[:7] != "model: " {
+		} else if !strings.HasPrefix(err.Error(), "model: ") {
 			t.Errorf("%s: error %q lacks the model: prefix", tc.name, err)
 		}
 	}
