@@ -234,7 +234,7 @@ func (ts *TranscriptScorer) Score(ctx context.Context, events []schema.Transcrip
 				res[label] = lr
 			}
 			next += len(sents) * L
-			st.Sections[sec] = schema.SectionResult{Sentences: len(sents), Results: res}
+			st.Sections[sec] = schema.SectionResult{Sentences: len(sents), Results: res, Text: sents}
 		}
 		out[i] = st
 	}

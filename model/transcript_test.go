@@ -214,6 +214,9 @@ func TestTranscriptScorerFake(t *testing.T) {
 			if !ok || sr.Sentences != len(sents) || len(sr.Results) != L {
 				t.Fatalf("event %d section %s: %+v", i, sec, sr)
 			}
+			if !slices.Equal(sr.Text, sents) {
+				t.Errorf("event %d section %s: Text does not carry the section's sentences", i, sec)
+			}
 			for l, label := range lc.Labels {
 				lr := sr.Results[label]
 				if lr.Scores == nil || lr.Flags == nil || lr.Matches == nil {

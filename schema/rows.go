@@ -8,10 +8,11 @@ import "sort"
 // (labels present in results but not in st.Labels follow, sorted), so two
 // calls on equal input give equal output.
 //
-// ScoredTranscript does not carry unflagged sentence text, so Sentence is
-// filled only for flagged rows (Flag == 1), taken from LabelResult.Matches in
-// order; it is "" for the rest. A score missing from Scores (a malformed
-// result) yields Score 0 and Flag 0 rather than a panic.
+// Sentence comes from SectionResult.Text, which the scorer fills in memory.
+// A ScoredTranscript read back from the wire has no Text; then only flagged
+// rows get their sentence (from LabelResult.Matches, in order) and the rest
+// "". A score missing from Scores (a malformed result) yields Score 0 and
+// Flag 0 rather than a panic.
 func Rows(st *ScoredTranscript) []ScoreRow {
 	if st == nil {
 		return nil
@@ -35,6 +36,11 @@ func Rows(st *ScoredTranscript) []ScoreRow {
 		for li, label := range labels {
 			res := sec.Results[label]
 			t := make([]string, sec.Sentences)
+			if len(sec.Text) == sec.Sentences {
+				copy(t, sec.Text)
+				texts[li] = t
+				continue
+			}
 			k := 0
 			for i := 0; i < sec.Sentences && i < len(res.Flags); i++ {
 				if res.Flags[i] == 1 && k < len(res.Matches) {

@@ -2,6 +2,7 @@ package schema
 
 import (
 	"bytes"
+	"encoding/json"
 	"strconv"
 	"testing"
 )
@@ -82,5 +83,26 @@ func TestDeadLetterErrorHeaders(t *testing.T) {
 	}
 	if len(d.Headers) != 3 {
 		t.Error("ErrorHeaders modified the original headers")
+	}
+}
+
+// TestRowsCarrySentenceText: with the in-memory Text the scorer fills, every
+// row, flagged or not, holds its sentence; Text never reaches the wire.
+func TestRowsCarrySentenceText(t *testing.T) {
+	st := sampleScored()
+	md := st.Sections["FILT_MD"]
+	md.Text = []string{"Sales rose.", "Shoppers cut back."}
+	st.Sections["FILT_MD"] = md
+	for _, r := range Rows(&st) {
+		if r.Section == "FILT_MD" && r.Sentence != md.Text[r.SentenceIndex] {
+			t.Errorf("row %s/%d/%s sentence %q, want %q", r.Section, r.SentenceIndex, r.Label, r.Sentence, md.Text[r.SentenceIndex])
+		}
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(b, []byte("Sales rose.")) {
+		t.Errorf("SectionResult.Text leaked into the wire shape: %s", b)
 	}
 }

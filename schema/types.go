@@ -57,6 +57,10 @@ type LabelResult struct {
 type SectionResult struct {
 	Sentences int                    `json:"sentences"`
 	Results   map[string]LabelResult `json:"results"`
+	// Text is the section's sentences, carried in memory from the scorer to
+	// the producer so that flat rows can hold every sentence's text. It is
+	// not part of the ScoredTranscript wire shape: the input already has it.
+	Text []string `json:"-"`
 }
 
 // Source says which input record a result came from, so that a consumer of
