@@ -226,4 +226,3 @@ func metricValue(m map[string]float64, key string) float64 {
 	}
 	return sum
 }
-
