@@ -1,0 +1,209 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/scorer/scorer/schema"
+)
+
+// TestReliabilityCrashKill9 is the crash drill: `scorer broker` as its own
+// process, 10 000 small real-text transcripts, the scorer process killed
+// with SIGKILL at random points five times and restarted. Every input must
+// have an output; an input may be scored twice only if its offset was not
+// committed when a kill happened (it was in flight); at the end the group's
+// commits reach the end of every partition.
+func TestReliabilityCrashKill9(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash drill: 10 000 transcripts, five SIGKILLs")
+	}
+	const (
+		n     = 10000
+		kills = 5
+		group = "crash-drill"
+	)
+	start := time.Now()
+	file, ids := smallEvents(t, n, "CRASH")
+	broker := startBrokerProcess(t, 6)
+	if got := produceFile(t, broker, "transcripts", file); got != n {
+		t.Fatalf("produced %d of %d", got, n)
+	}
+	parts := partitionsOf(t, broker, "transcripts", nil)
+	out := watchTopic(t, broker, "transcripts.scored", nil)
+	env := relEnv(t, "KAFKA_BROKERS", broker, "KAFKA_GROUP_ID", group, "LABELS", "consumer weakness")
+
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	t.Logf("kill points seeded with %d", seed)
+	var committedAtKill []map[int]int64
+	for k := range kills {
+		p := startScorerProcess(t, env)
+		before := out.len()
+		// Work must be flowing in this incarnation before it dies: at least
+		// 200 new outputs, then a random 0–2 s more.
+		waitUntil(t, 3*time.Minute, fmt.Sprintf("kill %d: 200 new outputs", k+1), func() bool { return out.len() >= before+200 },
+			func() string { return fmt.Sprintf("%d outputs; log: %s", out.len(), tail(p.log.String(), 1500)) })
+		time.Sleep(time.Duration(rng.Int64N(int64(2 * time.Second))))
+		c := committedOffsets(t, broker, group, "transcripts", parts)
+		if _, d := signalAndWait(t, p, syscall.SIGKILL, 10*time.Second); d > 5*time.Second {
+			t.Errorf("SIGKILL took %v", d)
+		}
+		committedAtKill = append(committedAtKill, c)
+		t.Logf("kill %d at %v: %d outputs so far, committed %v", k+1, time.Since(start).Round(time.Second), out.len(), c)
+		if out.distinctKeys() >= n {
+			t.Fatalf("all %d transcripts were scored before kill %d: the drill must kill mid-stream (grow n)", n, k+1)
+		}
+	}
+
+	final := startScorerProcess(t, env)
+	out.waitKeys(t, n, 5*time.Minute)
+	waitCommittedToEnd(t, broker, group, "transcripts", time.Minute)
+	if err, d := signalAndWait(t, final, syscall.SIGTERM, 40*time.Second); err != nil {
+		t.Errorf("final scorer exited with %v after SIGTERM (%v)", err, d)
+	}
+	out.drain(t, nil, 30*time.Second)
+
+	msgs := out.snapshot()
+	bySrc, byCall := outputsBySource(t, msgs)
+	for _, id := range ids {
+		if byCall[id] == 0 {
+			t.Errorf("%s has no output", id)
+		}
+	}
+	if len(byCall) != n {
+		t.Errorf("%d distinct call_ids in the output, want %d", len(byCall), n)
+	}
+	ends := endOffsets(t, broker, "transcripts", nil)
+	for p, end := range ends {
+		for o := int64(0); o < end; o++ {
+			if len(bySrc[sourceKey{p, o}]) == 0 {
+				t.Errorf("input %d/%d has no output", p, o)
+			}
+		}
+	}
+	// Duplicates: same call_id and source offset, scored again later, and
+	// only for offsets that were not committed at some kill.
+	dups := 0
+	var dupKeys []sourceKey
+	for k, sts := range bySrc {
+		if len(sts) < 2 {
+			continue
+		}
+		dups += len(sts) - 1
+		dupKeys = append(dupKeys, k)
+		inflight := false
+		for _, c := range committedAtKill {
+			if committed, ok := c[k.partition]; !ok || committed < 0 || k.offset >= committed {
+				inflight = true
+			}
+		}
+		if !inflight {
+			t.Errorf("input %d/%d scored %d times but was committed before every kill", k.partition, k.offset, len(sts))
+		}
+		for _, st := range sts[1:] {
+			if st.CallID != sts[0].CallID {
+				t.Errorf("input %d/%d: outputs for %s and %s", k.partition, k.offset, sts[0].CallID, st.CallID)
+			}
+			if scoredAt(t, st).Before(scoredAt(t, sts[0])) {
+				t.Errorf("input %d/%d: duplicate scored_at %v before first %v", k.partition, k.offset, st.ScoredAt, sts[0].ScoredAt)
+			}
+		}
+	}
+	sort.Slice(dupKeys, func(i, j int) bool { return dupKeys[i].partition < dupKeys[j].partition || dupKeys[i].partition == dupKeys[j].partition && dupKeys[i].offset < dupKeys[j].offset })
+	// The in-flight bound: per kill, at most what one commit interval (1 s)
+	// plus the pipeline (MAX_INFLIGHT_BATCHES × BATCH_MAX_MESSAGES per
+	// process) can hold; on two cores that is a few hundred at most.
+	if limit := kills * 600; dups > limit {
+		t.Errorf("%d duplicates over %d kills, more than in-flight work can explain (%d)", dups, kills, limit)
+	}
+	t.Logf("crash drill: %d inputs, %d outputs, %d duplicates (%.2f%%) after %d SIGKILLs, %v in all",
+		n, len(msgs), dups, 100*float64(dups)/float64(n), kills, time.Since(start).Round(time.Second))
+	if len(dupKeys) > 0 {
+		k := dupKeys[0]
+		a, b := bySrc[k][0], bySrc[k][1]
+		t.Logf("a duplicate: call_id %s, source %s/%d/%d, scored_at %s then %s", a.CallID, a.Source.Topic, k.partition, k.offset,
+			a.ScoredAt, b.ScoredAt)
+	}
+}
+
+// TestReliabilitySigtermDuringLongBatch: SIGTERM while one long transcript
+// is being scored. The scorer must exit 0 within SHUTDOWN_TIMEOUT (plus
+// process teardown), publish nothing for the abandoned work, not commit
+// past it, and a restart must score it exactly once.
+func TestReliabilitySigtermDuringLongBatch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("scores one long transcript twice")
+	}
+	const shutdown = 2 * time.Second
+	sents := corpusSentences(t, 40, 160)
+	ev := map[string]any{"call_id": "LONG-1", "entity_id": "REL", "sections": map[string][]string{"FILT_MD": sents[:8000]}}
+	b, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "long.jsonl")
+	if err := os.WriteFile(file, append(b, '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	broker := startBrokerProcess(t, 1)
+	produceFile(t, broker, "transcripts", file)
+	env := relEnv(t, "KAFKA_BROKERS", broker, "KAFKA_GROUP_ID", "long", "LABELS", "consumer weakness",
+		"SHUTDOWN_TIMEOUT", shutdown.String(), "KAFKA_INPUT_PARTITIONS", "1")
+
+	p := startScorerProcess(t, env)
+	waitLog(t, p, "generation started", time.Minute)
+	// 8 000 pairs take about 8 s on two cores: 1.5 s in, it is busy.
+	time.Sleep(1500 * time.Millisecond)
+	err, took := signalAndWait(t, p, syscall.SIGTERM, shutdown+20*time.Second)
+	if err != nil {
+		t.Errorf("exit after SIGTERM: %v, want 0", err)
+	}
+	if took > shutdown+5*time.Second {
+		t.Errorf("exit took %v, SHUTDOWN_TIMEOUT is %v", took, shutdown)
+	}
+	logText := p.log.String()
+	if !strings.Contains(logText, "work in flight") {
+		t.Errorf("no 'work in flight' line: the batch finished before SIGTERM, so the test proved nothing; log:\n%s", tail(logText, 3000))
+	}
+	if msgs := readTopic(t, broker, "transcripts.scored", 1, 2*time.Second); len(msgs) != 0 {
+		t.Fatalf("abandoned work was published: %d records", len(msgs))
+	}
+	if c := committedOffsets(t, broker, "long", "transcripts", []int{0}); c[0] > 0 {
+		t.Fatalf("committed offset %d past the abandoned record", c[0])
+	}
+	t.Logf("SIGTERM during an 8 000-pair batch: exit 0 after %v (SHUTDOWN_TIMEOUT %v)", took.Round(time.Millisecond), shutdown)
+
+	p2 := startScorerProcess(t, withEnv(env, "SHUTDOWN_TIMEOUT", "30s"))
+	msgs := readTopic(t, broker, "transcripts.scored", 1, 3*time.Minute)
+	if len(msgs) != 1 {
+		t.Fatalf("after restart %d outputs, want 1", len(msgs))
+	}
+	waitCommittedToEnd(t, broker, "long", "transcripts", 30*time.Second)
+	if err, _ := signalAndWait(t, p2, syscall.SIGTERM, 40*time.Second); err != nil {
+		t.Errorf("restart exit: %v", err)
+	}
+	if all := readTopic(t, broker, "transcripts.scored", 2, 2*time.Second); len(all) != 1 {
+		t.Errorf("%d outputs in the end, want exactly 1", len(all))
+	}
+	st := decodeScored(t, msgs)[0]
+	if st.CallID != "LONG-1" || st.Sections["FILT_MD"].Sentences != 8000 {
+		t.Errorf("output %s with %d sentences", st.CallID, st.Sections["FILT_MD"].Sentences)
+	}
+}
+
+func scoredAt(t testing.TB, st schema.ScoredTranscript) time.Time {
+	t.Helper()
+	ts, err := time.Parse(time.RFC3339Nano, st.ScoredAt)
+	if err != nil {
+		t.Fatalf("%s: scored_at %q: %v", st.CallID, st.ScoredAt, err)
+	}
+	return ts
+}
