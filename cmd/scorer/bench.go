@@ -53,11 +53,11 @@ func runBench(ctx context.Context, e procEnv, args []string) error {
 	fs.StringVar(&bf.transcripts, "transcripts", "../shared/data/transcripts/transcripts.jsonl", "TranscriptEvent JSONL corpus")
 	fs.StringVar(&bf.out, "out", "", "write the results as JSON to this file; empty = none")
 	fs.StringVar(&bf.cpuProfile, "cpuprofile", "", "write a CPU profile of each model's pipeline run to this file (model name inserted before the extension when there are several models)")
-	fs.IntVar(&bf.limit, "transcripts-limit", 6, "transcripts in the throughput run, picked at evenly spaced quantiles of size")
+	fs.IntVar(&bf.limit, "transcripts-limit", 20, "transcripts in the throughput run, picked at evenly spaced quantiles of size")
 	fs.IntVar(&bf.latencyN, "latency-transcripts", 8, "shortest transcripts produced at --latency-rate for the low-rate latency run")
 	fs.Float64Var(&bf.latencyRate, "latency-rate", 1, "records per second of the low-rate latency run")
 	fs.StringVar(&bf.memMultiples, "memory-multiples", "20,60", "backlog sizes for the memory run, as multiples of the in-flight limit (BATCH_MAX_MESSAGES × MAX_INFLIGHT_BATCHES)")
-	fs.DurationVar(&bf.memDuration, "memory-duration", 12*time.Second, "how long the scorer process runs against each backlog")
+	fs.DurationVar(&bf.memDuration, "memory-duration", 25*time.Second, "how long the scorer process runs against each backlog")
 	fs.IntVar(&bf.scalingPairs, "scaling-pairs", 1200, "pairs (at least) scored per threads × workers setting")
 	fs.StringVar(&bf.scalingThreads, "scaling-threads", "1,2", "intra-op thread counts of the CPU scaling run")
 	fs.StringVar(&bf.scalingWorkers, "scaling-workers", "1,2", "workers per device of the CPU scaling run")
@@ -183,7 +183,7 @@ func benchModel(ctx context.Context, e procEnv, cfg Config, bf benchFlags, log z
 		return mr, fmt.Errorf("pipeline: %w", err)
 	}
 	progress(e, "%s: raw ORT replay of %d batches", m.Name, len(run.rec.batches))
-	rawPairs, rawDur, err := replayRaw(ctx, benchSessionFactory(cfg, m), run.device, run.rec.batches)
+	rawPairs, rawDur, rawCPU, err := replayRaw(ctx, benchSessionFactory(cfg, m), run.device, run.rec.batches)
 	if err != nil {
 		return mr, fmt.Errorf("raw replay: %w", err)
 	}
@@ -196,6 +196,9 @@ func benchModel(ctx context.Context, e procEnv, cfg Config, bf benchFlags, log z
 		engine += b.dur
 	}
 	tp.EngineBusyShare = engine.Seconds() / run.wall.Seconds()
+	tp.Split = splitTime(run)
+	tp.PipelineCPUSeconds, tp.RawCPUSeconds = run.cpu.Seconds(), rawCPU.Seconds()
+	tp.CPURatio = (float64(run.pairs) / run.cpu.Seconds()) / (float64(rawPairs) / rawCPU.Seconds())
 	tp.Ratio = tp.PipelinePairsPerSec / tp.RawPairsPerSec
 	tp.OK = tp.Ratio >= tp.Target
 	mr.Throughput = tp

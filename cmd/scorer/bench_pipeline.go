@@ -27,6 +27,7 @@ import (
 // engine, and how long the engine took.
 type recordedBatch struct {
 	pairs []model.Pair
+	start time.Time
 	dur   time.Duration
 }
 
@@ -40,8 +41,8 @@ type batchRecorder struct {
 	arrivals [][]model.Pair
 }
 
-func (r *batchRecorder) addBatch(pairs []model.Pair, d time.Duration) {
-	b := recordedBatch{dur: d}
+func (r *batchRecorder) addBatch(pairs []model.Pair, start time.Time, d time.Duration) {
+	b := recordedBatch{start: start, dur: d}
 	if r.keep {
 		// The pool may reuse its slice; the Pair values (slice headers over
 		// token IDs nobody mutates) are what we replay.
@@ -72,7 +73,7 @@ func (e recordingEngine) ScorePairs(ctx context.Context, pairs []model.Pair) ([]
 	t0 := time.Now()
 	out, err := e.Engine.ScorePairs(ctx, pairs)
 	if err == nil {
-		e.rec.addBatch(pairs, time.Since(t0))
+		e.rec.addBatch(pairs, t0, time.Since(t0))
 	}
 	return out, err
 }
@@ -214,6 +215,7 @@ type pipelineOpts struct {
 // pipelineRun is what a run measured.
 type pipelineRun struct {
 	records, pairs int
+	first, last    time.Time     // first produce, last output ack
 	wall           time.Duration // first produce to last output ack
 	cpu            time.Duration // this process's user+system CPU over wall
 	latencies      []time.Duration
@@ -355,6 +357,7 @@ func runPipeline(ctx context.Context, cfg Config, m *model.Model, log zerolog.Lo
 	}
 	r.dlq = sink.dlq
 	sink.mu.Unlock()
+	r.first, r.last = first, last
 	r.wall = last.Sub(first)
 	scorer.mu.Lock()
 	r.scoreDurs = slices.Clone(scorer.durs)
@@ -422,26 +425,28 @@ func cpuTime() time.Duration {
 // with a fresh engine from the same factory on the same device, in one
 // goroutine: the ORT limit the pipeline is compared with. The first batch
 // runs once untimed so both sides are measured warm.
-func replayRaw(ctx context.Context, f gpupool.EngineFactory, dev gpupool.Device, batches []recordedBatch) (pairs int, d time.Duration, err error) {
+// It also returns the process CPU time the loop used: CPU time is far less
+// disturbed than wall time by other tenants of a shared machine.
+func replayRaw(ctx context.Context, f gpupool.EngineFactory, dev gpupool.Device, batches []recordedBatch) (pairs int, wall, cpu time.Duration, err error) {
 	eng, err := f(dev)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	defer eng.Close()
 	if len(batches) == 0 {
-		return 0, 0, nil
+		return 0, 0, 0, nil
 	}
 	if _, err := eng.ScorePairs(ctx, batches[0].pairs); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	t0 := time.Now()
+	t0, c0 := time.Now(), cpuTime()
 	for _, b := range batches {
 		if _, err := eng.ScorePairs(ctx, b.pairs); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		pairs += len(b.pairs)
 	}
-	return pairs, time.Since(t0), nil
+	return pairs, time.Since(t0), cpuTime() - c0, nil
 }
 
 // arrivalPadding is the padding a batcher without sorting would get: each
@@ -466,4 +471,42 @@ func arrivalPadding(calls [][]model.Pair, maxTokens, maxRows int) (real, padded 
 		flush()
 	}
 	return real, padded
+}
+
+// timeSplit divides a pipeline run's wall time into the lead-in before the
+// first inference batch, the tail after the last, engine time, and engine
+// idle time in between: where a pipeline/raw ratio below 1 comes from.
+type timeSplit struct {
+	LeadInMs   float64 `json:"lead_in_ms"`
+	TailMs     float64 `json:"tail_ms"`
+	EngineMs   float64 `json:"engine_ms"`
+	IdleGapsMs float64 `json:"idle_gaps_ms"`
+}
+
+func splitTime(r *pipelineRun) timeSplit {
+	bs := r.rec.batches
+	if len(bs) == 0 {
+		return timeSplit{}
+	}
+	starts := slices.Clone(bs)
+	slices.SortFunc(starts, func(a, b recordedBatch) int { return a.start.Compare(b.start) })
+	var ts timeSplit
+	ts.LeadInMs = ms(starts[0].start.Sub(r.first))
+	// Merge busy intervals (several workers may overlap).
+	var busy time.Duration
+	curS, curE := starts[0].start, starts[0].start.Add(starts[0].dur)
+	for _, b := range starts[1:] {
+		e := b.start.Add(b.dur)
+		if b.start.After(curE) {
+			busy += curE.Sub(curS)
+			curS, curE = b.start, e
+		} else if e.After(curE) {
+			curE = e
+		}
+	}
+	busy += curE.Sub(curS)
+	ts.TailMs = ms(r.last.Sub(curE))
+	ts.EngineMs = ms(busy)
+	ts.IdleGapsMs = ms(curE.Sub(starts[0].start) - busy)
+	return ts
 }
