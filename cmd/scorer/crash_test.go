@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/scorer/scorer/schema"
+)
+
+// groupOffsets reads the group's committed offset per partition.
+func groupOffsets(t *testing.T, broker, group, topic string, partitions int) map[int]int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ids := make([]int, partitions)
+	for i := range ids {
+		ids[i] = i
+	}
+	c := &kafka.Client{Addr: kafka.TCP(broker)}
+	resp, err := c.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ids}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int]int64{}
+	for _, p := range resp.Topics[topic] {
+		if p.Error != nil {
+			t.Fatalf("offset fetch partition %d: %v", p.Partition, p.Error)
+		}
+		out[p.Partition] = p.CommittedOffset
+	}
+	return out
+}
+
+// waitForCalls reads topic until every event has an output, then returns all
+// output records (duplicates included).
+func waitForCalls(t *testing.T, broker, topic string, events []schema.TranscriptEvent, timeout time.Duration) []kafka.Message {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		msgs := readTopic(t, broker, topic, 1<<30, 2*time.Second)
+		seen := map[string]bool{}
+		for _, st := range decodeScored(t, msgs) {
+			seen[st.CallID] = true
+		}
+		missing := 0
+		for _, ev := range events {
+			if !seen[ev.CallID] {
+				missing++
+			}
+		}
+		if missing == 0 {
+			return msgs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d inputs still have no output after %v", missing, len(events), timeout)
+		}
+	}
+}
+
+// TestKillAndRestart runs the broker as its own process, kills the scorer
+// with SIGKILL mid-stream and starts it again: every input gets an output,
+// and an input is scored twice only if its offset was not yet committed when
+// the scorer died (work in flight).
+func TestKillAndRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the scorer as a process twice over real transcripts")
+	}
+	const partitions = 3
+	broker := startBrokerProcess(t, partitions)
+	file, events := shortestTranscripts(t, 30)
+	env := baseEnv(t)
+	env["KAFKA_BROKERS"] = broker
+	env["KAFKA_INPUT_PARTITIONS"] = "3"
+	env["BATCH_MAX_MESSAGES"] = "2"
+	produceFile(t, broker, "transcripts", file)
+
+	first := startScorerProcess(t, env)
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		if n := len(readTopic(t, broker, "transcripts.scored", 1<<30, 2*time.Second)); n >= 6 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no outputs within 5 minutes")
+		}
+	}
+	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = first.cmd.Wait()
+	committed := groupOffsets(t, broker, "scorer", "transcripts", partitions)
+	before := len(readTopic(t, broker, "transcripts.scored", 1<<30, 2*time.Second))
+	t.Logf("killed after %d outputs; committed offsets %v", before, committed)
+	if before >= len(events) {
+		t.Fatalf("all %d outputs were done before the kill; the test proves nothing", before)
+	}
+
+	second := startScorerProcess(t, env)
+	msgs := waitForCalls(t, broker, "transcripts.scored", events, 5*time.Minute)
+	if err := second.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.cmd.Wait(); err != nil {
+		t.Errorf("scorer exit after SIGTERM: %v (want 0)", err)
+	}
+
+	got := decodeScored(t, msgs)
+	byCall := map[string]int{}
+	bySource := map[[2]int64]int{}
+	for _, st := range got {
+		byCall[st.CallID]++
+		bySource[[2]int64{int64(st.Source.Partition), st.Source.Offset}]++
+	}
+	for _, ev := range events {
+		if byCall[ev.CallID] == 0 {
+			t.Errorf("%s has no output", ev.CallID)
+		}
+	}
+	dups := 0
+	for src, n := range bySource {
+		if n < 2 {
+			continue
+		}
+		dups += n - 1
+		if src[1] < committed[int(src[0])] {
+			t.Errorf("partition %d offset %d scored %d times though offset %d was committed before the kill",
+				src[0], src[1], n, committed[int(src[0])])
+		}
+	}
+	t.Logf("%d inputs, %d outputs, %d duplicates (all from uncommitted, in-flight work)", len(events), len(got), dups)
+	final := groupOffsets(t, broker, "scorer", "transcripts", partitions)
+	total := int64(0)
+	for _, o := range final {
+		total += o
+	}
+	if total != int64(len(events)) {
+		t.Errorf("committed offsets %v sum to %d, want %d (every input done)", final, total, len(events))
+	}
+}
