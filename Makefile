@@ -16,7 +16,12 @@ export MODEL_DIR
 
 GO_SOURCES := $(shell find . -name '*.go' -not -path './.deps/*' 2>/dev/null) go.mod go.sum
 
-.PHONY: build ort kcat test test-short vet fmt lint run bench golden clean
+HELM_VERSION := v3.22.0
+HELM        := $(abspath $(DEPS)/bin/helm)
+export HELM
+FUZZTIME    ?= 15s
+
+.PHONY: build ort kcat helm test test-short fuzz vet fmt lint run bench golden clean
 
 build: $(BIN) ort
 
@@ -36,6 +41,12 @@ $(ORT_LIB):
 kcat:
 	@command -v kcat >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
 
+# helm renders the chart in deploy's tests; Debian has no package, so it is
+# built from its Go module (a few minutes, once).
+helm: $(HELM)
+$(HELM):
+	GOBIN=$(abspath $(DEPS)/bin) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
 vet:
 	$(GO) vet ./...
 
@@ -44,8 +55,15 @@ fmt:
 
 lint: fmt vet
 
-test: ort kcat lint
-	$(GO) test -race -count=1 -timeout 40m ./...
+test: ort kcat helm lint
+	$(GO) test -race -count=1 -timeout 45m ./...
+	$(MAKE) fuzz
+
+# A short run of every fuzz target; seed corpora live in testdata/fuzz.
+fuzz: ort
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeEvent$$' -fuzztime $(FUZZTIME) ./schema
+	$(GO) test -run '^$$' -fuzz '^FuzzPythonList$$' -fuzztime $(FUZZTIME) ./schema
+	$(GO) test -run '^$$' -fuzz '^FuzzEncode$$' -fuzztime $(FUZZTIME) ./model/tokenizer
 
 test-short: ort
 	$(GO) test -short -count=1 ./...

@@ -29,12 +29,12 @@ type scoringStack struct {
 
 // openScoring starts the stack in dependency order: ORT environment, model,
 // NVML, pool (sessions per device), transcript scorer.
-func openScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg prometheus.Registerer) (s *scoringStack, err error) {
-	s = &scoringStack{}
+func openScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg prometheus.Registerer) (_ *scoringStack, err error) {
+	s := &scoringStack{}
 	defer func() {
 		if err != nil {
-			s.Close(context.Background())
-			s = nil
+			// Undo what was opened; the error is what the caller needs.
+			_ = s.Close(context.Background())
 		}
 	}()
 	lib, err := resolvePath(cfg.ORTLib)
