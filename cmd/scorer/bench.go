@@ -37,6 +37,7 @@ type benchFlags struct {
 	scalingPairs     int
 	scalingThreads   string
 	scalingWorkers   string
+	scalingRounds    int
 	skip             string
 	pipelineDeadline time.Duration
 }
@@ -54,13 +55,14 @@ func runBench(ctx context.Context, e procEnv, args []string) error {
 	fs.StringVar(&bf.out, "out", "", "write the results as JSON to this file; empty = none")
 	fs.StringVar(&bf.cpuProfile, "cpuprofile", "", "write a CPU profile of each model's pipeline run to this file (model name inserted before the extension when there are several models)")
 	fs.IntVar(&bf.limit, "transcripts-limit", 20, "transcripts in the throughput run, picked at evenly spaced quantiles of size")
-	fs.IntVar(&bf.latencyN, "latency-transcripts", 8, "shortest transcripts produced at --latency-rate for the low-rate latency run")
+	fs.IntVar(&bf.latencyN, "latency-transcripts", 15, "shortest transcripts produced at --latency-rate for the low-rate latency run")
 	fs.Float64Var(&bf.latencyRate, "latency-rate", 1, "records per second of the low-rate latency run")
 	fs.StringVar(&bf.memMultiples, "memory-multiples", "20,60", "backlog sizes for the memory run, as multiples of the in-flight limit (BATCH_MAX_MESSAGES × MAX_INFLIGHT_BATCHES)")
 	fs.DurationVar(&bf.memDuration, "memory-duration", 25*time.Second, "how long the scorer process runs against each backlog")
 	fs.IntVar(&bf.scalingPairs, "scaling-pairs", 1200, "pairs (at least) scored per threads × workers setting")
 	fs.StringVar(&bf.scalingThreads, "scaling-threads", "1,2", "intra-op thread counts of the CPU scaling run")
 	fs.StringVar(&bf.scalingWorkers, "scaling-workers", "1,2", "workers per device of the CPU scaling run")
+	fs.IntVar(&bf.scalingRounds, "scaling-rounds", 2, "interleaved rounds of the CPU scaling run; each setting reports its best")
 	fs.StringVar(&bf.skip, "skip", "", "comma-separated sections to skip: latency, memory, scaling")
 	fs.DurationVar(&bf.pipelineDeadline, "run-timeout", 15*time.Minute, "deadline of each pipeline run")
 	cfg, err := loadConfig(e.getenv, fs, args)
@@ -241,7 +243,7 @@ func benchModel(ctx context.Context, e procEnv, cfg Config, bf benchFlags, log z
 	if !skip["scaling"] {
 		sevs := scalingEvents(sample, bf.scalingPairs, labels)
 		progress(e, "%s: CPU scaling, threads %v × workers %v", m.Name, threads, workers)
-		pts, err := runScaling(ctx, cfg, m, sevs, threads, workers)
+		pts, err := runScaling(ctx, cfg, m, sevs, threads, workers, bf.scalingRounds)
 		if err != nil {
 			return mr, err
 		}
