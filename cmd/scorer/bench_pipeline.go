@@ -270,7 +270,11 @@ func runPipeline(ctx context.Context, cfg Config, m *model.Model, log zerolog.Lo
 	poolClosed := false
 	defer func() {
 		if !poolClosed {
-			_ = pool.Close(context.Background())
+			// On an error or Ctrl-C, do not drain the queued batches
+			// (minutes on a CPU): cancel them after a short grace.
+			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = pool.Close(cctx)
 		}
 	}()
 	ts, err := model.NewTranscriptScorer(m, model.LabelConfig{Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold}, arrivalScorer{inner: pool, rec: rec})
