@@ -117,7 +117,9 @@ func TestReliabilityCrashKill9(t *testing.T) {
 			}
 		}
 	}
-	sort.Slice(dupKeys, func(i, j int) bool { return dupKeys[i].partition < dupKeys[j].partition || dupKeys[i].partition == dupKeys[j].partition && dupKeys[i].offset < dupKeys[j].offset })
+	sort.Slice(dupKeys, func(i, j int) bool {
+		return dupKeys[i].partition < dupKeys[j].partition || dupKeys[i].partition == dupKeys[j].partition && dupKeys[i].offset < dupKeys[j].offset
+	})
 	// The in-flight bound: per kill, at most what one commit interval (1 s)
 	// plus the pipeline (MAX_INFLIGHT_BATCHES × BATCH_MAX_MESSAGES per
 	// process) can hold; on two cores that is a few hundred at most.
