@@ -59,7 +59,7 @@ type Config struct {
 	CPUThreads     int      `env:"CPU_THREADS" help:"ONNX Runtime intra-op threads on CPU; 0 = number of cores"`
 	Workers        int      `env:"WORKERS" help:"workers per device; 0 = auto"`
 
-	MetricsAddr     string        `env:"METRICS_ADDR" envDefault:":9464" help:"address of /metrics, /healthz and /readyz; empty = off"`
+	MetricsAddr     string        `env:"METRICS_ADDR" envDefault:":9464" help:"address of /metrics, /healthz and /readyz; off = no HTTP server"`
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" help:"drain deadline after SIGTERM"`
 	LogLevel        string        `env:"LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error"`
 	LogFormat       string        `env:"LOG_FORMAT" envDefault:"auto" help:"json, console, or auto (console on a terminal)"`

@@ -138,6 +138,24 @@ func TestRunEndToEnd(t *testing.T) {
 	if v := metricValue(metrics, "scorer_ready"); v != 1 {
 		t.Errorf("scorer_ready = %v, want 1", v)
 	}
+	if v := metricValue(metrics, `scorer_messages_out_total{kind="result",topic="transcripts.scored"}`); v != float64(len(events)) {
+		t.Errorf("scorer_messages_out_total results = %v, want %d", v, len(events))
+	}
+	if v := metricValue(metrics, "scorer_end_to_end_seconds_count"); v != float64(len(events)) {
+		t.Errorf("scorer_end_to_end_seconds_count = %v, want %d", v, len(events))
+	}
+	if v := metricValue(metrics, "scorer_batch_padding_ratio_count"); v < 1 {
+		t.Errorf("scorer_batch_padding_ratio observed %v batches", v)
+	}
+	if v := metricValue(metrics, "scorer_assigned_partitions"); v != 3 {
+		t.Errorf("scorer_assigned_partitions = %v, want 3", v)
+	}
+	resp, err := http.Get("http://" + metricsAddr + "/healthz")
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("/healthz: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
 	if err := stop(); err != nil {
 		t.Fatalf("graceful stop: %v", err)
 	}

@@ -61,7 +61,7 @@ func baseEnv(t testing.TB) map[string]string {
 		"ORT_LIB":          testenv.ORTLib(t),
 		"LOG_FORMAT":       "json",
 		"BATCH_MAX_WAIT":   "50ms",
-		"METRICS_ADDR":     "",
+		"METRICS_ADDR":     "off",
 		"CPU_THREADS":      "2",
 		"SHUTDOWN_TIMEOUT": "20s",
 	}

@@ -82,13 +82,17 @@ func produceLines(ctx context.Context, w *kafka.Writer, in io.Reader, limit int,
 		line, err := r.ReadBytes('\n')
 		if len(bytes.TrimSpace(line)) > 0 {
 			value := bytes.TrimRight(line, "\r\n")
-			batch = append(batch, kafka.Message{Key: eventKey(value), Value: value, Time: time.Now()})
 			if tick != nil {
+				// Wait first, so the record's timestamp is when it is sent and
+				// end-to-end latency measured from it is not inflated by pacing.
 				select {
 				case <-ctx.Done():
 					return n, ctx.Err()
 				case <-tick.C:
 				}
+			}
+			batch = append(batch, kafka.Message{Key: eventKey(value), Value: value, Time: time.Now()})
+			if tick != nil {
 				if ferr := flush(); ferr != nil {
 					return n, ferr
 				}

@@ -36,7 +36,7 @@ func runService(ctx context.Context, e procEnv, args []string) error {
 	reg := newRegistry()
 	h := newHealth(reg)
 
-	if cfg.MetricsAddr != "" {
+	if cfg.MetricsAddr != "" && cfg.MetricsAddr != "off" {
 		addr, stopHTTP, err := startHTTP(cfg.MetricsAddr, reg, h, log)
 		if err != nil {
 			return fmt.Errorf("metrics server: %w", err)
@@ -97,7 +97,7 @@ func runService(ctx context.Context, e procEnv, args []string) error {
 		BatchMaxMessages: cfg.BatchMaxMessages, BatchMaxBytes: cfg.BatchMaxBytes, BatchMaxWait: cfg.BatchMaxWait,
 		MaxMessageBytes: cfg.MaxMessageBytes, MaxInflightBatches: cfg.MaxInflightBatches,
 		Limits: stack.limits, ShutdownTimeout: cfg.ShutdownTimeout, Dialer: sec.dialer(cfg.ClientID),
-	}, stack.scorer, prod, log.With().Str("component", "consumer").Logger(), reg)
+	}, stack.scorer, prod, log, reg)
 	if err != nil {
 		closeWithin(cfg.ShutdownTimeout, log, prod.Close, stack.Close)
 		return err

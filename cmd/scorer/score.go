@@ -77,7 +77,7 @@ func runScore(ctx context.Context, e procEnv, args []string) error {
 	bw := bufio.NewWriterSize(w, 1<<20)
 	sj := &scoreJob{
 		stack: stack, in: bufio.NewReaderSize(r, 1<<20), out: bw, stderr: e.stderr,
-		skipBad: *skipBad, chunk: *chunk, totalBytes: total,
+		skipBad: *skipBad, chunk: *chunk, totalBytes: total, started: time.Now(),
 	}
 	showProgress := *progress == "on" || (*progress == "auto" && isTerminal(e.stderr))
 	var stopProgress func()
@@ -126,7 +126,6 @@ type scoreResult struct {
 }
 
 func (j *scoreJob) run(ctx context.Context) error {
-	j.started = time.Now()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// The buffer of 1 plus the chunk being written bounds memory to a few chunks.
