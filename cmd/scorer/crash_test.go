@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"syscall"
 	"testing"
 	"time"
@@ -10,30 +9,6 @@ import (
 
 	"github.com/scorer/scorer/schema"
 )
-
-// groupOffsets reads the group's committed offset per partition.
-func groupOffsets(t *testing.T, broker, group, topic string, partitions int) map[int]int64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ids := make([]int, partitions)
-	for i := range ids {
-		ids[i] = i
-	}
-	c := &kafka.Client{Addr: kafka.TCP(broker)}
-	resp, err := c.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ids}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[int]int64{}
-	for _, p := range resp.Topics[topic] {
-		if p.Error != nil {
-			t.Fatalf("offset fetch partition %d: %v", p.Partition, p.Error)
-		}
-		out[p.Partition] = p.CommittedOffset
-	}
-	return out
-}
 
 // waitForCalls reads topic until every event has an output, then returns all
 // output records (duplicates included).
@@ -92,7 +67,7 @@ func TestKillAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = first.cmd.Wait()
-	committed := groupOffsets(t, broker, "scorer", "transcripts", partitions)
+	committed := committedOffsets(t, broker, "scorer", "transcripts", []int{0, 1, 2})
 	before := len(readTopic(t, broker, "transcripts.scored", 1<<30, 2*time.Second))
 	t.Logf("killed after %d outputs; committed offsets %v", before, committed)
 	if before >= len(events) {
@@ -132,7 +107,7 @@ func TestKillAndRestart(t *testing.T) {
 		}
 	}
 	t.Logf("%d inputs, %d outputs, %d duplicates (all from uncommitted, in-flight work)", len(events), len(got), dups)
-	final := groupOffsets(t, broker, "scorer", "transcripts", partitions)
+	final := committedOffsets(t, broker, "scorer", "transcripts", []int{0, 1, 2})
 	total := int64(0)
 	for _, o := range final {
 		total += o

@@ -273,15 +273,25 @@ func endOffsets(t testing.TB, broker, topic string, dialer *kafka.Dialer) map[in
 // (-1 where none).
 func committedOffsets(t testing.TB, broker, group, topic string, parts []int) map[int]int64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	c := &kafka.Client{Addr: kafka.TCP(broker), Timeout: 20 * time.Second}
-	resp, err := c.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: parts}})
+	c := &kafka.Client{Addr: kafka.TCP(broker), Timeout: 10 * time.Second}
+	var resp *kafka.OffsetFetchResponse
+	var err error
+	// A fault test may have just cut or paused the path to the broker, and a
+	// coordinator may be mid-load: retry transient failures for a while.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err = c.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: parts}})
+		cancel()
+		if err == nil && resp.Error != nil {
+			err = resp.Error
+		}
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	if err != nil {
 		t.Fatalf("offset fetch: %v", err)
-	}
-	if resp.Error != nil {
-		t.Fatalf("offset fetch: %v", resp.Error)
 	}
 	out := map[int]int64{}
 	for _, p := range resp.Topics[topic] {
