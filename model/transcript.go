@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/scorer/scorer/schema"
@@ -164,28 +166,13 @@ func (ts *TranscriptScorer) Score(ctx context.Context, events []schema.Transcrip
 	for i := range events {
 		total += ts.PairCount(&events[i])
 	}
-	pairs := make([]Pair, 0, total)
-	for i := range events {
-		ev := &events[i]
-		for _, sec := range ev.SectionNames() {
-			for j, sent := range ev.Sections[sec] {
-				if err := ctx.Err(); err != nil {
-					return nil, fmt.Errorf("model: tokenizing call_id %q: %w", ev.CallID, err)
-				}
-				ids, err := ts.encode(sent)
-				if err != nil {
-					return nil, fmt.Errorf("model: tokenizing call_id %q section %q sentence %d: %w", ev.CallID, sec, j, err)
-				}
-				for _, h := range ts.hyps {
-					pairs = append(pairs, ts.m.Tokenizer.EncodePair(ids, h, ts.m.MaxLength))
-				}
-			}
-		}
+	pairs, err := ts.encodeAll(ctx, events, total)
+	if err != nil {
+		return nil, err
 	}
 
 	var scores []float32
 	if len(pairs) > 0 {
-		var err error
 		if scores, err = ts.engine.ScorePairs(ctx, pairs); err != nil {
 			return nil, fmt.Errorf("model: scoring %d events (%d pairs): %w", len(events), len(pairs), err)
 		}
@@ -239,4 +226,69 @@ func (ts *TranscriptScorer) Score(ctx context.Context, events []schema.Transcrip
 		out[i] = st
 	}
 	return out, nil
+}
+
+// sentenceRef locates one sentence of a batch of events.
+type sentenceRef struct {
+	ev   *schema.TranscriptEvent
+	sec  string
+	idx  int
+	text string
+}
+
+// encodeAll tokenizes every sentence once and assembles its L pairs, laid
+// out sentence by sentence (sentence k's pairs at k·L … k·L+L−1) in
+// SectionNames order. Sentences are split over GOMAXPROCS goroutines: the
+// tokenizer is read-only, and a consumer batch of 16 transcripts is some
+// 7 000 sentences, which tokenized serially would keep a GPU waiting.
+func (ts *TranscriptScorer) encodeAll(ctx context.Context, events []schema.TranscriptEvent, total int) ([]Pair, error) {
+	L := len(ts.hyps)
+	refs := make([]sentenceRef, 0, total/max(L, 1))
+	for i := range events {
+		ev := &events[i]
+		for _, sec := range ev.SectionNames() {
+			for j, sent := range ev.Sections[sec] {
+				refs = append(refs, sentenceRef{ev: ev, sec: sec, idx: j, text: sent})
+			}
+		}
+	}
+	pairs := make([]Pair, len(refs)*L)
+	const minChunk = 256
+	workers := min(runtime.GOMAXPROCS(0), (len(refs)+minChunk-1)/minChunk)
+	if workers < 1 {
+		return pairs, nil
+	}
+	errs := make([]error, workers)
+	var wg sync.WaitGroup
+	chunk := (len(refs) + workers - 1) / workers
+	for w := range workers {
+		lo, hi := w*chunk, min((w+1)*chunk, len(refs))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := lo; k < hi; k++ {
+				r := &refs[k]
+				if err := ctx.Err(); err != nil {
+					errs[w] = fmt.Errorf("model: tokenizing call_id %q: %w", r.ev.CallID, err)
+					return
+				}
+				ids, err := ts.encode(r.text)
+				if err != nil {
+					errs[w] = fmt.Errorf("model: tokenizing call_id %q section %q sentence %d: %w", r.ev.CallID, r.sec, r.idx, err)
+					return
+				}
+				for l, h := range ts.hyps {
+					pairs[k*L+l] = ts.m.Tokenizer.EncodePair(ids, h, ts.m.MaxLength)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	// The first failing chunk holds the earliest failing sentence.
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return pairs, nil
 }

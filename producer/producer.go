@@ -83,7 +83,7 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Producer, 
 		Transport:              transport,
 		AllowAutoTopicCreation: cfg.AllowAutoTopicCreation,
 		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
-			log.Warn().Str("component", "kafka-go").Msgf(msg, args...)
+			log.Warn().Str("source", "kafka-go").Msgf(msg, args...)
 		}),
 	}
 	return &Producer{cfg: cfg, w: w, log: log, metrics: m}, nil

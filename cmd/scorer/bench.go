@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 	ort "github.com/yalue/onnxruntime_go"
 
+	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
 )
@@ -185,7 +186,7 @@ func benchModel(ctx context.Context, e procEnv, cfg Config, bf benchFlags, log z
 		return mr, fmt.Errorf("pipeline: %w", err)
 	}
 	progress(e, "%s: raw ORT replay of %d batches", m.Name, len(run.rec.batches))
-	rawPairs, rawDur, rawCPU, err := replayRaw(ctx, benchSessionFactory(cfg, m), run.device, run.rec.batches)
+	rawPairs, rawDur, rawCPU, err := replayRaw(ctx, gpupool.SessionFactory(m, sessionConfig(cfg)), run.device, run.rec.batches)
 	if err != nil {
 		return mr, fmt.Errorf("raw replay: %w", err)
 	}

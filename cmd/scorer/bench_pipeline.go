@@ -159,41 +159,10 @@ func (s *ackSink) DeadLetter(ctx context.Context, dls []schema.DeadLetter) error
 	return nil
 }
 
-// newBenchPool builds the pool exactly as openScoring does (same options,
-// same SessionFactory), except that each engine is wrapped to record its
-// batches. openScoring takes no factory wrapper, hence the duplication; see
-// docs/benchmarks.md for the suggested hook.
+// newBenchPool builds the pool through the same newPool and session config
+// as openScoring, except that each engine is wrapped to record its batches.
 func newBenchPool(ctx context.Context, cfg Config, m *model.Model, log zerolog.Logger, reg prometheus.Registerer, rec *batchRecorder) (*gpupool.Pool, func(), error) {
-	devMode, err := gpupool.ParseDeviceMode(cfg.Device)
-	if err != nil {
-		return nil, nil, err
-	}
-	opts := []gpupool.Option{
-		gpupool.Mode(devMode),
-		gpupool.MaxBatchTokens(cfg.MaxBatchTokens),
-		gpupool.MaxBatchRows(cfg.MaxBatchRows),
-		gpupool.MemFraction(cfg.GPUMemFraction),
-		gpupool.Logger(log.With().Str("component", "gpupool").Logger()),
-		gpupool.Registerer(reg),
-	}
-	if len(cfg.GPUIDs) > 0 {
-		opts = append(opts, gpupool.GPUIDs(cfg.GPUIDs...))
-	}
-	if cfg.Workers > 0 {
-		opts = append(opts, gpupool.WorkersPerDevice(cfg.Workers))
-	}
-	cleanup := func() {}
-	if devMode != gpupool.ModeCPU {
-		probe, shutdownNVML, perr := gpupool.NewNVMLProbe(ctx)
-		switch {
-		case perr == nil:
-			cleanup = shutdownNVML
-			opts = append(opts, gpupool.WithProbe(probe))
-		case devMode == gpupool.ModeCUDA:
-			return nil, nil, fmt.Errorf("DEVICE=cuda: %w", perr)
-		}
-	}
-	inner := benchSessionFactory(cfg, m)
+	inner := gpupool.SessionFactory(m, sessionConfig(cfg))
 	factory := func(d gpupool.Device) (gpupool.Engine, error) {
 		e, err := inner(d)
 		if err != nil || rec == nil {
@@ -201,17 +170,7 @@ func newBenchPool(ctx context.Context, cfg Config, m *model.Model, log zerolog.L
 		}
 		return recordingEngine{Engine: e, rec: rec}, nil
 	}
-	pool, err := gpupool.New(ctx, factory, opts...)
-	if err != nil {
-		cleanup()
-		return nil, nil, err
-	}
-	return pool, cleanup, nil
-}
-
-// benchSessionFactory is the factory openScoring gives the pool.
-func benchSessionFactory(cfg Config, m *model.Model) gpupool.EngineFactory {
-	return gpupool.SessionFactory(m, gpupool.SessionConfig{IntraOpThreads: cfg.CPUThreads, GPUMemFraction: cfg.GPUMemFraction})
+	return newPool(ctx, cfg, m, log, reg, factory)
 }
 
 // pipelineOpts says what one pipeline run produces and how.

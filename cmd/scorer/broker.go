@@ -19,6 +19,9 @@ type brokerOptions struct {
 	Partitions int
 	Topics     []string
 	DataDir    string // persist to this folder and reload on restart; empty = memory only
+	// MaxMessageBytes is the broker's message.max.bytes; 0 keeps kfake's
+	// default (about 1 MiB), which is smaller than the scorer's input limit.
+	MaxMessageBytes int
 }
 
 // startBroker starts the broker and returns it with its listen address.
@@ -46,6 +49,9 @@ func startBroker(o brokerOptions) (*kfake.Cluster, string, error) {
 	if o.DataDir != "" {
 		opts = append(opts, kfake.DataDir(o.DataDir))
 	}
+	if o.MaxMessageBytes > 0 {
+		opts = append(opts, kfake.BrokerConfigs(map[string]string{"message.max.bytes": strconv.Itoa(o.MaxMessageBytes)}))
+	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
 		return nil, "", fmt.Errorf("broker: start: %w", err)
@@ -65,6 +71,7 @@ func runBroker(ctx context.Context, e procEnv, args []string) error {
 	partitions := fs.Int("partitions", 6, "partitions of the seeded and auto-created topics")
 	topics := fs.String("topics", "transcripts,transcripts.scored,transcripts.dlq", "comma-separated topics to create at start")
 	dataDir := fs.String("data-dir", "", "persist the log to this folder (kept across restarts); empty = memory only")
+	maxMessage := fs.Int("max-message-bytes", 64<<20, "the broker's message.max.bytes")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return errUsage
@@ -73,7 +80,7 @@ func runBroker(ctx context.Context, e procEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	c, listen, err := startBroker(brokerOptions{Addr: *addr, Partitions: *partitions, Topics: splitList(*topics, ","), DataDir: *dataDir})
+	c, listen, err := startBroker(brokerOptions{Addr: *addr, Partitions: *partitions, Topics: splitList(*topics, ","), DataDir: *dataDir, MaxMessageBytes: *maxMessage})
 	if err != nil {
 		return err
 	}

@@ -17,24 +17,26 @@ import (
 // by a flag of the same name in lower case with dashes (KAFKA_BROKERS →
 // --kafka-brokers). README.md documents each variable.
 type Config struct {
-	KafkaBrokers     []string `env:"KAFKA_BROKERS" envSeparator:"," help:"comma-separated bootstrap brokers; empty starts the in-memory broker in-process (not durable)"`
-	InputTopic       string   `env:"KAFKA_INPUT_TOPIC" envDefault:"transcripts" help:"topic of TranscriptEvents"`
-	OutputTopic      string   `env:"KAFKA_OUTPUT_TOPIC" envDefault:"transcripts.scored" help:"topic of ScoredTranscripts"`
-	DLQTopic         string   `env:"KAFKA_DLQ_TOPIC" envDefault:"transcripts.dlq" help:"dead-letter topic"`
-	RowsTopic        string   `env:"OUTPUT_ROWS_TOPIC" help:"optional topic of flat (call_id, section, sentence_index, label) rows"`
-	OutputFormat     string   `env:"OUTPUT_FORMAT" envDefault:"json" help:"json, or connect (JsonConverter envelope, schemas.enable=true)"`
-	GroupID          string   `env:"KAFKA_GROUP_ID" envDefault:"scorer" help:"consumer group"`
-	ClientID         string   `env:"KAFKA_CLIENT_ID" envDefault:"scorer" help:"Kafka client id"`
-	InputPartitions  int      `env:"KAFKA_INPUT_PARTITIONS" envDefault:"6" help:"partitions for topics the scorer creates (in-memory broker, or missing topics)"`
-	KafkaTLS         bool     `env:"KAFKA_TLS" help:"connect with TLS"`
-	KafkaTLSCAFile   string   `env:"KAFKA_TLS_CA_FILE" help:"PEM CA bundle for the brokers' certificates"`
-	KafkaTLSCertFile string   `env:"KAFKA_TLS_CERT_FILE" help:"PEM client certificate (mutual TLS)"`
-	KafkaTLSKeyFile  string   `env:"KAFKA_TLS_KEY_FILE" help:"PEM client key (mutual TLS)"`
-	KafkaTLSInsecure bool     `env:"KAFKA_TLS_INSECURE_SKIP_VERIFY" help:"skip broker certificate verification (testing only)"`
-	SASLMechanism    string   `env:"KAFKA_SASL_MECHANISM" help:"PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty = no SASL"`
-	SASLUsername     string   `env:"KAFKA_SASL_USERNAME" help:"SASL user"`
-	SASLPassword     string   `env:"KAFKA_SASL_PASSWORD" help:"SASL password (prefer KAFKA_SASL_PASSWORD_FILE)" secret:"true"`
-	SASLPasswordFile string   `env:"KAFKA_SASL_PASSWORD_FILE" help:"file holding the SASL password"`
+	KafkaBrokers     []string      `env:"KAFKA_BROKERS" envSeparator:"," help:"comma-separated bootstrap brokers; empty starts the in-memory broker in-process (not durable)"`
+	InputTopic       string        `env:"KAFKA_INPUT_TOPIC" envDefault:"transcripts" help:"topic of TranscriptEvents"`
+	OutputTopic      string        `env:"KAFKA_OUTPUT_TOPIC" envDefault:"transcripts.scored" help:"topic of ScoredTranscripts"`
+	DLQTopic         string        `env:"KAFKA_DLQ_TOPIC" envDefault:"transcripts.dlq" help:"dead-letter topic"`
+	RowsTopic        string        `env:"OUTPUT_ROWS_TOPIC" help:"optional topic of flat (call_id, section, sentence_index, label) rows"`
+	OutputFormat     string        `env:"OUTPUT_FORMAT" envDefault:"json" help:"json, or connect (JsonConverter envelope, schemas.enable=true)"`
+	GroupID          string        `env:"KAFKA_GROUP_ID" envDefault:"scorer" help:"consumer group"`
+	ClientID         string        `env:"KAFKA_CLIENT_ID" envDefault:"scorer" help:"Kafka client id"`
+	SessionTimeout   time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"30s" help:"group session timeout: how long a dead member keeps its partitions"`
+	RebalanceTimeout time.Duration `env:"KAFKA_REBALANCE_TIMEOUT" envDefault:"30s" help:"how long the group waits for members to rejoin; must exceed the drain of in-flight work"`
+	InputPartitions  int           `env:"KAFKA_INPUT_PARTITIONS" envDefault:"6" help:"partitions for topics the scorer creates (in-memory broker, or missing topics)"`
+	KafkaTLS         bool          `env:"KAFKA_TLS" help:"connect with TLS"`
+	KafkaTLSCAFile   string        `env:"KAFKA_TLS_CA_FILE" help:"PEM CA bundle for the brokers' certificates"`
+	KafkaTLSCertFile string        `env:"KAFKA_TLS_CERT_FILE" help:"PEM client certificate (mutual TLS)"`
+	KafkaTLSKeyFile  string        `env:"KAFKA_TLS_KEY_FILE" help:"PEM client key (mutual TLS)"`
+	KafkaTLSInsecure bool          `env:"KAFKA_TLS_INSECURE_SKIP_VERIFY" help:"skip broker certificate verification (testing only)"`
+	SASLMechanism    string        `env:"KAFKA_SASL_MECHANISM" help:"PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty = no SASL"`
+	SASLUsername     string        `env:"KAFKA_SASL_USERNAME" help:"SASL user"`
+	SASLPassword     string        `env:"KAFKA_SASL_PASSWORD" help:"SASL password (prefer KAFKA_SASL_PASSWORD_FILE)" secret:"true"`
+	SASLPasswordFile string        `env:"KAFKA_SASL_PASSWORD_FILE" help:"file holding the SASL password"`
 
 	BatchMaxMessages   int           `env:"BATCH_MAX_MESSAGES" envDefault:"16" help:"messages per consumer batch"`
 	BatchMaxBytes      int           `env:"BATCH_MAX_BYTES" envDefault:"8388608" help:"bytes per consumer batch (never exceeded)"`
@@ -112,6 +114,8 @@ func (c *Config) validate() error {
 	check(c.Workers >= 0, "WORKERS must be >= 0")
 	check(c.ShutdownTimeout > 0, "SHUTDOWN_TIMEOUT must be > 0")
 	check(c.InputPartitions > 0, "KAFKA_INPUT_PARTITIONS must be > 0")
+	check(c.SessionTimeout >= 6*time.Second, "KAFKA_SESSION_TIMEOUT must be >= 6s (brokers' group.min.session.timeout.ms)")
+	check(c.RebalanceTimeout > 0, "KAFKA_REBALANCE_TIMEOUT must be > 0")
 	check(strings.Count(c.HypothesisTemplate, "{}") == 1, "HYPOTHESIS_TEMPLATE must contain exactly one {}, got %q", c.HypothesisTemplate)
 	check(len(c.Labels) > 0, "LABELS must not be empty")
 	for _, l := range c.Labels {

@@ -50,10 +50,10 @@ func runService(ctx context.Context, e procEnv, args []string) error {
 	}
 
 	if len(cfg.KafkaBrokers) == 0 {
-		c, addr, err := startBroker(brokerOptions{Addr: *brokerAddr, Partitions: cfg.InputPartitions})
+		c, addr, err := startBroker(brokerOptions{Addr: *brokerAddr, Partitions: cfg.InputPartitions, MaxMessageBytes: 64 << 20})
 		if err != nil {
 			log.Warn().Err(err).Str("addr", *brokerAddr).Msg("in-memory broker address taken; using a free port")
-			c, addr, err = startBroker(brokerOptions{Addr: "127.0.0.1:0", Partitions: cfg.InputPartitions})
+			c, addr, err = startBroker(brokerOptions{Addr: "127.0.0.1:0", Partitions: cfg.InputPartitions, MaxMessageBytes: 64 << 20})
 			if err != nil {
 				return err
 			}
@@ -97,6 +97,7 @@ func runService(ctx context.Context, e procEnv, args []string) error {
 		BatchMaxMessages: cfg.BatchMaxMessages, BatchMaxBytes: cfg.BatchMaxBytes, BatchMaxWait: cfg.BatchMaxWait,
 		MaxMessageBytes: cfg.MaxMessageBytes, MaxInflightBatches: cfg.MaxInflightBatches,
 		Limits: stack.limits, ShutdownTimeout: cfg.ShutdownTimeout, Dialer: sec.dialer(cfg.ClientID),
+		SessionTimeout: cfg.SessionTimeout, RebalanceTimeout: cfg.RebalanceTimeout,
 	}, stack.scorer, prod, log, reg)
 	if err != nil {
 		closeWithin(cfg.ShutdownTimeout, log, prod.Close, stack.Close)

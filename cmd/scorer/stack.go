@@ -69,9 +69,36 @@ func openScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg promet
 		Strs("labels", m.ID2Label).Int("entailment_index", m.EntailmentIndex).Int("max_length", m.MaxLength).
 		Str("score_mode", string(m.ScoreMode)).Msg("model loaded")
 
-	devMode, err := gpupool.ParseDeviceMode(cfg.Device)
+	pool, closeNVML, err := newPool(ctx, cfg, m, log, reg, gpupool.SessionFactory(m, sessionConfig(cfg)))
 	if err != nil {
 		return nil, err
+	}
+	s.closers = append(s.closers, func(context.Context) error { closeNVML(); return nil })
+	s.pool = pool
+	s.closers = append(s.closers, pool.Close)
+
+	s.labels = model.LabelConfig{Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold}
+	s.scorer, err = model.NewTranscriptScorer(m, s.labels, pool)
+	if err != nil {
+		return nil, err
+	}
+	s.limits = schema.DefaultLimits()
+	s.limits.MaxMessageBytes = cfg.MaxMessageBytes
+	return s, nil
+}
+
+// sessionConfig is how the pool's sessions are built from Config.
+func sessionConfig(cfg Config) gpupool.SessionConfig {
+	return gpupool.SessionConfig{IntraOpThreads: cfg.CPUThreads, GPUMemFraction: cfg.GPUMemFraction}
+}
+
+// newPool starts NVML (unless DEVICE=cpu) and the device pool over factory.
+// The returned func shuts NVML down after the pool is closed. The bench
+// passes a factory that records batch shapes; everything else is shared.
+func newPool(ctx context.Context, cfg Config, m *model.Model, log zerolog.Logger, reg prometheus.Registerer, factory gpupool.EngineFactory) (*gpupool.Pool, func(), error) {
+	devMode, err := gpupool.ParseDeviceMode(cfg.Device)
+	if err != nil {
+		return nil, nil, err
 	}
 	opts := []gpupool.Option{
 		gpupool.Mode(devMode),
@@ -87,34 +114,26 @@ func openScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg promet
 	if cfg.Workers > 0 {
 		opts = append(opts, gpupool.WorkersPerDevice(cfg.Workers))
 	}
+	closeNVML := func() {}
 	if devMode != gpupool.ModeCPU {
-		probe, shutdownNVML, perr := gpupool.NewNVMLProbe(ctx)
+		probe, shutdown, perr := gpupool.NewNVMLProbe(ctx)
 		switch {
 		case perr == nil:
-			s.closers = append(s.closers, func(context.Context) error { shutdownNVML(); return nil })
+			closeNVML = shutdown
 			opts = append(opts, gpupool.WithProbe(probe))
 		case devMode == gpupool.ModeCUDA:
-			return nil, fmt.Errorf("DEVICE=cuda: %w", perr)
+			return nil, nil, fmt.Errorf("DEVICE=cuda: %w", perr)
 		default:
-			// The pool logs the CPU fallback once, with this reason.
+			// The pool logs the CPU fallback once, with its own reason.
 			log.Debug().Err(perr).Msg("NVML unavailable")
 		}
 	}
-	pool, err := gpupool.New(ctx, gpupool.SessionFactory(m, gpupool.SessionConfig{IntraOpThreads: cfg.CPUThreads, GPUMemFraction: cfg.GPUMemFraction}), opts...)
+	pool, err := gpupool.New(ctx, factory, opts...)
 	if err != nil {
-		return nil, err
+		closeNVML()
+		return nil, nil, err
 	}
-	s.pool = pool
-	s.closers = append(s.closers, pool.Close)
-
-	s.labels = model.LabelConfig{Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold}
-	s.scorer, err = model.NewTranscriptScorer(m, s.labels, pool)
-	if err != nil {
-		return nil, err
-	}
-	s.limits = schema.DefaultLimits()
-	s.limits.MaxMessageBytes = cfg.MaxMessageBytes
-	return s, nil
+	return pool, closeNVML, nil
 }
 
 // Close releases the stack in reverse order of opening.
