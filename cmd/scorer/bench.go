@@ -151,16 +151,7 @@ func runBench(ctx context.Context, e procEnv, args []string) error {
 // benchModel runs every section for one model folder.
 func benchModel(ctx context.Context, e procEnv, cfg Config, bf benchFlags, log zerolog.Logger, dir string, corpus []corpusLine, several bool, skip map[string]bool, threads, workers, multiples []int) (modelReport, error) {
 	cfg.ModelDir = dir
-	mode, err := model.ParseScoreMode(cfg.ScoreMode)
-	if err != nil {
-		return modelReport{}, err
-	}
-	lo := model.LoadOptions{Dir: dir, ONNXFile: cfg.ModelFile, ScoreMode: mode}
-	if cfg.EntailmentIndex >= 0 {
-		idx := cfg.EntailmentIndex
-		lo.EntailmentIndex = &idx
-	}
-	m, err := model.Load(lo)
+	m, err := loadModel(cfg)
 	if err != nil {
 		return modelReport{}, err
 	}

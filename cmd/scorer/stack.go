@@ -47,20 +47,7 @@ func openScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg promet
 	}
 	s.closers = append(s.closers, func(context.Context) error { return shutdownORT() })
 
-	dir, err := resolvePath(cfg.ModelDir)
-	if err != nil {
-		return nil, fmt.Errorf("MODEL_DIR: %w", err)
-	}
-	mode, err := model.ParseScoreMode(cfg.ScoreMode)
-	if err != nil {
-		return nil, err
-	}
-	lo := model.LoadOptions{Dir: dir, ONNXFile: cfg.ModelFile, ScoreMode: mode}
-	if cfg.EntailmentIndex >= 0 {
-		idx := cfg.EntailmentIndex
-		lo.EntailmentIndex = &idx
-	}
-	m, err := model.Load(lo)
+	m, err := loadModel(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -85,6 +72,24 @@ func openScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg promet
 	s.limits = schema.DefaultLimits()
 	s.limits.MaxMessageBytes = cfg.MaxMessageBytes
 	return s, nil
+}
+
+// loadModel loads MODEL_DIR with the scoring options from cfg.
+func loadModel(cfg Config) (*model.Model, error) {
+	dir, err := resolvePath(cfg.ModelDir)
+	if err != nil {
+		return nil, fmt.Errorf("MODEL_DIR: %w", err)
+	}
+	mode, err := model.ParseScoreMode(cfg.ScoreMode)
+	if err != nil {
+		return nil, err
+	}
+	lo := model.LoadOptions{Dir: dir, ONNXFile: cfg.ModelFile, ScoreMode: mode}
+	if cfg.EntailmentIndex >= 0 {
+		idx := cfg.EntailmentIndex
+		lo.EntailmentIndex = &idx
+	}
+	return model.Load(lo)
 }
 
 // sessionConfig is how the pool's sessions are built from Config.
