@@ -42,6 +42,8 @@ type Config struct {
 	BatchMaxBytes      int           `env:"BATCH_MAX_BYTES" envDefault:"8388608" help:"bytes per consumer batch (never exceeded)"`
 	BatchMaxWait       time.Duration `env:"BATCH_MAX_WAIT" envDefault:"200ms" help:"longest a batch waits, from its oldest message"`
 	MaxMessageBytes    int           `env:"MAX_MESSAGE_BYTES" envDefault:"16777216" help:"larger input records go to the DLQ"`
+	MaxSentences       int           `env:"MAX_SENTENCES" envDefault:"100000" help:"sentences per transcript (all sections); more goes to the DLQ"`
+	MaxSentenceBytes   int           `env:"MAX_SENTENCE_BYTES" envDefault:"1048576" help:"bytes per sentence; longer goes to the DLQ (the model truncates to its max length anyway)"`
 	MaxInflightBatches int           `env:"MAX_INFLIGHT_BATCHES" envDefault:"2" help:"consumer batches between fetch and ack; fetching pauses beyond"`
 	MaxBatchTokens     int           `env:"MAX_BATCH_TOKENS" envDefault:"16384" help:"rows × padded length per inference batch"`
 	MaxBatchRows       int           `env:"MAX_BATCH_ROWS" envDefault:"256" help:"rows per inference batch"`
@@ -105,6 +107,8 @@ func (c *Config) validate() error {
 	check(c.BatchMaxBytes > 0, "BATCH_MAX_BYTES must be > 0")
 	check(c.BatchMaxWait > 0, "BATCH_MAX_WAIT must be > 0")
 	check(c.MaxMessageBytes > 0, "MAX_MESSAGE_BYTES must be > 0")
+	check(c.MaxSentences > 0, "MAX_SENTENCES must be > 0")
+	check(c.MaxSentenceBytes > 0, "MAX_SENTENCE_BYTES must be > 0")
 	check(c.MaxInflightBatches > 0, "MAX_INFLIGHT_BATCHES must be > 0")
 	check(c.MaxBatchTokens > 0, "MAX_BATCH_TOKENS must be > 0")
 	check(c.MaxBatchRows > 0, "MAX_BATCH_ROWS must be > 0")

@@ -71,6 +71,8 @@ func openScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg promet
 	}
 	s.limits = schema.DefaultLimits()
 	s.limits.MaxMessageBytes = cfg.MaxMessageBytes
+	s.limits.MaxSentences = cfg.MaxSentences
+	s.limits.MaxSentenceBytes = cfg.MaxSentenceBytes
 	return s, nil
 }
 
