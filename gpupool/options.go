@@ -76,6 +76,7 @@ type cfg struct {
 	maxBatchRows      int
 	batchOverhead     int
 	workersPerDevice  int
+	cpuWorkers        int
 	queueCapacity     int
 	mode              DeviceMode
 	gpuIDs            []string
@@ -122,6 +123,9 @@ func (c *cfg) validate() error {
 	}
 	if c.batchOverhead < 0 {
 		errs = append(errs, fmt.Errorf("BatchOverheadTokens %d < 0", c.batchOverhead))
+	}
+	if c.cpuWorkers < 0 {
+		errs = append(errs, fmt.Errorf("CPUWorkers %d < 0", c.cpuWorkers))
 	}
 	if c.workersPerDevice < 0 {
 		errs = append(errs, fmt.Errorf("WorkersPerDevice %d < 0", c.workersPerDevice))
@@ -197,6 +201,13 @@ func BatchOverheadTokens(n int) Option { return optFunc(func(c *cfg) { c.batchOv
 // (default) means 1 on the CPU, whose session already uses every core, and 2
 // on a GPU, so one batch's host-side work overlaps the other's kernels.
 func WorkersPerDevice(n int) Option { return optFunc(func(c *cfg) { c.workersPerDevice = n }) }
+
+// CPUWorkers sets the CPU device's workers, overriding WorkersPerDevice
+// there (0 = follow WorkersPerDevice). Several workers sharing one CPU
+// session with one intra-op thread each often beat one worker with every
+// thread: small models parallelise poorly inside one run (see
+// docs/benchmarks.md, CPU scaling).
+func CPUWorkers(n int) Option { return optFunc(func(c *cfg) { c.cpuWorkers = n }) }
 
 // QueueCapacity bounds the pairs admitted into the pool and not yet scored,
 // queued or running (default 32768). ScorePairs waits, honouring its ctx,

@@ -130,7 +130,9 @@ type Stats struct {
 
 // DeviceStats is one device's share of the work and its health.
 type DeviceStats struct {
-	Device         Device
+	Device Device
+	// Workers is how many workers pull batches for this device.
+	Workers        int
 	Batches, Pairs uint64
 	Degraded, Hot  bool
 	Fallback       bool
@@ -219,11 +221,13 @@ func (p *Pool) openCPU(fallback bool) error {
 
 func (p *Pool) addDeviceLocked(dev Device, eng Engine, est memEstimate, fallback bool) *device {
 	w := p.cfg.workersPerDevice
-	if w == 0 {
+	switch {
+	case dev.Kind == CPU && p.cfg.cpuWorkers > 0:
+		w = p.cfg.cpuWorkers
+	case w == 0 && dev.Kind == CUDA:
+		w = 2 // overlap one batch's host work with the other's kernels
+	case w == 0:
 		w = 1 // the CPU session already spreads one batch over every core
-		if dev.Kind == CUDA {
-			w = 2 // overlap one batch's host work with the other's kernels
-		}
 	}
 	d := &device{slot: len(p.devices), dev: dev, engine: eng, workers: w, fallback: fallback, est: est, arenaPeak: est.arena}
 	p.devices = append(p.devices, d)
@@ -366,7 +370,7 @@ func (p *Pool) Stats() Stats {
 	s.InFlightBatches = p.inflight
 	s.Devices = make([]DeviceStats, len(p.devices))
 	for i, d := range p.devices {
-		s.Devices[i] = DeviceStats{Device: d.dev, Batches: d.batches, Pairs: d.pairs, Degraded: d.degraded,
+		s.Devices[i] = DeviceStats{Device: d.dev, Workers: d.workers, Batches: d.batches, Pairs: d.pairs, Degraded: d.degraded,
 			Hot: d.hot, Fallback: d.fallback, EstimateBase: d.est.base, EstimatePerToken: d.est.perToken}
 	}
 	return s

@@ -543,3 +543,28 @@ func metricValue(t *testing.T, c prometheus.Collector) float64 {
 	t.Fatalf("metric %v is neither counter nor gauge", &m)
 	return 0
 }
+
+// TestCPUWorkersOverridesWorkersPerDevice: the CPU device gets CPUWorkers,
+// and the workers really run concurrently on it.
+func TestCPUWorkersOverridesWorkersPerDevice(t *testing.T) {
+	for name, tc := range map[string]struct {
+		opts []Option
+		want int
+	}{
+		"default":              {nil, 1},
+		"workers per device":   {[]Option{WorkersPerDevice(3)}, 3},
+		"cpu workers override": {[]Option{WorkersPerDevice(3), CPUWorkers(2)}, 2},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFakeFactory(nil)
+			p := newPool(t, f, append([]Option{Mode(ModeCPU)}, tc.opts...)...)
+			st := p.Stats()
+			if len(st.Devices) != 1 || st.Devices[0].Workers != tc.want {
+				t.Fatalf("devices %+v, want one CPU device with %d workers", st.Devices, tc.want)
+			}
+		})
+	}
+	if _, err := New(testCtx(t), newFakeFactory(nil).factory, Mode(ModeCPU), CPUWorkers(-1)); err == nil {
+		t.Error("CPUWorkers(-1) accepted")
+	}
+}

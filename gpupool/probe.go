@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -67,14 +68,29 @@ func nvmlError(op string, ret nvml.Return) error {
 	case nvml.SUCCESS:
 		return nil
 	case nvml.ERROR_LIBRARY_NOT_FOUND, nvml.ERROR_DRIVER_NOT_LOADED:
-		return fmt.Errorf("gpupool: nvml %s: %w (%v)", op, ErrNoGPU, ret)
+		return &nvmlStateError{op: op, state: ErrNoGPU, ret: ret}
 	case nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_FUNCTION_NOT_FOUND:
-		return fmt.Errorf("gpupool: nvml %s: %w (%v)", op, ErrNotSupported, ret)
+		return &nvmlStateError{op: op, state: ErrNotSupported, ret: ret}
 	case nvml.ERROR_GPU_IS_LOST, nvml.ERROR_RESET_REQUIRED:
-		return fmt.Errorf("gpupool: nvml %s: %w (%v)", op, ErrGPULost, ret)
+		return &nvmlStateError{op: op, state: ErrGPULost, ret: ret}
 	}
 	return fmt.Errorf("gpupool: nvml %s: %w", op, ret)
 }
+
+// nvmlStateError is an NVML answer the pool treats as a device state. It
+// unwraps to the state's sentinel; its text names the sentinel once, without
+// repeating the package prefix that both it and the sentinel carry.
+type nvmlStateError struct {
+	op    string
+	state error
+	ret   nvml.Return
+}
+
+func (e *nvmlStateError) Error() string {
+	return fmt.Sprintf("gpupool: nvml %s: %s (%v)", e.op, strings.TrimPrefix(e.state.Error(), "gpupool: "), e.ret)
+}
+
+func (e *nvmlStateError) Unwrap() error { return e.state }
 
 // nvmlInitTimeout bounds nvml.Init when the caller's ctx has no deadline:
 // Init has been seen to hang on broken drivers (go-nvml #152), and a hung

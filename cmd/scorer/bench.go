@@ -177,7 +177,7 @@ func benchModel(ctx context.Context, e procEnv, cfg Config, bf benchFlags, log z
 		return mr, fmt.Errorf("pipeline: %w", err)
 	}
 	progress(e, "%s: raw ORT replay of %d batches", m.Name, len(run.rec.batches))
-	rawPairs, rawDur, rawCPU, err := replayRaw(ctx, gpupool.SessionFactory(m, sessionConfig(cfg)), run.device, run.rec.batches)
+	rawPairs, rawDur, rawCPU, err := replayRaw(ctx, gpupool.SessionFactory(m, sessionConfig(cfg)), run.device, run.workers, run.rec.batches)
 	if err != nil {
 		return mr, fmt.Errorf("raw replay: %w", err)
 	}

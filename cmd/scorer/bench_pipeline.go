@@ -194,6 +194,7 @@ type pipelineRun struct {
 	rec            *batchRecorder
 	stats          gpupool.Stats
 	device         gpupool.Device
+	workers        int // the pool's workers on device
 	dlq            int
 }
 
@@ -339,6 +340,7 @@ func runPipeline(ctx context.Context, cfg Config, m *model.Model, log zerolog.Lo
 	r.pairs = int(r.stats.Pairs)
 	if len(r.stats.Devices) > 0 {
 		r.device = r.stats.Devices[0].Device
+		r.workers = r.stats.Devices[0].Workers
 	}
 	stopCons()
 	<-consDone
@@ -400,7 +402,7 @@ func cpuTime() time.Duration {
 // runs once untimed so both sides are measured warm.
 // It also returns the process CPU time the loop used: CPU time is far less
 // disturbed than wall time by other tenants of a shared machine.
-func replayRaw(ctx context.Context, f gpupool.EngineFactory, dev gpupool.Device, batches []recordedBatch) (pairs int, wall, cpu time.Duration, err error) {
+func replayRaw(ctx context.Context, f gpupool.EngineFactory, dev gpupool.Device, workers int, batches []recordedBatch) (pairs int, wall, cpu time.Duration, err error) {
 	eng, err := f(dev)
 	if err != nil {
 		return 0, 0, 0, err
@@ -412,14 +414,38 @@ func replayRaw(ctx context.Context, f gpupool.EngineFactory, dev gpupool.Device,
 	if _, err := eng.ScorePairs(ctx, batches[0].pairs); err != nil {
 		return 0, 0, 0, err
 	}
+	// As many plain loops as the pool ran workers on this device, sharing one
+	// session as the pool's workers do: the raw limit of the same hardware.
+	var next atomic.Int64
+	errs := make(chan error, max(workers, 1))
 	t0, c0 := time.Now(), cpuTime()
+	var wg sync.WaitGroup
+	for range max(workers, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(batches) {
+					return
+				}
+				if _, err := eng.ScorePairs(ctx, batches[i].pairs); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	wall, cpu = time.Since(t0), cpuTime()-c0
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, 0, 0, err
+	}
 	for _, b := range batches {
-		if _, err := eng.ScorePairs(ctx, b.pairs); err != nil {
-			return 0, 0, 0, err
-		}
 		pairs += len(b.pairs)
 	}
-	return pairs, time.Since(t0), cpuTime() - c0, nil
+	return pairs, wall, cpu, nil
 }
 
 // arrivalPadding is the padding a batcher without sorting would get: each

@@ -60,8 +60,8 @@ type Config struct {
 	Device         string   `env:"DEVICE" envDefault:"auto" help:"auto, cpu or cuda"`
 	GPUIDs         []string `env:"GPU_IDS" envSeparator:"," help:"GPU indices or UUIDs to use; empty = all"`
 	GPUMemFraction float64  `env:"GPU_MEM_FRACTION" envDefault:"0.8" help:"a GPU's used/total memory stays under this"`
-	CPUThreads     int      `env:"CPU_THREADS" help:"ONNX Runtime intra-op threads on CPU; 0 = number of cores"`
-	Workers        int      `env:"WORKERS" help:"workers per device; 0 = auto"`
+	CPUThreads     int      `env:"CPU_THREADS" help:"ONNX Runtime intra-op threads per CPU worker; 0 = cores / workers"`
+	Workers        int      `env:"WORKERS" help:"workers per device; 0 = auto (CPU: one per core up to 4; GPU: 2)"`
 
 	MetricsAddr     string        `env:"METRICS_ADDR" envDefault:":9464" help:"address of /metrics, /healthz and /readyz; off = no HTTP server"`
 	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" help:"drain deadline after SIGTERM"`

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -130,5 +131,24 @@ func TestSecretsAreRedactedInFlagDefaults(t *testing.T) {
 	fs.PrintDefaults()
 	if strings.Contains(usage.String(), "hunter2") {
 		t.Fatal("the SASL password shows in the flag usage")
+	}
+}
+
+func TestCPUPlanSplitsCores(t *testing.T) {
+	n := runtime.NumCPU()
+	for _, tc := range []struct {
+		workers, threads         int
+		wantWorkers, wantThreads int
+	}{
+		{0, 0, min(n, 4), max(1, n/min(n, 4))},
+		{0, 1, n, 1},
+		{1, 0, 1, n},
+		{3, 5, 3, 5},
+	} {
+		w, th := cpuPlan(Config{Workers: tc.workers, CPUThreads: tc.threads})
+		if w != tc.wantWorkers || th != tc.wantThreads {
+			t.Errorf("cpuPlan(WORKERS=%d, CPU_THREADS=%d) = %d workers × %d threads, want %d × %d",
+				tc.workers, tc.threads, w, th, tc.wantWorkers, tc.wantThreads)
+		}
 	}
 }

@@ -62,7 +62,6 @@ func baseEnv(t testing.TB) map[string]string {
 		"LOG_FORMAT":       "json",
 		"BATCH_MAX_WAIT":   "50ms",
 		"METRICS_ADDR":     "off",
-		"CPU_THREADS":      "2",
 		"SHUTDOWN_TIMEOUT": "20s",
 		// A killed member's partitions move after this; the default 30s
 		// would make every crash drill mostly waiting.

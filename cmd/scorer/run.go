@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -113,10 +114,25 @@ func runService(ctx context.Context, e procEnv, args []string) error {
 	log.Info().Str("input", cfg.InputTopic).Str("output", cfg.OutputTopic).Str("dlq", cfg.DLQTopic).
 		Str("group", cfg.GroupID).Str("model", stack.model.Name).Str("model_sha256", stack.model.SHA256).
 		Msg("scorer running; SIGTERM or Ctrl-C to stop")
+	// Readiness drops the moment the signal arrives, not after the drain,
+	// and the whole shutdown shares one SHUTDOWN_TIMEOUT budget.
+	var stopAt atomic.Int64
+	stopReadiness := context.AfterFunc(ctx, func() {
+		stopAt.Store(time.Now().UnixNano())
+		h.shuttingDown.Store(true)
+		log.Info().Dur("timeout", cfg.ShutdownTimeout).Msg("shutting down: fetching stopped, draining in-flight work")
+	})
+	defer stopReadiness()
 	runErr := cons.Run(ctx)
 	h.shuttingDown.Store(true)
+	remaining := cfg.ShutdownTimeout
+	if t := stopAt.Load(); t != 0 {
+		remaining -= time.Since(time.Unix(0, t))
+	}
 	log.Info().Msg("consumer stopped; closing producer and scoring pool")
-	closeWithin(cfg.ShutdownTimeout, log, prod.Close, stack.Close)
+	// Closing is quick when nothing is stuck; keep a floor so a drain that
+	// used the whole budget still gets to flush and release the GPU.
+	closeWithin(max(remaining, 5*time.Second), log, prod.Close, stack.Close)
 	if runErr != nil && !errors.Is(runErr, context.Canceled) {
 		return runErr
 	}
