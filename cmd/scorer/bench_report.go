@@ -157,7 +157,7 @@ func printTable(w io.Writer, r *benchReport) {
 	row("pipeline Kafka→Kafka (pairs/s)", "", func(mr *modelReport) string { return f1(mr.Throughput.PipelinePairsPerSec) })
 	row("pipeline / raw", "≥ 0.90", func(mr *modelReport) string { return ratio(mr.Throughput.Ratio, mr.Throughput.OK) })
 	row("pipeline / raw, pairs per CPU-second", "", func(mr *modelReport) string { return fmt.Sprintf("%.3f", mr.Throughput.CPURatio) })
-	row("engine busy share of pipeline wall time", "", func(mr *modelReport) string { return fmt.Sprintf("%.3f", mr.Throughput.EngineBusyShare) })
+	row("engine busy: worker-seconds / wall seconds", "", func(mr *modelReport) string { return fmt.Sprintf("%.3f", mr.Throughput.EngineBusyShare) })
 	row("pipeline wall: lead-in / engine / idle gaps / tail (ms)", "", func(mr *modelReport) string {
 		t := mr.Throughput.Split
 		return fmt.Sprintf("%.0f / %.0f / %.0f / %.0f", t.LeadInMs, t.EngineMs, t.IdleGapsMs, t.TailMs)
