@@ -98,8 +98,9 @@ func loadModel(cfg Config) (*model.Model, error) {
 // cpuPlan splits the machine's cores between CPU workers and ORT intra-op
 // threads. By default every worker gets one thread and there are as many
 // workers as cores (up to 4): on the small models, two single-threaded runs
-// side by side scored 19% more pairs/s than one run on two threads (make
-// bench, CPU scaling). An explicit WORKERS or CPU_THREADS takes the cores it
+// side by side scored 10–19% more pairs/s than one run on two threads for
+// nli-unigram-small, and −4% to +15% for nli-wordpiece-small (make bench,
+// CPU scaling, docs/benchmarks.md). An explicit WORKERS or CPU_THREADS takes the cores it
 // leaves to the other.
 func cpuPlan(cfg Config) (workers, threads int) {
 	n := runtime.NumCPU()
