@@ -14,8 +14,9 @@ import (
 // SessionConfig tunes the ONNX Runtime sessions SessionFactory creates.
 type SessionConfig struct {
 	// IntraOpThreads is the CPU session's intra-op thread count; 0 means
-	// runtime.NumCPU(), since the CPU device runs one batch at a time with
-	// every core. CUDA sessions pass it through as is (0 = ORT's default).
+	// runtime.GOMAXPROCS(0), the cores the container may use, for a pool
+	// with one CPU worker. With several CPU workers set it to cores/workers.
+	// CUDA sessions pass it through as is (0 = ORT's default).
 	IntraOpThreads int
 	// InterOpThreads is passed through (0 = ORT's default).
 	InterOpThreads int
@@ -45,7 +46,7 @@ func SessionFactory(m *model.Model, cfg SessionConfig) EngineFactory {
 		switch dev.Kind {
 		case CPU:
 			if opts.IntraOpThreads == 0 {
-				opts.IntraOpThreads = runtime.NumCPU()
+				opts.IntraOpThreads = runtime.GOMAXPROCS(0) // follows the container CPU limit
 			}
 		case CUDA:
 			cudaOpts := cudaProviderOptions(dev, cfg)

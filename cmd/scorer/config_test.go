@@ -135,7 +135,7 @@ func TestSecretsAreRedactedInFlagDefaults(t *testing.T) {
 }
 
 func TestCPUPlanSplitsCores(t *testing.T) {
-	n := runtime.NumCPU()
+	n := runtime.GOMAXPROCS(0)
 	for _, tc := range []struct {
 		workers, threads         int
 		wantWorkers, wantThreads int

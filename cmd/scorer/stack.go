@@ -103,7 +103,9 @@ func loadModel(cfg Config) (*model.Model, error) {
 // CPU scaling, docs/benchmarks.md). An explicit WORKERS or CPU_THREADS takes the cores it
 // leaves to the other.
 func cpuPlan(cfg Config) (workers, threads int) {
-	n := runtime.NumCPU()
+	// GOMAXPROCS, not NumCPU: since Go 1.25 it follows the container's CPU
+	// limit, which is what the pod may really use.
+	n := runtime.GOMAXPROCS(0)
 	workers, threads = cfg.Workers, cfg.CPUThreads
 	switch {
 	case workers == 0 && threads == 0:
