@@ -123,7 +123,14 @@ func shortestTranscripts(t testing.TB, n int) (string, []schema.TranscriptEvent)
 // startBrokerProcess runs `scorer broker` as its own process on a free port.
 func startBrokerProcess(t testing.TB, partitions int) string {
 	t.Helper()
-	cmd := exec.Command(scorerBinary(t), "broker", "--addr", "127.0.0.1:0", "--partitions", fmt.Sprint(partitions), "--log-level", "warn")
+	return startBrokerProcessAt(t, "127.0.0.1:0", partitions)
+}
+
+// startBrokerProcessAt runs `scorer broker` on addr and returns the address
+// it reports once it listens.
+func startBrokerProcessAt(t testing.TB, addr string, partitions int) string {
+	t.Helper()
+	cmd := exec.Command(scorerBinary(t), "broker", "--addr", addr, "--partitions", fmt.Sprint(partitions), "--log-level", "warn")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -133,17 +140,17 @@ func startBrokerProcess(t testing.TB, partitions int) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	addr := make(chan string, 1)
+	listening := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			if a, ok := strings.CutPrefix(sc.Text(), "broker listening on "); ok {
-				addr <- a
+				listening <- a
 			}
 		}
 	}()
 	select {
-	case a := <-addr:
+	case a := <-listening:
 		return a
 	case <-time.After(30 * time.Second):
 		t.Fatal("broker process did not report its address within 30s")

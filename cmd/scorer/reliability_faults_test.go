@@ -1,12 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -224,34 +221,5 @@ func TestReliabilityBrokerDownAtStartup(t *testing.T) {
 		attempts, readyAfter.Round(time.Millisecond))
 	if readyAfter > 30*time.Second {
 		t.Errorf("ready only %v after the broker came up", readyAfter)
-	}
-}
-
-// startBrokerProcessAt is startBrokerProcess on a given address.
-func startBrokerProcessAt(t *testing.T, addr string, partitions int) {
-	t.Helper()
-	cmd := exec.Command(scorerBinary(t), "broker", "--addr", addr, "--partitions", fmt.Sprint(partitions), "--log-level", "warn")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	up := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if strings.HasPrefix(sc.Text(), "broker listening on "+addr) {
-				up <- true
-			}
-		}
-	}()
-	select {
-	case <-up:
-	case <-time.After(30 * time.Second):
-		t.Fatal("broker process did not come up within 30s")
 	}
 }
