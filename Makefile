@@ -21,7 +21,7 @@ HELM        := $(abspath $(DEPS)/bin/helm)
 export HELM
 FUZZTIME    ?= 15s
 
-.PHONY: build ort kcat helm test test-short fuzz vet fmt lint run bench golden clean
+.PHONY: build ort kcat helm test test-short fuzz vet fmt lint run bench golden image image-cuda clean
 
 build: $(BIN) ort
 
@@ -79,6 +79,13 @@ bench: build
 # Regenerates the golden token IDs and scores from the Hugging Face reference implementations (npm).
 golden:
 	cd tools/golden && npm install --ignore-scripts --no-audit --no-fund >/dev/null && node generate.mjs
+
+# Container images (need a Docker engine; see docs/operating.md).
+IMAGE ?= scorer:dev
+image:
+	docker build -f deploy/docker/Dockerfile -t $(IMAGE) .
+image-cuda:
+	docker build -f deploy/docker/Dockerfile.cuda -t $(IMAGE)-cuda .
 
 clean:
 	rm -rf bin $(DEPS)
