@@ -277,11 +277,8 @@ func runPipeline(ctx context.Context, cfg Config, m *model.Model, log zerolog.Lo
 		}
 	}
 
-	w := &kafka.Writer{
-		Addr: kafka.TCP(cfg.KafkaBrokers...), Topic: cfg.InputTopic, Balancer: &kafka.Hash{},
-		RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond, BatchBytes: 64 << 20,
-		Compression: kafka.Lz4, Transport: sec.transport(cfg.ClientID),
-	}
+	w := newInputWriter(cfg.KafkaBrokers, cfg.InputTopic, sec.transport(cfg.ClientID))
+	w.BatchTimeout = time.Millisecond // each paced record goes out at once
 	defer w.Close()
 
 	if o.profile != "" {

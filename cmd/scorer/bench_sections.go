@@ -134,8 +134,8 @@ func runMemory(ctx context.Context, cfg Config, modelDir string, corpus []corpus
 	if err != nil {
 		return mp, err
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(addr), Topic: cfg.InputTopic, Balancer: &kafka.Hash{},
-		RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond, BatchBytes: 64 << 20, Compression: kafka.Lz4}
+	w := newInputWriter([]string{addr}, cfg.InputTopic, nil)
+	w.BatchTimeout = time.Millisecond
 	msgs := make([]kafka.Message, 0, 64)
 	for i, r := range recs {
 		msgs = append(msgs, kafka.Message{Key: eventKey(r), Value: r})

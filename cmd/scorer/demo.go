@@ -41,11 +41,7 @@ func demo(ctx context.Context, o demoOptions, log zerolog.Logger) error {
 		return fmt.Errorf("demo: %w", err)
 	}
 	defer f.Close()
-	w := &kafka.Writer{
-		Addr: kafka.TCP(o.cfg.KafkaBrokers...), Topic: o.cfg.InputTopic, Balancer: &kafka.Hash{},
-		RequiredAcks: kafka.RequireAll, BatchTimeout: 5 * time.Millisecond, BatchBytes: 64 << 20,
-		Transport: o.sec.transport(o.cfg.ClientID + "-demo"),
-	}
+	w := newInputWriter(o.cfg.KafkaBrokers, o.cfg.InputTopic, o.sec.transport(o.cfg.ClientID+"-demo"))
 	defer w.Close()
 	// Keep the sample's text so the summary can quote the best sentences:
 	// results carry scores by position, and text only for matches.

@@ -218,8 +218,7 @@ func produceFile(t testing.TB, broker, topic, path string) int {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	w := &kafka.Writer{Addr: kafka.TCP(broker), Topic: topic, Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll,
-		BatchTimeout: 5 * time.Millisecond, BatchBytes: 64 << 20, AllowAutoTopicCreation: true}
+	w := newInputWriter([]string{broker}, topic, nil)
 	defer w.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -29,18 +29,27 @@ func runProduce(ctx context.Context, e procEnv, args []string) error {
 	if *brokers == "" {
 		return errors.New("produce: --brokers (or KAFKA_BROKERS) is required")
 	}
-	var in io.Reader = e.stdin
-	if *file != "-" {
-		f, err := os.Open(*file)
-		if err != nil {
-			return fmt.Errorf("produce: %w", err)
-		}
-		defer f.Close()
-		in = f
+	in, _, closeIn, err := openInput(*file, e.stdin)
+	if err != nil {
+		return fmt.Errorf("produce: %w", err)
 	}
+	defer closeIn()
+	w := newInputWriter(splitList(*brokers, ","), *topic, nil)
+	defer w.Close()
+	n, err := produceLines(ctx, w, in, *limit, *rate)
+	fmt.Fprintf(e.stdout, "produced %d records to %s\n", n, *topic)
+	return err
+}
+
+// newInputWriter is the writer that loads TranscriptEvents into an input
+// topic (produce, the demo, the bench and tests): acks from all replicas,
+// keyed by call_id through the hash balancer so a call's versions stay in
+// order on one partition, a short batch timeout because writes are
+// synchronous, and room for large transcripts. transport may be nil.
+func newInputWriter(brokers []string, topic string, transport *kafka.Transport) *kafka.Writer {
 	w := &kafka.Writer{
-		Addr:                   kafka.TCP(splitList(*brokers, ",")...),
-		Topic:                  *topic,
+		Addr:                   kafka.TCP(brokers...),
+		Topic:                  topic,
 		Balancer:               &kafka.Hash{},
 		RequiredAcks:           kafka.RequireAll,
 		BatchTimeout:           5 * time.Millisecond,
@@ -48,10 +57,10 @@ func runProduce(ctx context.Context, e procEnv, args []string) error {
 		Compression:            kafka.Lz4,
 		AllowAutoTopicCreation: true,
 	}
-	defer w.Close()
-	n, err := produceLines(ctx, w, in, *limit, *rate)
-	fmt.Fprintf(e.stdout, "produced %d records to %s\n", n, *topic)
-	return err
+	if transport != nil {
+		w.Transport = transport
+	}
+	return w
 }
 
 // produceLines writes each non-empty line as one record, keyed by its
@@ -129,6 +138,22 @@ func eventKey(value []byte) []byte {
 		return []byte(k.CallID2)
 	}
 	return nil
+}
+
+// openInput opens path for reading, or returns stdin for "-". size is the
+// file's size (0 for stdin), for progress estimates.
+func openInput(path string, stdin io.Reader) (r io.Reader, size int64, closeFn func() error, err error) {
+	if path == "-" {
+		return stdin, 0, func() error { return nil }, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if st, err := f.Stat(); err == nil {
+		size = st.Size()
+	}
+	return f, size, f.Close, nil
 }
 
 func envOr(getenv func(string) string, key, def string) string {

@@ -45,27 +45,20 @@ func runScore(ctx context.Context, e procEnv, args []string) error {
 		return err
 	}
 
-	var r io.Reader = e.stdin
-	var total int64 // input bytes, for the ETA; 0 when unknown
-	if *in != "-" {
-		f, err := os.Open(*in)
-		if err != nil {
-			return fmt.Errorf("score: %w", err)
-		}
-		defer f.Close()
-		if st, err := f.Stat(); err == nil {
-			total = st.Size()
-		}
-		r = f
+	r, total, closeIn, err := openInput(*in, e.stdin) // total: input bytes, for the ETA
+	if err != nil {
+		return fmt.Errorf("score: %w", err)
 	}
+	defer closeIn()
 	var w io.Writer = e.stdout
+	closeOut := func() error { return nil }
 	if *out != "-" {
 		f, err := os.Create(*out)
 		if err != nil {
 			return fmt.Errorf("score: %w", err)
 		}
-		defer f.Close()
-		w = f
+		defer f.Close() // a no-op after closeOut; covers early returns
+		w, closeOut = f, f.Close
 	}
 
 	stack, err := openScoring(ctx, cfg, log, nil)
@@ -90,6 +83,10 @@ func runScore(ctx context.Context, e procEnv, args []string) error {
 	}
 	if ferr := bw.Flush(); err == nil && ferr != nil {
 		err = fmt.Errorf("score: write: %w", ferr)
+	}
+	// A failed close can lose buffered output on some filesystems.
+	if cerr := closeOut(); err == nil && cerr != nil {
+		err = fmt.Errorf("score: close %s: %w", *out, cerr)
 	}
 	log.Info().Int64("transcripts", sj.done.Load()).Int64("pairs", sj.pairs.Load()).
 		Int64("bad_lines", sj.bad.Load()).Dur("elapsed", time.Since(sj.started)).Msg("score finished")
