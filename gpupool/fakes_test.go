@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/scorer/scorer/model"
@@ -221,4 +222,17 @@ func checkScores(pairs []model.Pair, scores []float32) error {
 		}
 	}
 	return nil
+}
+
+// mustScore scores pairs through p and fails the test unless every pair got
+// its own score back, in input order.
+func mustScore(t *testing.T, p *Pool, pairs []model.Pair) {
+	t.Helper()
+	scores, err := p.ScorePairs(testCtx(t), pairs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkScores(pairs, scores); err != nil {
+		t.Fatal(err)
+	}
 }

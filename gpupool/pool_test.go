@@ -86,13 +86,7 @@ func TestPullSchedulingFasterDeviceTakesMore(t *testing.T) {
 		lens[i] = 16
 	}
 	pairs := makePairs(lens)
-	scores, err := p.ScorePairs(testCtx(t), pairs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := checkScores(pairs, scores); err != nil {
-		t.Fatal(err)
-	}
+	mustScore(t, p, pairs)
 	st := p.Stats()
 	fast, slow := st.Devices[0].Batches, st.Devices[1].Batches
 	t.Logf("fast device ran %d batches, slow %d", fast, slow)
@@ -114,13 +108,7 @@ func TestAdmissionSplitsWhenFreeMemoryIsLow(t *testing.T) {
 		lens[i] = 16
 	}
 	pairs := makePairs(lens)
-	scores, err := p.ScorePairs(testCtx(t), pairs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := checkScores(pairs, scores); err != nil {
-		t.Fatal(err)
-	}
+	mustScore(t, p, pairs)
 	_, _, maxRows, _ := f.engine("cuda:0").snapshot()
 	if maxRows > 16 {
 		t.Errorf("engine ran %d rows at once; 400 KiB free admits at most 16×16", maxRows)
@@ -149,13 +137,7 @@ func TestAdmissionWaitsForMemoryFraction(t *testing.T) {
 		probe.set(0, func(g *fakeGPU) { g.used = 100 << 20 })
 	}()
 	start := time.Now()
-	scores, err := p.ScorePairs(testCtx(t), pairs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := checkScores(pairs, scores); err != nil {
-		t.Fatal(err)
-	}
+	mustScore(t, p, pairs)
 	if time.Since(start) < 90*time.Millisecond {
 		t.Errorf("batch ran after %v, before memory was freed", time.Since(start))
 	}
@@ -173,13 +155,7 @@ func TestOOMSplitRetryCompletesEverything(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	p := newPool(t, f, gpuOpts(probe, Registerer(reg), MaxBatchRows(64))...)
 	pairs := makePairs(realisticLengths(500, 7))
-	scores, err := p.ScorePairs(testCtx(t), pairs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := checkScores(pairs, scores); err != nil {
-		t.Fatal(err)
-	}
+	mustScore(t, p, pairs)
 	_, _, maxRows, _ := f.engine("cuda:0").snapshot()
 	st := p.Stats()
 	if maxRows > 5 || st.OOMRetries == 0 || st.Splits == 0 || st.Devices[0].Degraded || st.Fallbacks != 0 {
@@ -196,13 +172,7 @@ func TestRepeatedFailureDegradesToCPUFallback(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	p := newPool(t, f, gpuOpts(probe, Registerer(reg), MaxDeviceFailures(2))...)
 	pairs := makePairs(realisticLengths(300, 3))
-	scores, err := p.ScorePairs(testCtx(t), pairs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := checkScores(pairs, scores); err != nil {
-		t.Fatal(err)
-	}
+	mustScore(t, p, pairs)
 	st := p.Stats()
 	if len(st.Devices) != 2 || !st.Devices[0].Degraded || !st.Devices[1].Fallback || st.Devices[1].Pairs != 300 {
 		t.Errorf("devices %+v: want cuda:0 degraded and the CPU fallback to score all 300", st.Devices)
