@@ -4,6 +4,7 @@ SHELL := /bin/bash
 
 DEPS        := .deps
 ORT_VERSION := 1.30.0
+ORT_SHA256  := ffb75a925ba05e47b235bb66e3e3911714a80b328a9c9425539feb204aa32a23
 ORT_LIB     := $(abspath $(DEPS)/ort-$(ORT_VERSION)/libonnxruntime.so.1)
 SHARED      ?= $(abspath ../shared)
 MODEL_DIR   ?= $(SHARED)/models/nli-unigram-small
@@ -31,21 +32,17 @@ $(BIN): $(GO_SOURCES)
 # ONNX Runtime's CPU library ships inside the onnxruntime-node npm package; we take only the .so.
 ort: $(ORT_LIB)
 $(ORT_LIB):
-	@mkdir -p $(DEPS)/tmp $(dir $(ORT_LIB))
-	cd $(DEPS)/tmp && npm pack --silent onnxruntime-node@$(ORT_VERSION) >/dev/null
-	tar -xzf $(DEPS)/tmp/onnxruntime-node-$(ORT_VERSION).tgz -C $(DEPS)/tmp package/bin/napi-v6/linux/x64/libonnxruntime.so.1
-	mv $(DEPS)/tmp/package/bin/napi-v6/linux/x64/libonnxruntime.so.1 $(ORT_LIB)
-	rm -rf $(DEPS)/tmp
+	./scripts/fetch-ort.sh $(ORT_VERSION) $(ORT_SHA256) $(ORT_LIB)
 
 # kcat is the independent Kafka client the interop tests talk to.
 kcat:
-	@command -v kcat >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null; }
+	@command -v kcat >/dev/null || ./scripts/retry.sh 3 bash -c 'apt-get update -qq -o Acquire::Retries=3 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o Acquire::Retries=3 kcat >/dev/null'
 
 # helm renders the chart in deploy's tests; Debian has no package, so it is
 # built from its Go module (a few minutes, once).
 helm: $(HELM)
 $(HELM):
-	GOBIN=$(abspath $(DEPS)/bin) $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+	GOBIN=$(abspath $(DEPS)/bin) ./scripts/retry.sh 3 $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
 vet:
 	$(GO) vet ./...
