@@ -515,15 +515,25 @@ func TestDockerfiles(t *testing.T) {
 		if v := df.globalArgs["ORT_VERSION"]; v != wantORTVersion {
 			t.Errorf("ORT_VERSION = %q, want %s", v, wantORTVersion)
 		}
-		if mk, err := os.ReadFile(makefile); err == nil {
-			if m := regexp.MustCompile(`(?m)^ORT_VERSION\s*:?=\s*(\S+)`).FindSubmatch(mk); m != nil && string(m[1]) != df.globalArgs["ORT_VERSION"] {
-				t.Errorf("Dockerfile ORT_VERSION %s != Makefile ORT_VERSION %s", df.globalArgs["ORT_VERSION"], m[1])
+		mk, err := os.ReadFile(makefile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, arg := range []string{"ORT_VERSION", "ORT_SHA256"} {
+			m := regexp.MustCompile(`(?m)^` + arg + `\s*:?=\s*(\S+)`).FindSubmatch(mk)
+			if m == nil || string(m[1]) != df.globalArgs[arg] {
+				t.Errorf("Dockerfile %s %q != Makefile's (%q)", arg, df.globalArgs[arg], m)
 			}
 		}
+		// The image fetches the library with the Makefile's script, so both
+		// get the same bytes by the same bounded, verified route.
 		raw, _ := os.ReadFile(cpuDockerfile)
-		if !strings.Contains(string(raw), "onnxruntime-node@${ORT_VERSION}") ||
-			!strings.Contains(string(raw), "package/bin/napi-v6/linux/x64/libonnxruntime.so.1") {
-			t.Error("CPU image does not take libonnxruntime.so.1 from onnxruntime-node@${ORT_VERSION}")
+		if !strings.Contains(string(raw), "COPY scripts/fetch-ort.sh") ||
+			!strings.Contains(string(raw), `fetch-ort.sh "${ORT_VERSION}" "${ORT_SHA256}" /opt/onnxruntime/lib/libonnxruntime.so.1`) {
+			t.Error("CPU image does not install libonnxruntime.so.1 with scripts/fetch-ort.sh ${ORT_VERSION} ${ORT_SHA256}")
+		}
+		if script, err := os.ReadFile("../scripts/fetch-ort.sh"); err != nil || !strings.Contains(string(script), "package/bin/napi-v6/linux/x64/libonnxruntime.so.1") {
+			t.Errorf("scripts/fetch-ort.sh does not take libonnxruntime.so.1 from the onnxruntime-node package (err %v)", err)
 		}
 		for k, want := range map[string]string{
 			"ORT_LIB":   "/opt/onnxruntime/lib/libonnxruntime.so.1",
