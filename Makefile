@@ -34,9 +34,12 @@ ort: $(ORT_LIB)
 $(ORT_LIB):
 	./scripts/fetch-ort.sh $(ORT_VERSION) $(ORT_SHA256) $(ORT_LIB)
 
-# kcat is the independent Kafka client the interop tests talk to.
+# kcat is the independent Kafka client the interop tests talk to: Debian's
+# package, installed system-wide when we may, else unpacked under .deps/kcat.
+KCAT_DIR := $(abspath $(DEPS)/kcat)
+export PATH := $(KCAT_DIR)/bin:$(PATH)
 kcat:
-	@command -v kcat >/dev/null || ./scripts/retry.sh 3 bash -c 'apt-get update -qq -o Acquire::Retries=3 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o Acquire::Retries=3 kcat >/dev/null'
+	@./scripts/install-kcat.sh $(KCAT_DIR)
 
 # helm renders the chart in deploy's tests; Debian has no package, so it is
 # built from its Go module (a few minutes, once).
