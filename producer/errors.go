@@ -15,10 +15,12 @@ import (
 var ErrClosed = errors.New("producer: closed")
 
 // PermanentError reports records that can never be written as they are
-// (too large for the broker, or not encodable), so retrying is pointless and
-// the caller should dead-letter the corresponding inputs. Indexes are
-// positions in the slice passed to Publish (or DeadLetter); every other
-// record of that call was written and acknowledged.
+// (too large for the broker even when sent alone, or not encodable), so
+// retrying is pointless and the caller should dead-letter the corresponding
+// inputs. Indexes are positions in the slice passed to Publish (or
+// DeadLetter, where they name dead letters that failed even in minimal
+// form); every other record of that call was written and acknowledged.
+// CallIDs are the call_ids (for DeadLetter, the keys, shortened).
 type PermanentError struct {
 	Indexes []int
 	CallIDs []string
@@ -50,6 +52,36 @@ const (
 	classPermanent                 // this record can never succeed
 	classFatal                     // stop and return (auth, config)
 )
+
+// classifyFor is classify for a message of the given metric kind. A dead
+// letter keeps the input's original timestamp, which the broker may reject
+// (INVALID_TIMESTAMP under message.timestamp.difference.max.ms or the
+// before/after.max.ms rules): for a dead letter that is permanent, and the
+// minimal form, stamped now, fixes it. Output records carry no timestamp
+// of their own (kafka-go stamps them now), so for them it stays a
+// configuration (fatal) error.
+func classifyFor(kind string, err error) errClass {
+	if kind == kindDLQ && errors.Is(err, kafka.InvalidTimestamp) {
+		return classPermanent
+	}
+	return classify(err)
+}
+
+// isBatchRejection reports whether err is a broker error that rejects a
+// whole partition batch because of what is in it (the batch is over
+// max.message.bytes, or one record in it is invalid or badly timestamped).
+// kafka-go reports it on every message of the batch, so it does not say
+// that any one of them is bad until that message is sent alone. kafka-go's
+// own up-front size check (MessageTooLargeError) names one message and is
+// not included.
+func isBatchRejection(err error) bool {
+	var tooLarge kafka.MessageTooLargeError
+	if errors.As(err, &tooLarge) {
+		return false
+	}
+	return errors.Is(err, kafka.MessageSizeTooLarge) || errors.Is(err, kafka.InvalidRecord) ||
+		errors.Is(err, kafka.RecordListTooLarge) || errors.Is(err, kafka.InvalidTimestamp)
+}
 
 // classify is the one place retry decisions are made, as kgo does in
 // isRetryableBrokerErr.

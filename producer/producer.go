@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -32,6 +34,23 @@ const (
 // can be committed.
 const HeaderDLQValueDropped = "scorer.dlq.value_dropped_bytes"
 
+// HeaderDLQDropped marks a minimal dead letter: the full one (original key,
+// value, headers and timestamp) could never be written, so it was written
+// again without them, stamped now, keeping only the __connect.errors.*
+// headers and scorer.dlq.reason. The value names what was dropped and why,
+// e.g. "key,value,headers: [10] Message Size Too Large: …". The input's
+// offset can then still be committed with its failure on record.
+const HeaderDLQDropped = "scorer.dlq.dropped"
+
+// Truncation limits for the minimal dead letter, so that it fits any sane
+// max.message.bytes whatever the original error said.
+const (
+	minimalMaxMessage = 1024 // __connect.errors.exception.message
+	minimalMaxField   = 256  // other error headers
+	minimalMaxCause   = 512  // the cause in HeaderDLQDropped
+	maxIDInError      = 64   // dead letter key shown in a PermanentError
+)
+
 // Retry backoff bounds for the Producer's own retry loop.
 const (
 	retryBackoffMin = 50 * time.Millisecond
@@ -42,8 +61,16 @@ const (
 // default topic: each message names its topic) and is safe for concurrent
 // use. Create it with New and release it with Close.
 type Producer struct {
-	cfg     Config
-	w       *kafka.Writer
+	cfg Config
+	w   *kafka.Writer
+	// single writes one record per produce request (BatchSize 1). A broker
+	// rejects a whole partition batch for one bad record (MESSAGE_TOO_LARGE
+	// when the batch exceeds max.message.bytes, INVALID_RECORD, …) and
+	// kafka-go copies that error onto every message of the batch, so such
+	// messages are resent through single before any is declared permanent.
+	// A separate writer is needed because the shared one may batch a lone
+	// resend with other callers' messages.
+	single  *kafka.Writer
 	log     zerolog.Logger
 	metrics *metrics
 
@@ -67,13 +94,26 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Producer, 
 	if cfg.Transport == nil {
 		transport = &kafka.Transport{ClientID: cfg.ClientID}
 	}
-	w := &kafka.Writer{
+	return &Producer{
+		cfg:     cfg,
+		w:       newWriter(cfg, comp, transport, cfg.BatchSize, log),
+		single:  newWriter(cfg, comp, transport, 1, log),
+		log:     log,
+		metrics: m,
+	}, nil
+}
+
+// newWriter builds a synchronous, acks=all writer with at most batchSize
+// messages per partition request. Both of a Producer's writers share one
+// transport (and so its connections).
+func newWriter(cfg Config, comp kafka.Compression, transport kafka.RoundTripper, batchSize int, log zerolog.Logger) *kafka.Writer {
+	return &kafka.Writer{
 		Addr: kafka.TCP(cfg.Brokers...),
 		// Hash on the key keeps every record for one call_id on one
 		// partition, so a newer result never overtakes an older one.
 		Balancer:               &kafka.Hash{},
 		MaxAttempts:            cfg.MaxAttempts,
-		BatchSize:              cfg.BatchSize,
+		BatchSize:              batchSize,
 		BatchBytes:             cfg.BatchBytes,
 		BatchTimeout:           cfg.BatchTimeout,
 		WriteTimeout:           cfg.WriteTimeout,
@@ -86,7 +126,6 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Producer, 
 			log.Warn().Str("source", "kafka-go").Msgf(msg, args...)
 		}),
 	}
-	return &Producer{cfg: cfg, w: w, log: log, metrics: m}, nil
 }
 
 // WriterConfig returns the settings the underlying writer runs with, so
@@ -96,11 +135,14 @@ func (p *Producer) WriterConfig() (acks kafka.RequiredAcks, async bool, balancer
 }
 
 // outMsg is a message plus what it belongs to: owner is its index in the
-// caller's slice, kind its metric label.
+// caller's slice, kind its metric label. alone is set once a batch-level
+// rejection covered it: from then on it is sent through Producer.single, so
+// its errors are its own.
 type outMsg struct {
 	msg   kafka.Message
 	owner int
 	kind  string
+	alone bool
 }
 
 // Publish writes each ScoredTranscript to Topic (key = call_id, value = JSON
@@ -112,11 +154,14 @@ type outMsg struct {
 //
 // Transient failures (leader changes, timeouts, broken connections) are
 // retried with backoff until ctx ends. Records that can never be written
-// (larger than BatchBytes, or not JSON-encodable) are skipped, together with
-// their rows, and reported in a *PermanentError after every other record was
-// acknowledged. Other errors (authorization, ctx) are returned as is and
-// nothing about which records landed is promised: the caller retries the
-// whole call, and duplicates are absorbed by the deterministic keys.
+// (larger than BatchBytes, not JSON-encodable, or rejected by the broker as
+// too large or invalid even when sent alone) are skipped, together with their
+// rows, and reported in a *PermanentError after every other record was
+// acknowledged. A broker rejection of a whole batch is first retried record
+// by record, so only the records that fail alone are reported. Other errors
+// (authorization, ctx) are returned as is and nothing about which records
+// landed is promised: the caller retries the whole call, and duplicates are
+// absorbed by the deterministic keys.
 func (p *Producer) Publish(ctx context.Context, sts []schema.ScoredTranscript) error {
 	if !p.enter() {
 		return ErrClosed
@@ -175,41 +220,132 @@ func (p *Producer) Publish(ctx context.Context, sts []schema.ScoredTranscript) e
 // DeadLetter writes each dead letter to DLQTopic with its original key,
 // value, timestamp and headers plus the Connect error headers
 // (DeadLetter.ErrorHeaders). A value too large for the DLQ record is dropped
-// and HeaderDLQValueDropped set, so the failure is still recorded. Retries
-// and errors are as for Publish.
+// and HeaderDLQValueDropped set, so the failure is still recorded.
+//
+// A dead letter that still cannot be written (its key or headers alone are
+// over BatchBytes, or the broker rejects it as too large, invalid or with an
+// out-of-range timestamp, even when sent alone) is written once more in
+// minimal form: no key, value or original headers, timestamp now, the error
+// headers with the message truncated, and HeaderDLQDropped saying what was
+// dropped and why. DeadLetter returns nil when every dead letter landed in
+// one form or the other, and a *PermanentError whose FailedIndexes name only
+// those that failed even in minimal form. Other errors are as for Publish.
 func (p *Producer) DeadLetter(ctx context.Context, dls []schema.DeadLetter) error {
 	if !p.enter() {
 		return ErrClosed
 	}
 	defer p.mu.RUnlock()
 
+	id := func(i int) string { return truncate(string(dls[i].Key), maxIDInError) }
 	perm := newPermanent()
 	msgs := make([]outMsg, 0, len(dls))
 	for i := range dls {
-		d := &dls[i]
-		m := kafka.Message{
-			Topic:   p.cfg.DLQTopic,
-			Key:     d.Key,
-			Value:   d.Value,
-			Headers: kafkaHeaders(d.ErrorHeaders()),
-			Time:    d.Timestamp,
-		}
-		if p.checkSize(m) != nil {
-			m.Value = nil
-			m.Headers = append(m.Headers, kafka.Header{Key: HeaderDLQValueDropped, Value: []byte(strconv.Itoa(len(d.Value)))})
-			if err := p.checkSize(m); err != nil {
-				perm.add(i, string(d.Key), err)
-				continue
-			}
-			p.log.Warn().Str("topic", d.Topic).Int("partition", d.Partition).Int64("offset", d.Offset).
-				Int("value_bytes", len(d.Value)).Msg("dead letter value too large for the DLQ; value dropped")
+		m, err := p.fullDeadLetter(&dls[i])
+		if err != nil {
+			perm.add(i, id(i), err)
+			continue
 		}
 		msgs = append(msgs, outMsg{msg: m, owner: i, kind: kindDLQ})
 	}
-	if err := p.write(ctx, msgs, perm, func(i int) string { return string(dls[i].Key) }); err != nil {
+	if err := p.write(ctx, msgs, perm, id); err != nil {
 		return err
 	}
-	return perm.err()
+	if len(perm.order) == 0 {
+		return nil
+	}
+
+	// Second and last chance: the minimal form.
+	final := newPermanent()
+	minimal := make([]outMsg, 0, len(perm.order))
+	for _, i := range perm.order {
+		d, cause := &dls[i], perm.errs[i]
+		m := p.minimalDeadLetter(d, cause)
+		p.log.Warn().Err(cause).Str("topic", d.Topic).Int("partition", d.Partition).Int64("offset", d.Offset).
+			Str("reason", d.Reason).Msg("dead letter cannot be written as is; writing it without key, value and headers")
+		if err := p.checkSize(m); err != nil {
+			final.add(i, id(i), err)
+			continue
+		}
+		minimal = append(minimal, outMsg{msg: m, owner: i, kind: kindDLQ})
+	}
+	if err := p.write(ctx, minimal, final, id); err != nil {
+		return err
+	}
+	if len(final.order) == 0 {
+		return nil
+	}
+	return &PermanentError{Indexes: final.order, CallIDs: final.ids,
+		Err: fmt.Errorf("producer: dead letter rejected even without key, value and headers: %w", final.first)}
+}
+
+// fullDeadLetter builds the DLQ record for d, dropping its value (and saying
+// so in HeaderDLQValueDropped) when the record would exceed BatchBytes. It
+// fails when the record is too large even without the value.
+func (p *Producer) fullDeadLetter(d *schema.DeadLetter) (kafka.Message, error) {
+	m := kafka.Message{
+		Topic:   p.cfg.DLQTopic,
+		Key:     d.Key,
+		Value:   d.Value,
+		Headers: kafkaHeaders(d.ErrorHeaders()),
+		Time:    d.Timestamp,
+	}
+	if p.checkSize(m) == nil {
+		return m, nil
+	}
+	m.Value = nil
+	m.Headers = append(m.Headers, kafka.Header{Key: HeaderDLQValueDropped, Value: []byte(strconv.Itoa(len(d.Value)))})
+	if err := p.checkSize(m); err != nil {
+		return kafka.Message{}, err
+	}
+	p.log.Warn().Str("topic", d.Topic).Int("partition", d.Partition).Int64("offset", d.Offset).
+		Int("value_bytes", len(d.Value)).Msg("dead letter value too large for the DLQ; value dropped")
+	return m, nil
+}
+
+// minimalDeadLetter builds the smallest DLQ record that still says which
+// input failed and why: the error headers (message truncated), the value's
+// size when there was one, and HeaderDLQDropped naming what was dropped and
+// cause, the error that kept the full record out. Its timestamp is now,
+// which the broker accepts whatever its timestamp rules.
+func (p *Producer) minimalDeadLetter(d *schema.DeadLetter, cause error) kafka.Message {
+	md := *d
+	md.Headers = nil
+	md.Message = truncate(d.Message, minimalMaxMessage)
+	md.ExceptionClass = truncate(d.ExceptionClass, minimalMaxField)
+	md.Stage = truncate(d.Stage, minimalMaxField)
+	md.Reason = truncate(d.Reason, minimalMaxField)
+	md.Topic = truncate(d.Topic, minimalMaxField)
+	hs := kafkaHeaders(md.ErrorHeaders())
+
+	var dropped []string
+	if len(d.Key) > 0 {
+		dropped = append(dropped, "key")
+	}
+	if len(d.Value) > 0 {
+		dropped = append(dropped, "value")
+		hs = append(hs, kafka.Header{Key: HeaderDLQValueDropped, Value: []byte(strconv.Itoa(len(d.Value)))})
+	}
+	if len(d.Headers) > 0 {
+		dropped = append(dropped, "headers")
+	}
+	if len(dropped) == 0 {
+		dropped = append(dropped, "none")
+	}
+	why := strings.Join(dropped, ",") + ": " + truncate(cause.Error(), minimalMaxCause)
+	hs = append(hs, kafka.Header{Key: HeaderDLQDropped, Value: []byte(why)})
+	return kafka.Message{Topic: p.cfg.DLQTopic, Headers: hs, Time: time.Now()}
+}
+
+// truncate shortens s to at most n bytes plus "…", cutting at a rune
+// boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // enter takes the read lock unless the producer is closed; Close takes the
@@ -225,82 +361,47 @@ func (p *Producer) enter() bool {
 
 // write sends msgs and waits for every ack, retrying transient failures
 // message by message with backoff until ctx ends. Permanent failures are
-// recorded in perm and their owners' remaining messages dropped.
+// recorded in perm and their owners' remaining messages dropped. Messages
+// covered by a batch-level rejection (see isBatchRejection) are resent at
+// once, one per request, and only then declared permanent.
 func (p *Producer) write(ctx context.Context, msgs []outMsg, perm *permanent, callID func(int) string) error {
 	backoff := retryBackoffMin
 	for attempt := 1; len(msgs) > 0; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("producer: write: %w", err)
 		}
-		// Fresh Message values every attempt: kafka-go may still hold the
-		// previous attempt's messages after a cancelled write, so nothing
-		// here is reused or mutated (the byte slices are never modified).
-		batch := make([]kafka.Message, len(msgs))
-		for i := range msgs {
-			batch[i] = msgs[i].msg
+		var batched, alone []outMsg
+		for _, m := range msgs {
+			if m.alone {
+				alone = append(alone, m)
+			} else {
+				batched = append(batched, m)
+			}
 		}
-		start := time.Now()
-		err := p.w.WriteMessages(ctx, batch...)
-		p.metrics.observe(time.Since(start))
-		if err == nil {
-			p.metrics.count(msgs)
-			return nil
-		}
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return fmt.Errorf("producer: write: %w (last error: %v)", ctxErr, err)
-		}
-
-		var retry []outMsg
+		var retry, again []outMsg
 		var firstTransient error
-		var werrs kafka.WriteErrors
-		var tooLarge kafka.MessageTooLargeError
-		switch {
-		case errors.As(err, &werrs) && len(werrs) == len(msgs):
-			var ok []outMsg
-			for i, e := range werrs {
-				if e == nil {
-					ok = append(ok, msgs[i])
-					continue
-				}
-				switch classify(e) {
-				case classPermanent:
-					perm.add(msgs[i].owner, callID(msgs[i].owner), e)
-				case classFatal:
-					p.metrics.count(ok)
-					return fmt.Errorf("producer: write to %s: %w", msgs[i].msg.Topic, e)
-				default:
-					if firstTransient == nil {
-						firstTransient = e
-					}
-					retry = append(retry, msgs[i])
-				}
+		for _, group := range []struct {
+			w    *kafka.Writer
+			msgs []outMsg
+		}{{p.w, batched}, {p.single, alone}} {
+			if len(group.msgs) == 0 {
+				continue
 			}
-			p.metrics.count(ok)
-		case errors.As(err, &tooLarge):
-			// kafka-go rejected the call up front and wrote nothing; drop the
-			// offender and resend the rest at once (no backoff needed).
-			idx := indexOf(msgs, tooLarge.Message)
-			if idx < 0 {
-				return fmt.Errorf("producer: write: %w", err)
+			r, a, transient, err := p.attempt(ctx, group.w, group.msgs, perm, callID)
+			if err != nil {
+				return err
 			}
-			perm.add(msgs[idx].owner, callID(msgs[idx].owner), err)
-			msgs = dropOwners(msgs, perm)
-			continue
-		default:
-			switch classify(err) {
-			case classPermanent:
-				for _, m := range msgs {
-					perm.add(m.owner, callID(m.owner), err)
-				}
-				return nil
-			case classFatal:
-				return fmt.Errorf("producer: write: %w", err)
+			retry, again = append(retry, r...), append(again, a...)
+			if firstTransient == nil {
+				firstTransient = transient
 			}
-			firstTransient, retry = err, msgs
 		}
-		msgs = dropOwners(retry, perm)
+		msgs = dropOwners(append(again, retry...), perm)
 		if len(msgs) == 0 {
 			return nil
+		}
+		if len(dropOwners(retry, perm)) == 0 {
+			continue // only resends that need no backoff
 		}
 		p.log.Warn().Err(firstTransient).Int("attempt", attempt).Int("messages", len(msgs)).
 			Dur("backoff", backoff).Msg("transient produce failure; retrying")
@@ -316,6 +417,88 @@ func (p *Producer) write(ctx context.Context, msgs []outMsg, perm *permanent, ca
 		backoff = min(backoff*2, retryBackoffMax)
 	}
 	return nil
+}
+
+// attempt sends msgs once through w. It records permanent failures in perm
+// and returns the messages to retry after a backoff (with the first
+// transient error) and those to resend at once: messages moved to the
+// one-per-request path, or the rest of a call kafka-go refused up front. A
+// non-nil err (fatal error or ctx ended) ends the write.
+func (p *Producer) attempt(ctx context.Context, w *kafka.Writer, msgs []outMsg, perm *permanent, callID func(int) string) (retry, again []outMsg, transient, err error) {
+	// Fresh Message values every attempt: kafka-go may still hold the
+	// previous attempt's messages after a cancelled write, so nothing here
+	// is reused or mutated (the byte slices are never modified).
+	batch := make([]kafka.Message, len(msgs))
+	for i := range msgs {
+		batch[i] = msgs[i].msg
+	}
+	start := time.Now()
+	werr := w.WriteMessages(ctx, batch...)
+	p.metrics.observe(time.Since(start))
+	if werr == nil {
+		p.metrics.count(msgs)
+		return nil, nil, nil, nil
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return nil, nil, nil, fmt.Errorf("producer: write: %w (last error: %v)", ctxErr, werr)
+	}
+
+	// rejected handles a permanent error for m: final when m was sent
+	// alone, otherwise m is resent alone first.
+	rejected := func(m outMsg, e error) {
+		if !m.alone && isBatchRejection(e) {
+			m.alone = true
+			again = append(again, m)
+			return
+		}
+		perm.add(m.owner, callID(m.owner), e)
+	}
+	var werrs kafka.WriteErrors
+	var tooLarge kafka.MessageTooLargeError
+	switch {
+	case errors.As(werr, &werrs) && len(werrs) == len(msgs):
+		var ok []outMsg
+		for i, e := range werrs {
+			if e == nil {
+				ok = append(ok, msgs[i])
+				continue
+			}
+			switch classifyFor(msgs[i].kind, e) {
+			case classPermanent:
+				rejected(msgs[i], e)
+			case classFatal:
+				p.metrics.count(ok)
+				return nil, nil, nil, fmt.Errorf("producer: write to %s: %w", msgs[i].msg.Topic, e)
+			default:
+				if transient == nil {
+					transient = e
+				}
+				retry = append(retry, msgs[i])
+			}
+		}
+		p.metrics.count(ok)
+	case errors.As(werr, &tooLarge):
+		// kafka-go rejected the call up front and wrote nothing; drop the
+		// offender and resend the rest at once (no backoff needed).
+		idx := indexOf(msgs, tooLarge.Message)
+		if idx < 0 {
+			return nil, nil, nil, fmt.Errorf("producer: write: %w", werr)
+		}
+		perm.add(msgs[idx].owner, callID(msgs[idx].owner), werr)
+		again = dropOwners(msgs, perm)
+	default:
+		switch classifyFor(msgs[0].kind, werr) {
+		case classPermanent:
+			for _, m := range msgs {
+				rejected(m, werr)
+			}
+		case classFatal:
+			return nil, nil, nil, fmt.Errorf("producer: write: %w", werr)
+		default:
+			transient, retry = werr, msgs
+		}
+	}
+	return retry, again, transient, nil
 }
 
 // indexOf finds the message kafka-go reported by comparing the identity of
@@ -441,7 +624,7 @@ func (p *Producer) Close(ctx context.Context) error {
 	done := make(chan error, 1)
 	go func() {
 		<-locked
-		done <- p.w.Close()
+		done <- errors.Join(p.w.Close(), p.single.Close())
 	}()
 	select {
 	case err := <-done:
@@ -455,21 +638,22 @@ func (p *Producer) Close(ctx context.Context) error {
 	}
 }
 
-// permanent collects records that can never be written.
+// permanent collects records that can never be written, with each one's
+// error.
 type permanent struct {
-	idx   map[int]bool
+	errs  map[int]error
 	order []int
 	ids   []string
 	first error
 }
 
-func newPermanent() *permanent { return &permanent{idx: map[int]bool{}} }
+func newPermanent() *permanent { return &permanent{errs: map[int]error{}} }
 
 func (p *permanent) add(i int, callID string, err error) {
-	if p.idx[i] {
+	if p.has(i) {
 		return
 	}
-	p.idx[i] = true
+	p.errs[i] = err
 	p.order = append(p.order, i)
 	p.ids = append(p.ids, callID)
 	if p.first == nil {
@@ -477,7 +661,10 @@ func (p *permanent) add(i int, callID string, err error) {
 	}
 }
 
-func (p *permanent) has(i int) bool { return p.idx[i] }
+func (p *permanent) has(i int) bool {
+	_, ok := p.errs[i]
+	return ok
+}
 
 func (p *permanent) err() error {
 	if len(p.order) == 0 {
