@@ -45,10 +45,14 @@ func (a admission) decision() string {
 // admit decides whether d may run a batch of tokens padded tokens now. The
 // batch needs its estimate, less what d's arena already holds and no running
 // batch uses (ORT keeps freed memory for reuse, so it shows as "used" yet is
-// available to us). It is admitted when free memory covers that need plus
-// Headroom and used memory plus the need stays under MemFraction of total.
-// Probe errors other than a lost GPU admit: the run itself is the better
-// judge, and an OOM there splits the batch anyway.
+// available to us). A batch our arena covers entirely is admitted at once:
+// running it allocates nothing, and used memory may well sit above
+// MemFraction for good, because it counts our CUDA context and cuBLAS
+// workspace beside an arena that never shrinks. Otherwise it is admitted when
+// free memory covers the need plus Headroom and used memory (our arena
+// included, once) plus the need stays under MemFraction of total. Probe
+// errors other than a lost GPU admit: the run itself is the better judge,
+// and an OOM there splits the batch anyway.
 func (p *Pool) admit(d *device, tokens int) admission {
 	est := d.est.bytes(tokens)
 	if p.probe == nil {
@@ -77,8 +81,14 @@ func (p *Pool) admit(d *device, tokens int) admission {
 	// What our arena holds: growth since the engine opened, but never more
 	// than the largest footprint we caused, since other tenants grow too.
 	held := min(max(0, float64(used)-float64(d.est.usedBase)), d.arenaPeak)
+	// need is what the batch adds to used memory: the arena's idle part
+	// (held less what running batches reserve) is credited here, so the
+	// checks below count those bytes once, inside used.
 	need := max(0, est-max(0, held-d.reserved))
 	switch {
+	case need == 0:
+		d.reserved += est
+		return admission{ok: true, reason: "arena", est: est}
 	case float64(free) < need+head:
 		return admission{reason: "free_memory", est: est}
 	case float64(used)+need > limit:
@@ -142,6 +152,13 @@ func defaultShapes(maxTokens, maxRows, maxLen int) []Shape {
 // used memory after each. Without a usable fit it keeps the configured
 // fallback estimate and says so. An error other than OOM means the engine
 // cannot run on this device, so the device is not used.
+//
+// Memory is measured per process where the probe can (ProcessMemoryReader
+// lists this process), so a second process calibrating on the same GPU at
+// the same time does not leak into the fit; otherwise device-wide used
+// memory is read, and the log says which. Shapes never exceed
+// Calibration.MaxLen nor the engine's own maximum length (engineMaxLength),
+// because the engine rejects longer pairs.
 func (p *Pool) calibrate(ctx context.Context, dev Device, eng Engine, usedBefore uint64) (memEstimate, error) {
 	cal := p.cfg.calibration
 	est := memEstimate{base: float64(cal.FallbackBase), perToken: float64(cal.FallbackPerToken)}
@@ -157,12 +174,29 @@ func (p *Pool) calibrate(ctx context.Context, dev Device, eng Engine, usedBefore
 	if used0 > usedBefore {
 		est.weights = used0 - usedBefore
 	}
+	read := func() (uint64, error) {
+		_, used, _, err := p.probe.MemoryInfo(dev.Index)
+		return used, err
+	}
+	base := used0
+	if pr, mine, ok := p.processMemory(dev); ok {
+		// All this process holds on the GPU is what opening the engine
+		// took (more only if it already used the GPU: the safe side).
+		read = func() (uint64, error) { return pr.ProcessMemory(dev.Index) }
+		base, est.weights = mine, mine
+	}
 	if cal.Disabled {
 		return est, nil
 	}
-	shapes := cal.Shapes
+	// The engine's own limit wins where it states one, so a caller that
+	// left MaxLen at its default cannot lose the GPU to it.
+	maxLen := cal.MaxLen
+	if n := engineMaxLength(eng); n > 0 {
+		maxLen = min(maxLen, n)
+	}
+	shapes := clampShapes(cal.Shapes, maxLen)
 	if len(shapes) == 0 {
-		shapes = defaultShapes(p.cfg.maxBatchTokens, p.cfg.maxBatchRows, cal.MaxLen)
+		shapes = defaultShapes(p.cfg.maxBatchTokens, p.cfg.maxBatchRows, maxLen)
 	}
 	var xs, ys []float64
 	for _, s := range shapes {
@@ -175,12 +209,12 @@ func (p *Pool) calibrate(ctx context.Context, dev Device, eng Engine, usedBefore
 			}
 			return est, fmt.Errorf("gpupool: %s: calibration batch %dx%d: %w", dev.Label(), s.Rows, s.Len, err)
 		}
-		_, used, _, err := p.probe.MemoryInfo(dev.Index)
+		used, err := read()
 		if err != nil {
 			break
 		}
 		xs = append(xs, float64(s.Rows*s.Len))
-		ys = append(ys, float64(used)-float64(used0))
+		ys = append(ys, float64(used)-float64(base))
 	}
 	a, b, ok := fitLine(xs, ys)
 	if !ok || b <= 0 {
@@ -191,6 +225,37 @@ func (p *Pool) calibrate(ctx context.Context, dev Device, eng Engine, usedBefore
 	est.base, est.perToken, est.calibrated = max(0, a), b, true
 	est.arena = slices.Max(ys)
 	return est, nil
+}
+
+// processMemory returns the probe's per-process reader and this process's
+// memory on dev now, when the probe offers such readings and lists us, and
+// logs which way calibration measures memory.
+func (p *Pool) processMemory(dev Device) (ProcessMemoryReader, uint64, bool) {
+	pr, ok := p.probe.(ProcessMemoryReader)
+	if !ok {
+		p.log.Info().Str("device", dev.Label()).Str("memory_reading", "device").
+			Msg("gpupool: calibration reads device-wide used memory (no per-process readings)")
+		return nil, 0, false
+	}
+	used, err := pr.ProcessMemory(dev.Index)
+	if err != nil {
+		p.log.Info().Str("device", dev.Label()).Str("memory_reading", "device").Err(err).
+			Msg("gpupool: calibration reads device-wide used memory; other processes allocating meanwhile skew it")
+		return nil, 0, false
+	}
+	p.log.Info().Str("device", dev.Label()).Str("memory_reading", "process").Uint64("process_used_bytes", used).
+		Msg("gpupool: calibration reads this process's own GPU memory")
+	return pr, used, true
+}
+
+// clampShapes limits configured calibration shapes to maxLen tokens per
+// pair; longer pairs are rejected by the engine, which would drop the GPU.
+func clampShapes(shapes []Shape, maxLen int) []Shape {
+	out := make([]Shape, len(shapes))
+	for i, s := range shapes {
+		out[i] = Shape{Rows: s.Rows, Len: min(s.Len, maxLen)}
+	}
+	return out
 }
 
 // syntheticPairs builds a batch of the given shape. Memory depends on shape,

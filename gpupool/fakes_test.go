@@ -19,7 +19,10 @@ type fakeEngine struct {
 	oomOver int           // rows above this fail with model.ErrOutOfMemory (0: never)
 	err     error         // every call fails with it
 	gate    chan struct{} // if set, each call waits for it (or ctx)
+	hang    chan struct{} // if set, each call waits for it, ignoring ctx (a Run that will not terminate)
 	onRun   func(rows, maxLen int)
+	// maxLength is what MaxLength reports (0: unknown).
+	maxLength int
 
 	mu      sync.Mutex
 	calls   int
@@ -51,6 +54,9 @@ func (e *fakeEngine) ScorePairs(ctx context.Context, pairs []model.Pair) ([]floa
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
+	}
+	if e.hang != nil {
+		<-e.hang
 	}
 	if e.delay > 0 {
 		t := time.NewTimer(e.delay)
@@ -84,6 +90,10 @@ func (e *fakeEngine) ScorePairs(ctx context.Context, pairs []model.Pair) ([]floa
 	e.mu.Unlock()
 	return out, nil
 }
+
+// MaxLength reports the longest pair the engine accepts, as model.Session's
+// model does; the pool validates pairs against it.
+func (e *fakeEngine) MaxLength() int { return e.maxLength }
 
 func (e *fakeEngine) Close() error {
 	e.mu.Lock()
@@ -189,6 +199,50 @@ func (p *fakeProbe) Throttled(idx int) (uint64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.gpus[idx].throttle, nil
+}
+
+// gateProbe is a fakeProbe whose MemoryInfo, once armed, reports each call
+// on entered and then waits for the release: a test can act while a worker
+// is inside admission control.
+type gateProbe struct {
+	*fakeProbe
+	entered chan struct{} // buffered 1; one send per gated call, dropped when full
+
+	gmu  sync.Mutex
+	gate chan struct{} // nil: MemoryInfo passes straight through
+}
+
+func newGateProbe(gpus ...*fakeGPU) *gateProbe {
+	return &gateProbe{fakeProbe: newFakeProbe(gpus...), entered: make(chan struct{}, 1)}
+}
+
+// arm gates MemoryInfo from now on; release lets every gated call through
+// and disarms the gate.
+func (p *gateProbe) arm() (release func()) {
+	ch := make(chan struct{})
+	p.gmu.Lock()
+	p.gate = ch
+	p.gmu.Unlock()
+	return sync.OnceFunc(func() {
+		p.gmu.Lock()
+		p.gate = nil
+		p.gmu.Unlock()
+		close(ch)
+	})
+}
+
+func (p *gateProbe) MemoryInfo(idx int) (free, used, total uint64, err error) {
+	p.gmu.Lock()
+	g := p.gate
+	p.gmu.Unlock()
+	if g != nil {
+		select {
+		case p.entered <- struct{}{}:
+		default:
+		}
+		<-g
+	}
+	return p.fakeProbe.MemoryInfo(idx)
 }
 
 func (p *fakeProbe) set(idx int, fn func(g *fakeGPU)) {

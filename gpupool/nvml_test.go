@@ -3,10 +3,14 @@ package gpupool
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/rs/zerolog"
 )
 
@@ -112,5 +116,322 @@ func TestCUDAModeFailsWhenEveryEngineFails(t *testing.T) {
 	_, err := New(testCtx(t), f.factory, Mode(ModeCUDA), WithProbe(probe))
 	if err == nil || !strings.Contains(err.Error(), "libcudart.so not found") {
 		t.Fatalf("err = %v, want the engine's reason", err)
+	}
+}
+
+// mockGPU is one device of a mocked NVML library (go-nvml's mock.Interface):
+// the readings it returns and the failures it injects.
+type mockGPU struct {
+	uuid, name  string
+	total, used uint64
+	uuidRet     nvml.Return // DeviceGetUUID's answer (SUCCESS if zero)
+	memV2Ret    nvml.Return // DeviceGetMemoryInfo_v2's answer
+	memV1Ret    nvml.Return // DeviceGetMemoryInfo's answer
+	procs       []nvml.ProcessInfo
+	procsRet    nvml.Return
+	v1Calls     int
+}
+
+// mockNVML builds a probe over a mocked NVML with gpus (in NVML order),
+// memory v2 available when v2 is set, and env as the process environment.
+func mockNVML(t *testing.T, v2 bool, env map[string]string, gpus ...*mockGPU) *nvmlProbe {
+	t.Helper()
+	handles := make([]*mock.Device, len(gpus))
+	byHandle := map[nvml.Device]*mockGPU{}
+	for i, g := range gpus {
+		handles[i] = &mock.Device{}
+		byHandle[handles[i]] = g
+	}
+	lib := &mock.Interface{
+		InitFunc:     func() nvml.Return { return nvml.SUCCESS },
+		ShutdownFunc: func() nvml.Return { return nvml.SUCCESS },
+		ExtensionsFunc: func() nvml.ExtendedInterface {
+			return &mock.ExtendedInterface{LookupSymbolFunc: func(s string) error {
+				if s == "nvmlDeviceGetMemoryInfo_v2" && !v2 {
+					return errors.New("missing")
+				}
+				return nil
+			}}
+		},
+		DeviceGetCountFunc: func() (int, nvml.Return) { return len(gpus), nvml.SUCCESS },
+		DeviceGetHandleByIndexFunc: func(n int) (nvml.Device, nvml.Return) {
+			if n < 0 || n >= len(handles) {
+				return nil, nvml.ERROR_INVALID_ARGUMENT
+			}
+			return handles[n], nvml.SUCCESS
+		},
+		DeviceGetUUIDFunc: func(d nvml.Device) (string, nvml.Return) {
+			g := byHandle[d]
+			if g.uuidRet != nvml.SUCCESS {
+				return "", g.uuidRet
+			}
+			return g.uuid, nvml.SUCCESS
+		},
+		DeviceGetNameFunc: func(d nvml.Device) (string, nvml.Return) { return byHandle[d].name, nvml.SUCCESS },
+		DeviceGetMemoryInfo_v2Func: func(d nvml.Device) (nvml.Memory_v2, nvml.Return) {
+			g := byHandle[d]
+			if g.memV2Ret != nvml.SUCCESS {
+				return nvml.Memory_v2{}, g.memV2Ret
+			}
+			return nvml.Memory_v2{Total: g.total, Used: g.used, Free: g.total - g.used}, nvml.SUCCESS
+		},
+		DeviceGetMemoryInfoFunc: func(d nvml.Device) (nvml.Memory, nvml.Return) {
+			g := byHandle[d]
+			g.v1Calls++
+			if g.memV1Ret != nvml.SUCCESS {
+				return nvml.Memory{}, g.memV1Ret
+			}
+			// v1 counts driver-reserved memory as used: 1 MiB more here,
+			// so a test can tell which query answered.
+			return nvml.Memory{Total: g.total, Used: g.used + 1<<20, Free: g.total - g.used - 1<<20}, nvml.SUCCESS
+		},
+		DeviceGetComputeRunningProcessesFunc: func(d nvml.Device) ([]nvml.ProcessInfo, nvml.Return) {
+			g := byHandle[d]
+			if g.procsRet != nvml.SUCCESS {
+				return nil, g.procsRet
+			}
+			return g.procs, nvml.SUCCESS
+		},
+		DeviceGetUtilizationRatesFunc: func(nvml.Device) (nvml.Utilization, nvml.Return) {
+			return nvml.Utilization{}, nvml.SUCCESS
+		},
+		DeviceGetCurrentClocksEventReasonsFunc: func(nvml.Device) (uint64, nvml.Return) { return 0, nvml.SUCCESS },
+	}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	probe, shutdown, err := newNVMLProbe(testCtx(t), lib, NVMLLookupEnv(lookup))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(shutdown)
+	p := probe.(*nvmlProbe)
+	p.pid = 4242
+	return p
+}
+
+func gpuN(i int) *mockGPU {
+	return &mockGPU{uuid: fmt.Sprintf("GPU-%d%d%d%d-aaaa", i, i, i, i), name: "NVIDIA H100", total: 80 << 30, used: uint64(i+1) << 30}
+}
+
+// One lost GPU, or one whose memory cannot be read, is left out with a
+// warning; the others stay usable. With none usable it is ErrNoGPU, reasons
+// included.
+func TestNVMLDevicesSkipsBrokenGPUs(t *testing.T) {
+	lost, noMem, oldDriver := gpuN(1), gpuN(3), gpuN(2)
+	lost.uuidRet = nvml.ERROR_GPU_IS_LOST
+	noMem.memV2Ret, noMem.memV1Ret = nvml.ERROR_NOT_SUPPORTED, nvml.ERROR_NOT_SUPPORTED
+	oldDriver.memV2Ret = nvml.ERROR_FUNCTION_NOT_FOUND
+	p := mockNVML(t, true, nil, gpuN(0), lost, oldDriver, noMem)
+	devs, err := p.Devices()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(devs) != 2 || devs[0].Index != 0 || devs[1].Index != 2 || devs[1].UUID != oldDriver.uuid || devs[1].TotalMemory != 80<<30 {
+		t.Fatalf("Devices() = %+v, want GPUs 0 and 2", devs)
+	}
+	ws := p.DeviceWarnings()
+	if len(ws) != 2 || !errors.Is(ws[0], ErrGPULost) || !strings.Contains(ws[0].Error(), "GPU 1") ||
+		!errors.Is(ws[1], ErrNotSupported) || !strings.Contains(ws[1].Error(), "GPU 3") {
+		t.Fatalf("DeviceWarnings() = %v, want GPU 1 lost and GPU 3 not supported", ws)
+	}
+	if _, _, _, err := p.MemoryInfo(1); err == nil {
+		t.Error("MemoryInfo of the skipped GPU 1 succeeded")
+	}
+
+	t.Run("none usable", func(t *testing.T) {
+		a, b := gpuN(0), gpuN(1)
+		a.uuidRet, b.memV2Ret, b.memV1Ret = nvml.ERROR_GPU_IS_LOST, nvml.ERROR_GPU_IS_LOST, nvml.ERROR_GPU_IS_LOST
+		p := mockNVML(t, true, nil, a, b)
+		_, err := p.Devices()
+		if !errors.Is(err, ErrNoGPU) || !errors.Is(err, ErrGPULost) || !strings.Contains(err.Error(), "GPU 1") {
+			t.Fatalf("err = %v, want ErrNoGPU naming the lost GPUs", err)
+		}
+		if ws := p.DeviceWarnings(); len(ws) != 0 {
+			t.Errorf("warnings after a failed Devices: %v", ws)
+		}
+	})
+
+	t.Run("pool keeps the good GPUs", func(t *testing.T) {
+		lost := gpuN(0)
+		lost.uuidRet = nvml.ERROR_GPU_IS_LOST
+		p := mockNVML(t, true, nil, lost, gpuN(1))
+		pool := newPool(t, newFakeFactory(nil), gpuOpts(nil, WithProbe(p))...)
+		if devs := pool.Devices(); len(devs) != 1 || devs[0].Kind != CUDA || devs[0].Index != 1 {
+			t.Fatalf("pool devices %+v, want cuda:1 only", devs)
+		}
+	})
+}
+
+// v2 memory info falls back to v1 on any failure but a lost GPU.
+func TestNVMLMemoryInfoFallsBackToV1(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		v2     bool
+		ret    nvml.Return
+		wantV1 bool
+		want   error
+	}{
+		{"v2 answers", true, nvml.SUCCESS, false, nil},
+		{"no v2 symbol", false, nvml.SUCCESS, true, nil},
+		{"not supported", true, nvml.ERROR_NOT_SUPPORTED, true, nil},
+		{"function not found", true, nvml.ERROR_FUNCTION_NOT_FOUND, true, nil},
+		{"argument version mismatch", true, nvml.ERROR_ARGUMENT_VERSION_MISMATCH, true, nil},
+		{"unknown", true, nvml.ERROR_UNKNOWN, true, nil},
+		{"gpu lost", true, nvml.ERROR_GPU_IS_LOST, false, ErrGPULost},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := gpuN(0)
+			p := mockNVML(t, tc.v2, nil, g)
+			g.memV2Ret = tc.ret
+			_, used, total, err := p.MemoryInfo(0)
+			if tc.want != nil {
+				if !errors.Is(err, tc.want) || g.v1Calls != 0 {
+					t.Fatalf("err = %v after %d v1 calls, want %v and no v1 call", err, g.v1Calls, tc.want)
+				}
+				return
+			}
+			if err != nil || total != 80<<30 {
+				t.Fatalf("MemoryInfo = %d/%d, %v", used, total, err)
+			}
+			if gotV1 := used == g.used+1<<20; gotV1 != tc.wantV1 || (g.v1Calls > 0) != tc.wantV1 {
+				t.Errorf("used %d (v1 calls %d): v1 answered = %v, want %v", used, g.v1Calls, gotV1, tc.wantV1)
+			}
+		})
+	}
+}
+
+func TestNVMLProcessMemory(t *testing.T) {
+	const us = 4242 // mockNVML's pid
+	for _, tc := range []struct {
+		name  string
+		procs []nvml.ProcessInfo
+		ret   nvml.Return
+		want  uint64
+		err   error
+	}{
+		{"listed", []nvml.ProcessInfo{{Pid: 7, UsedGpuMemory: 1 << 30}, {Pid: us, UsedGpuMemory: 3 << 20}}, nvml.SUCCESS, 3 << 20, nil},
+		{"one entry per MIG instance", []nvml.ProcessInfo{{Pid: us, UsedGpuMemory: 1 << 20}, {Pid: us, UsedGpuMemory: 2 << 20}}, nvml.SUCCESS, 3 << 20, nil},
+		{"not listed (PID namespace)", []nvml.ProcessInfo{{Pid: 7, UsedGpuMemory: 1 << 30}}, nvml.SUCCESS, 0, ErrProcessNotListed},
+		{"no processes", nil, nvml.SUCCESS, 0, ErrProcessNotListed},
+		{"value not available", []nvml.ProcessInfo{{Pid: us, UsedGpuMemory: math.MaxUint64}}, nvml.SUCCESS, 0, ErrNotSupported},
+		{"not supported", nil, nvml.ERROR_NOT_SUPPORTED, 0, ErrNotSupported},
+		{"gpu lost", nil, nvml.ERROR_GPU_IS_LOST, 0, ErrGPULost},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := gpuN(0)
+			g.procs, g.procsRet = tc.procs, tc.ret
+			p := mockNVML(t, true, nil, g)
+			got, err := p.ProcessMemory(0)
+			if got != tc.want || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
+				t.Fatalf("ProcessMemory = %d, %v; want %d, %v", got, err, tc.want, tc.err)
+			}
+		})
+	}
+}
+
+// CUDA_VISIBLE_DEVICES: which NVML GPUs CUDA sees, in which order (the
+// position is the CUDA device_id), and what cannot be mapped.
+func TestVisibleGPUs(t *testing.T) {
+	all := []nvmlGPU{
+		{index: 0, uuid: "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6", name: "A"},
+		{index: 1, uuid: "GPU-1111aaaa-0000-0000-0000-000000000000", name: "A"},
+		{index: 2, uuid: "GPU-1111bbbb-0000-0000-0000-000000000000", name: "A"},
+		{index: 3, uuid: "GPU-3333cccc-0000-0000-0000-000000000000", name: "A"},
+	}
+	unset := map[string]string{}
+	for _, tc := range []struct {
+		name     string
+		env      map[string]string
+		gpus     []nvmlGPU
+		want     []int // NVML indexes in CUDA order
+		warnings int
+		err      string
+	}{
+		{name: "unset: all in NVML order", env: unset, want: []int{0, 1, 2, 3}},
+		{name: "indexes reorder", env: map[string]string{"CUDA_VISIBLE_DEVICES": "2,1"}, want: []int{2, 1}},
+		{name: "spaces", env: map[string]string{"CUDA_VISIBLE_DEVICES": " 3 , 0 "}, want: []int{3, 0}},
+		{name: "full UUID", env: map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-3333cccc-0000-0000-0000-000000000000"}, want: []int{3}},
+		{name: "UUID prefixes, any case", env: map[string]string{"CUDA_VISIBLE_DEVICES": "gpu-8932F937,GPU-1111b"}, want: []int{0, 2}},
+		{name: "mixed index and UUID", env: map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-3333,1"}, want: []int{3, 1}},
+		{name: "-1 ends the list", env: map[string]string{"CUDA_VISIBLE_DEVICES": "0,2,-1,1"}, want: []int{0, 2}, warnings: 1},
+		{name: "index past the last GPU ends the list", env: map[string]string{"CUDA_VISIBLE_DEVICES": "1,9,0"}, want: []int{1}, warnings: 1},
+		{name: "unknown UUID ends the list", env: map[string]string{"CUDA_VISIBLE_DEVICES": "3,GPU-ffff"}, want: []int{3}, warnings: 1},
+		{name: "repeat ends the list", env: map[string]string{"CUDA_VISIBLE_DEVICES": "1,1,2"}, want: []int{1}, warnings: 1},
+		{name: "trailing comma", env: map[string]string{"CUDA_VISIBLE_DEVICES": "1,"}, want: []int{1}},
+		{name: "empty hides every GPU", env: map[string]string{"CUDA_VISIBLE_DEVICES": ""}, err: "makes no GPU visible"},
+		{name: "-1 hides every GPU", env: map[string]string{"CUDA_VISIBLE_DEVICES": "-1"}, err: "makes no GPU visible"},
+		{name: "MIG device", env: map[string]string{"CUDA_VISIBLE_DEVICES": "MIG-5a8c9c8e-0a37-5f55-9c1e-5a0c3d0e2f11"}, err: "MIG device"},
+		{name: "old MIG form", env: map[string]string{"CUDA_VISIBLE_DEVICES": "0,MIG-GPU-8932f937/1/0"}, err: "MIG device"},
+		{name: "ambiguous UUID prefix", env: map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-1111"}, err: "more than one GPU"},
+		{name: "UUID and a GPU whose UUID is unreadable", env: map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-ffff"},
+			gpus: []nvmlGPU{{index: 0, uuid: "GPU-aaaa"}, {index: 1, err: ErrGPULost}}, err: "UUID NVML can read"},
+		{name: "index of an unreadable GPU maps (Devices skips it)", env: map[string]string{"CUDA_VISIBLE_DEVICES": "1,0"},
+			gpus: []nvmlGPU{{index: 0, uuid: "GPU-aaaa"}, {index: 1, err: ErrGPULost}}, want: []int{1, 0}},
+		{name: "mixed models without PCI_BUS_ID order", env: unset,
+			gpus: []nvmlGPU{{index: 0, name: "A"}, {index: 1, name: "B"}}, want: []int{0, 1}, warnings: 1},
+		{name: "mixed models with PCI_BUS_ID order", env: map[string]string{"CUDA_DEVICE_ORDER": "PCI_BUS_ID"},
+			gpus: []nvmlGPU{{index: 0, name: "A"}, {index: 1, name: "B"}}, want: []int{0, 1}},
+		{name: "mixed models named by UUID", env: map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-b,GPU-a"},
+			gpus: []nvmlGPU{{index: 0, name: "A", uuid: "GPU-a"}, {index: 1, name: "B", uuid: "GPU-b"}}, want: []int{1, 0}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gpus := tc.gpus
+			if gpus == nil {
+				gpus = all
+			}
+			lookup := func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
+			got, warnings, err := visibleGPUs(gpus, lookup)
+			if tc.err != "" {
+				if !errors.Is(err, ErrNoGPU) || !strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), "CUDA_VISIBLE_DEVICES") {
+					t.Fatalf("err = %v, want ErrNoGPU saying %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var idx []int
+			for _, g := range got {
+				idx = append(idx, g.index)
+			}
+			if !slices.Equal(idx, tc.want) || len(warnings) != tc.warnings {
+				t.Fatalf("visible %v, warnings %v; want %v and %d warnings", idx, warnings, tc.want, tc.warnings)
+			}
+		})
+	}
+}
+
+// Under CUDA_VISIBLE_DEVICES the pool's device index is the CUDA ordinal
+// (the CUDA provider's device_id), and admission reads that GPU's memory,
+// not the one NVML numbers the same. A MIG device fails cuda mode clearly
+// and sends auto mode to the CPU with the reason.
+func TestPoolMapsCUDAVisibleDevices(t *testing.T) {
+	g0, g1, g2 := gpuN(0), gpuN(1), gpuN(2)
+	p := mockNVML(t, true, map[string]string{"CUDA_VISIBLE_DEVICES": "2,0"}, g0, g1, g2)
+	f := newFakeFactory(nil)
+	pool := newPool(t, f, gpuOpts(nil, WithProbe(p))...)
+	devs := pool.Devices()
+	if len(devs) != 2 || devs[0].Index != 0 || devs[0].UUID != g2.uuid || devs[1].Index != 1 || devs[1].UUID != g0.uuid {
+		t.Fatalf("Devices() = %+v, want cuda:0 = NVML 2 and cuda:1 = NVML 0", devs)
+	}
+	if id := cudaProviderOptions(devs[0], SessionConfig{})["device_id"]; id != "0" {
+		t.Errorf("device_id for NVML GPU 2 = %s, want CUDA ordinal 0", id)
+	}
+	if _, used, _, err := p.MemoryInfo(0); err != nil || used != g2.used {
+		t.Errorf("MemoryInfo(cuda:0) used = %d, %v; want NVML GPU 2's %d", used, err, g2.used)
+	}
+	mustScore(t, pool, makePairs([]int{4, 8, 16}))
+
+	mig := map[string]string{"CUDA_VISIBLE_DEVICES": "MIG-5a8c9c8e-0a37-5f55-9c1e-5a0c3d0e2f11"}
+	_, err := New(testCtx(t), f.factory, gpuOpts(nil, WithProbe(mockNVML(t, true, mig, gpuN(0))))...)
+	if err == nil || !strings.Contains(err.Error(), "mode cuda but no GPU works") || !strings.Contains(err.Error(), "MIG device") {
+		t.Fatalf("cuda mode with a MIG device: err = %v, want a clear error", err)
+	}
+	var logs bytes.Buffer
+	auto := newPool(t, newFakeFactory(nil), Mode(ModeAuto), WithProbe(mockNVML(t, true, mig, gpuN(0))), Logger(zerolog.New(&logs)))
+	if devs := auto.Devices(); len(devs) != 1 || devs[0].Kind != CPU {
+		t.Fatalf("auto mode with a MIG device: %+v, want the CPU", devs)
+	}
+	if !strings.Contains(logs.String(), "no usable GPU, scoring on CPU") || !strings.Contains(logs.String(), "MIG device") {
+		t.Errorf("auto mode's warning lacks the MIG reason:\n%s", logs.String())
 	}
 }

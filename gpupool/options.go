@@ -50,8 +50,9 @@ type Calibration struct {
 	// Shapes are the warm-up batches; empty means a default ladder that
 	// stays inside the token budget and MaxLen.
 	Shapes []Shape
-	// MaxLen caps the calibration pair length; set it to the model's
-	// maximum sequence length (default 512).
+	// MaxLen caps the calibration pair length, Shapes included; set it to
+	// the model's maximum sequence length (default 512), since the engine
+	// rejects longer pairs and a rejected calibration batch drops the GPU.
 	MaxLen int
 	// TokenID fills the synthetic calibration pairs; any ID valid in the
 	// vocabulary works because memory depends on shape, not content
@@ -217,17 +218,18 @@ func QueueCapacity(pairs int) Option { return optFunc(func(c *cfg) { c.queueCapa
 // Mode picks auto, cpu or cuda (default auto).
 func Mode(m DeviceMode) Option { return optFunc(func(c *cfg) { c.mode = m }) }
 
-// GPUIDs restricts the pool to these GPUs, each an NVML index ("0") or a
-// UUID ("GPU-…"); empty (default) means all. UUIDs are the safe choice
-// because NVML and CUDA may number devices differently.
+// GPUIDs restricts the pool to these GPUs, each a device index ("0") or a
+// UUID ("GPU-…"); empty (default) means all. The index is the CUDA
+// ordinal: the NVML index, unless CUDA_VISIBLE_DEVICES renumbers the GPUs
+// (the NVML probe maps it). UUIDs are the safe choice.
 func GPUIDs(ids ...string) Option {
 	return optFunc(func(c *cfg) { c.gpuIDs = append([]string(nil), ids...) })
 }
 
 // MemFraction is the share of a GPU's memory the pool lets used memory reach
 // with a batch's estimate added (default 0.8), leaving room for other
-// tenants and fragmentation. It also sizes ORT's gpu_mem_limit in
-// SessionFactory callers that pass it along.
+// tenants and fragmentation. SessionFactory callers pass it along as
+// SessionConfig.GPUMemFraction, which caps ORT's arena a margin below it.
 func MemFraction(f float64) Option { return optFunc(func(c *cfg) { c.memFraction = f }) }
 
 // Headroom is the free memory, beyond a batch's estimate, a GPU must keep to

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -17,6 +18,29 @@ import (
 // ErrPoolClosed is returned by ScorePairs once Close has begun, and fails
 // work that a Close whose ctx expired abandoned.
 var ErrPoolClosed = errors.New("gpupool: pool closed")
+
+// ErrCloseIncomplete is returned (wrapping ctx's error) by a Close whose ctx
+// ended and whose cancelled runs had still not returned after a further
+// grace period: workers may still be inside an engine or an NVML call, and
+// the engines are not closed yet. The caller must then not unload ONNX
+// Runtime or NVML (dlclose) nor free what the engines use; a later Close
+// waits for the rest.
+var ErrCloseIncomplete = errors.New("gpupool: close incomplete: runs still going, engines not closed")
+
+// ErrInvalidInput marks a call no engine could ever run: an empty pair,
+// type IDs that do not match the IDs, or a pair longer than the model
+// accepts. ScorePairs checks pairs up front and fails such a call at once;
+// an engine error wrapping it also fails the call without counting against
+// the device. The failure is permanent: retrying the same pairs fails again.
+var ErrInvalidInput = errors.New("gpupool: invalid input")
+
+// defaultCloseGrace is how long a Close whose ctx ended still waits for the
+// cancelled runs to return and the engines to close.
+const defaultCloseGrace = 5 * time.Second
+
+// defaultStuckAfter is the least time a device keeps refusing a one-pair
+// batch (with at least stuckRefusals refusals) before the batch moves off it.
+const defaultStuckAfter = 30 * time.Second
 
 // Pool schedules pair scoring over a set of devices. It is safe for
 // concurrent use. Create it with New and stop it with Close; a closed pool
@@ -55,6 +79,16 @@ type Pool struct {
 	work        chan struct{} // closed and replaced to wake workers
 	space       chan struct{} // closed and replaced to wake callers waiting for capacity
 	stats       Stats
+
+	// maxPairLen is the longest pair the engines accept (0: unknown); set
+	// by New before any call.
+	maxPairLen int
+	// closeGrace bounds Close's wait for cancelled runs once its ctx ended;
+	// set by New (tests shorten it before Close).
+	closeGrace time.Duration
+	// stuckAfter is how long a one-pair batch may be refused on a device
+	// before it moves off it; guarded by mu (tests shorten it).
+	stuckAfter time.Duration
 }
 
 // request is one ScorePairs call.
@@ -73,9 +107,11 @@ type batch struct {
 	req      *request
 	idx      []int // indices into req.pairs, shortest first
 	attempts int   // failed runs of this batch and the batches it was split from
-	refusals int   // admission refusals since it was last split
+	refusals int   // admission refusals since it was last split or moved
 	avoid    []int // device slots this batch must not run on again
 	lastErr  error // the latest run failure, for the error a failed call gets
+	// refusedSince is its first refusal since it was last split or moved.
+	refusedSince time.Time
 }
 
 // device is one execution device with its engine and workers.
@@ -177,6 +213,8 @@ func New(ctx context.Context, factory EngineFactory, opts ...Option) (*Pool, err
 		workersDone: make(chan struct{}),
 		work:        make(chan struct{}),
 		space:       make(chan struct{}),
+		closeGrace:  defaultCloseGrace,
+		stuckAfter:  defaultStuckAfter,
 	}
 	p.abortCtx, p.abort = context.WithCancel(context.Background())
 	if err := p.openDevices(ctx); err != nil {
@@ -184,9 +222,29 @@ func New(ctx context.Context, factory EngineFactory, opts ...Option) (*Pool, err
 		return nil, err
 	}
 	for _, d := range p.devices {
+		if n := engineMaxLength(d.engine); n > 0 && (p.maxPairLen == 0 || n < p.maxPairLen) {
+			p.maxPairLen = n
+		}
+	}
+	for _, d := range p.devices {
 		p.startWorkersLocked(d)
 	}
 	return p, nil
+}
+
+// engineMaxLength is the longest pair e accepts, in tokens, or 0 when e
+// does not say. model.Session says through its Model; other engines may
+// implement MaxLength() int.
+func engineMaxLength(e Engine) int {
+	switch e := e.(type) {
+	case interface{ MaxLength() int }:
+		return e.MaxLength()
+	case interface{ Model() *model.Model }:
+		if m := e.Model(); m != nil {
+			return m.MaxLength
+		}
+	}
+	return 0
 }
 
 // openDevices fills p.devices according to the mode.
@@ -382,8 +440,10 @@ func (p *Pool) Stats() Stats {
 // whichever device workers are idle. While the pool holds QueueCapacity
 // pairs, ScorePairs waits for room. When ctx ends, the call's queued batches
 // are removed and its running ones cancelled, and ctx's error is returned.
-// After Close it returns ErrPoolClosed. Every pair is scored or the call
-// fails: a batch is never silently dropped.
+// After Close it returns ErrPoolClosed. Pairs no engine could run (empty,
+// type IDs not matching IDs, longer than the model's maximum length) fail
+// the call at once with ErrInvalidInput, before anything is queued. Every
+// pair is scored or the call fails: a batch is never silently dropped.
 func (p *Pool) ScorePairs(ctx context.Context, pairs []model.Pair) ([]float32, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -393,6 +453,9 @@ func (p *Pool) ScorePairs(ctx context.Context, pairs []model.Pair) ([]float32, e
 	p.mu.Unlock()
 	if closed {
 		return nil, ErrPoolClosed
+	}
+	if err := validatePairs(pairs, p.maxPairLen); err != nil {
+		return nil, err
 	}
 	if len(pairs) == 0 {
 		return []float32{}, nil
@@ -416,6 +479,28 @@ func (p *Pool) ScorePairs(ctx context.Context, pairs []model.Pair) ([]float32, e
 	}
 	return req.out, nil
 }
+
+// validatePairs rejects, with ErrInvalidInput, what every engine would
+// reject (the same checks as model.Session's), so such a call fails at once
+// instead of walking across the devices as if they were broken. maxLen 0
+// skips the length check.
+func validatePairs(pairs []model.Pair, maxLen int) error {
+	for i, pr := range pairs {
+		switch {
+		case len(pr.IDs) == 0:
+			return fmt.Errorf("%w: pair %d is empty", ErrInvalidInput, i)
+		case pr.TypeIDs != nil && len(pr.TypeIDs) != len(pr.IDs):
+			return fmt.Errorf("%w: pair %d has %d ids but %d type ids", ErrInvalidInput, i, len(pr.IDs), len(pr.TypeIDs))
+		case maxLen > 0 && len(pr.IDs) > maxLen:
+			return fmt.Errorf("%w: pair %d has %d tokens, max length is %d", ErrInvalidInput, i, len(pr.IDs), maxLen)
+		}
+	}
+	return nil
+}
+
+// isInvalidInput reports whether an engine's error says the input itself is
+// bad, which no retry or other device can fix.
+func isInvalidInput(err error) bool { return errors.Is(err, ErrInvalidInput) }
 
 // enqueue adds b at the back of the queue, waiting while the pool is full.
 // On ctx's end or Close it fails the whole request and returns the reason.
@@ -503,10 +588,17 @@ func (p *Pool) failLocked(req *request, err error) {
 // Close shuts the pool down like http.Server.Shutdown: it stops taking new
 // calls (ScorePairs returns ErrPoolClosed, and callers still waiting for
 // queue room fail with it), lets queued and running batches finish, waits
-// for the workers, then closes the engines (and NVML, if New opened it). If
-// ctx ends first, Close cancels running batches, fails queued work with
-// ErrPoolClosed and returns ctx's error; the engines are then closed as soon
-// as the cancelled runs return. Calling Close again waits the same way.
+// for the workers, then closes the engines (and NVML, if New opened it).
+//
+// If ctx ends first, Close cancels running batches and fails queued work
+// with ErrPoolClosed, then waits up to 5 s more for the cancelled runs to
+// return and the engines to close. If they do, it returns ctx's error
+// (joined with any close error): nothing of the pool runs any more. If they
+// do not (a run that ignores cancellation, a hung driver call), it returns
+// ErrCloseIncomplete wrapping ctx's error: workers may still be inside ONNX
+// Runtime or NVML, so the caller must not unload those libraries; the
+// engines are closed whenever the runs return. Calling Close again waits
+// the same way.
 func (p *Pool) Close(ctx context.Context) error {
 	p.closeOnce.Do(func() {
 		p.mu.Lock()
@@ -531,9 +623,36 @@ func (p *Pool) Close(ctx context.Context) error {
 	}
 	p.abort()
 	p.mu.Lock()
-	for len(p.queue) > 0 {
-		p.failLocked(p.queue[0].req, ErrPoolClosed)
-	}
+	p.abandonQueueLocked()
 	p.mu.Unlock()
-	return fmt.Errorf("gpupool: close: %w", ctx.Err())
+	// Cancelled runs normally return within moments. Wait for them, within
+	// bounds, so the caller learns whether anything still runs.
+	grace := time.NewTimer(p.closeGrace)
+	defer grace.Stop()
+	select {
+	case <-p.workersDone:
+		err := fmt.Errorf("gpupool: close: %w", ctx.Err())
+		if p.closeErr != nil {
+			err = errors.Join(err, p.closeErr)
+		}
+		return err
+	case <-grace.C:
+		return fmt.Errorf("%w (waited %v after cancelling the runs): %w", ErrCloseIncomplete, p.closeGrace, ctx.Err())
+	}
+}
+
+// abandonQueueLocked empties the queue once Close has given up: calls still
+// live fail with ErrPoolClosed, and batches of calls that already ended are
+// dropped. Every removed batch's capacity is released.
+func (p *Pool) abandonQueueLocked() {
+	for _, b := range slices.Clone(p.queue) {
+		p.failLocked(b.req, ErrPoolClosed) // removes the call's batches; no-op once ended
+	}
+	p.queue = slices.DeleteFunc(p.queue, func(b *batch) bool {
+		p.queuedPairs -= len(b.idx)
+		p.releaseLocked(len(b.idx))
+		p.stats.Dropped++
+		return true
+	})
+	p.m.queueDepth.Set(float64(p.queuedPairs))
 }

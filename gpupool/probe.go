@@ -1,9 +1,14 @@
 package gpupool
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -13,7 +18,12 @@ import (
 
 // DeviceInfo is what a Probe knows about one GPU at start.
 type DeviceInfo struct {
-	Index       int
+	// Index is the CUDA device ordinal: the CUDA provider's device_id and
+	// the index the Probe's other methods take. It equals NVMLIndex unless
+	// CUDA_VISIBLE_DEVICES renumbers the GPUs.
+	Index int
+	// NVMLIndex is the GPU's index in NVML's own enumeration, for logs.
+	NVMLIndex   int
 	UUID, Name  string
 	TotalMemory uint64
 }
@@ -24,8 +34,9 @@ type DeviceInfo struct {
 // safe for concurrent use. Errors should wrap ErrNoGPU, ErrNotSupported or
 // ErrGPULost where those apply, because the pool reacts to each differently.
 type Probe interface {
-	// Devices lists every GPU; an error wrapping ErrNoGPU means there is
-	// none (no driver, no library, zero devices).
+	// Devices lists every usable GPU visible to CUDA, in CUDA's order; an
+	// error wrapping ErrNoGPU means there is none (no driver, no library,
+	// zero devices, none visible, every one broken).
 	Devices() ([]DeviceInfo, error)
 	// MemoryInfo reads a GPU's current free, used and total memory in bytes.
 	MemoryInfo(idx int) (free, used, total uint64, err error)
@@ -49,7 +60,30 @@ var (
 	// ErrGPULost means the GPU fell off the bus or needs a reset; the pool
 	// marks it degraded immediately.
 	ErrGPULost = errors.New("gpupool: GPU is lost")
+	// ErrProcessNotListed means NVML answered the per-process query but did
+	// not list this process, as happens in containers with their own PID
+	// namespace (NVML reports host PIDs).
+	ErrProcessNotListed = errors.New("gpupool: this process is not in the GPU's process list")
 )
+
+// ProcessMemoryReader is an optional Probe extension: the device memory this
+// process alone holds on a GPU. Calibration uses it when it answers, so that
+// another process allocating on the same GPU at the same time does not leak
+// into our measurements; device-wide used memory is the fallback.
+// ProcessMemory should wrap ErrNotSupported or ErrProcessNotListed when it
+// cannot tell, and ErrGPULost when the GPU is gone.
+type ProcessMemoryReader interface {
+	ProcessMemory(idx int) (used uint64, err error)
+}
+
+// DeviceReporter is an optional Probe extension: DeviceWarnings says what the
+// last successful Devices call left out (a lost GPU, one whose memory cannot
+// be read, CUDA_VISIBLE_DEVICES entries CUDA ignores) or cannot vouch for,
+// so the probe's owner can log it once. It is empty after a failed Devices,
+// whose error carries the reasons.
+type DeviceReporter interface {
+	DeviceWarnings() []error
+}
 
 // throttleHotMask holds the throttle reasons that mean the device is slowing
 // itself down (power cap, thermal, hardware slowdown), as opposed to benign
@@ -100,12 +134,27 @@ const nvmlInitTimeout = 10 * time.Second
 // nvmlProbe adapts go-nvml to Probe. Device handles are looked up once at
 // Devices and reused, because handle lookup is the expensive call.
 type nvmlProbe struct {
-	lib      nvml.Interface
-	memoryV2 bool // nvmlDeviceGetMemoryInfo_v2 exists in the loaded driver
-	events   bool // nvmlDeviceGetCurrentClocksEventReasons exists
+	lib       nvml.Interface
+	memoryV2  bool // nvmlDeviceGetMemoryInfo_v2 exists in the loaded driver
+	events    bool // nvmlDeviceGetCurrentClocksEventReasons exists
+	lookupEnv func(string) (string, bool)
+	pid       int
 
-	mu      sync.Mutex
-	handles map[int]nvml.Device
+	mu       sync.Mutex
+	handles  map[int]nvml.Device // by NVML index
+	ordinals map[int]nvml.Device // by CUDA ordinal; nil until Devices succeeds
+	warnings []error             // from the last successful Devices
+}
+
+// NVMLOption configures NewNVMLProbe.
+type NVMLOption func(*nvmlProbe)
+
+// NVMLLookupEnv sets how the probe reads CUDA_VISIBLE_DEVICES and
+// CUDA_DEVICE_ORDER (default os.LookupEnv: set-but-empty hides every GPU,
+// unlike unset). The CUDA runtime reads the real process environment, so
+// production passes os.LookupEnv; tests pass a map lookup.
+func NVMLLookupEnv(fn func(string) (string, bool)) NVMLOption {
+	return func(p *nvmlProbe) { p.lookupEnv = fn }
 }
 
 // NewNVMLProbe initialises NVML and returns a Probe over it and the shutdown
@@ -114,11 +163,11 @@ type nvmlProbe struct {
 // down when it finally returns. On a machine with no NVML library the error
 // wraps ErrNoGPU, never a crash. Call shutdown once, after the pool is
 // closed.
-func NewNVMLProbe(ctx context.Context) (Probe, func(), error) {
-	return newNVMLProbe(ctx, nvml.New())
+func NewNVMLProbe(ctx context.Context, opts ...NVMLOption) (Probe, func(), error) {
+	return newNVMLProbe(ctx, nvml.New(), opts...)
 }
 
-func newNVMLProbe(ctx context.Context, lib nvml.Interface) (Probe, func(), error) {
+func newNVMLProbe(ctx context.Context, lib nvml.Interface, opts ...NVMLOption) (Probe, func(), error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, nvmlInitTimeout)
@@ -157,7 +206,10 @@ func newNVMLProbe(ctx context.Context, lib nvml.Interface) (Probe, func(), error
 	if err := nvmlError("init", r.ret); err != nil {
 		return nil, nil, err
 	}
-	p := &nvmlProbe{lib: lib, handles: map[int]nvml.Device{}}
+	p := &nvmlProbe{lib: lib, handles: map[int]nvml.Device{}, lookupEnv: os.LookupEnv, pid: os.Getpid()}
+	for _, o := range opts {
+		o(p)
+	}
 	// Versioned and renamed symbols are missing on older drivers; calling a
 	// missing symbol would crash, so look them up once.
 	ext := lib.Extensions()
@@ -167,21 +219,49 @@ func newNVMLProbe(ctx context.Context, lib nvml.Interface) (Probe, func(), error
 	return p, func() { once.Do(func() { lib.Shutdown() }) }, nil
 }
 
-func (p *nvmlProbe) handle(idx int) (nvml.Device, error) {
+// nvmlHandle returns the handle of the GPU at NVML index i.
+func (p *nvmlProbe) nvmlHandle(i int) (nvml.Device, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if h, ok := p.handles[idx]; ok {
+	if h, ok := p.handles[i]; ok {
 		return h, nil
 	}
-	h, ret := p.lib.DeviceGetHandleByIndex(idx)
-	if err := nvmlError(fmt.Sprintf("device %d handle", idx), ret); err != nil {
+	h, ret := p.lib.DeviceGetHandleByIndex(i)
+	if err := nvmlError(fmt.Sprintf("device %d handle", i), ret); err != nil {
 		return nil, err
 	}
-	p.handles[idx] = h
+	p.handles[i] = h
 	return h, nil
 }
 
-// Devices lists every GPU NVML sees; zero devices wraps ErrNoGPU.
+// handle returns the handle of the GPU at CUDA ordinal idx, the index the
+// pool uses. Until Devices has mapped the ordinals, idx is an NVML index.
+func (p *nvmlProbe) handle(idx int) (nvml.Device, error) {
+	p.mu.Lock()
+	ordinals := p.ordinals
+	p.mu.Unlock()
+	if ordinals == nil {
+		return p.nvmlHandle(idx)
+	}
+	if h, ok := ordinals[idx]; ok {
+		return h, nil
+	}
+	return nil, fmt.Errorf("gpupool: no usable GPU has CUDA index %d", idx)
+}
+
+// nvmlGPU is one GPU as NVML enumerates it; err says why it cannot be used.
+type nvmlGPU struct {
+	index      int
+	handle     nvml.Device
+	uuid, name string
+	total      uint64
+	err        error
+}
+
+// Devices lists the GPUs CUDA will see, in CUDA's order (visibleGPUs), each
+// under its CUDA ordinal. A GPU that fails a query (lost, memory info not
+// supported) is left out with a warning (DeviceWarnings) instead of hiding
+// the others; only when none is usable is it ErrNoGPU.
 func (p *nvmlProbe) Devices() ([]DeviceInfo, error) {
 	n, ret := p.lib.DeviceGetCount()
 	if err := nvmlError("device count", ret); err != nil {
@@ -190,43 +270,89 @@ func (p *nvmlProbe) Devices() ([]DeviceInfo, error) {
 	if n == 0 {
 		return nil, fmt.Errorf("gpupool: nvml lists zero devices: %w", ErrNoGPU)
 	}
-	out := make([]DeviceInfo, 0, n)
-	for i := 0; i < n; i++ {
-		h, err := p.handle(i)
-		if err != nil {
-			return nil, err
-		}
-		uuid, ret := p.lib.DeviceGetUUID(h)
-		if err := nvmlError(fmt.Sprintf("device %d uuid", i), ret); err != nil {
-			return nil, err
-		}
-		name, ret := p.lib.DeviceGetName(h)
-		if err := nvmlError(fmt.Sprintf("device %d name", i), ret); err != nil {
-			return nil, err
-		}
-		_, _, total, err := p.MemoryInfo(i)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, DeviceInfo{Index: i, UUID: uuid, Name: name, TotalMemory: total})
+	all := make([]nvmlGPU, n)
+	for i := range all {
+		all[i] = p.readGPU(i)
 	}
+	visible, warnings, err := visibleGPUs(all, p.lookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]DeviceInfo, 0, len(visible))
+	ordinals := make(map[int]nvml.Device, len(visible))
+	var skipped []error
+	for ordinal, g := range visible {
+		if g.err != nil {
+			skipped = append(skipped, fmt.Errorf("gpupool: skipping GPU %d (NVML index %d, %s): %w",
+				ordinal, g.index, cmp.Or(g.uuid, "UUID unknown"), g.err))
+			continue
+		}
+		ordinals[ordinal] = g.handle
+		out = append(out, DeviceInfo{Index: ordinal, NVMLIndex: g.index, UUID: g.uuid, Name: g.name, TotalMemory: g.total})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("gpupool: none of %d visible GPUs is usable: %w", len(visible),
+			errors.Join(append([]error{ErrNoGPU}, skipped...)...))
+	}
+	p.mu.Lock()
+	p.ordinals = ordinals
+	p.warnings = append(warnings, skipped...)
+	p.mu.Unlock()
 	return out, nil
 }
 
+// DeviceWarnings implements DeviceReporter.
+func (p *nvmlProbe) DeviceWarnings() []error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.warnings)
+}
+
+// readGPU reads what Devices reports about NVML index i, keeping a failure
+// in err.
+func (p *nvmlProbe) readGPU(i int) nvmlGPU {
+	g := nvmlGPU{index: i}
+	h, err := p.nvmlHandle(i)
+	if err != nil {
+		g.err = err
+		return g
+	}
+	g.handle = h
+	// The UUID first: CUDA_VISIBLE_DEVICES may name the GPU by it even if
+	// a later query fails.
+	uuid, ret := p.lib.DeviceGetUUID(h)
+	if g.err = nvmlError(fmt.Sprintf("device %d uuid", i), ret); g.err != nil {
+		return g
+	}
+	g.uuid = uuid
+	if g.name, ret = p.lib.DeviceGetName(h); ret != nvml.SUCCESS {
+		g.err = nvmlError(fmt.Sprintf("device %d name", i), ret)
+		return g
+	}
+	_, _, g.total, g.err = p.memoryInfo(h, i)
+	return g
+}
+
 // MemoryInfo prefers the v2 query, whose "used" excludes driver-reserved
-// memory and so matches what allocations actually compete for; v1 is the
-// fallback for drivers that lack v2.
+// memory and so matches what allocations actually compete for. v1 is the
+// fallback whenever v2 fails for a reason other than a lost GPU:
+// NOT_SUPPORTED, FUNCTION_NOT_FOUND on older drivers,
+// ARGUMENT_VERSION_MISMATCH, and so on.
 func (p *nvmlProbe) MemoryInfo(idx int) (free, used, total uint64, err error) {
 	h, err := p.handle(idx)
 	if err != nil {
 		return 0, 0, 0, err
 	}
+	return p.memoryInfo(h, idx)
+}
+
+func (p *nvmlProbe) memoryInfo(h nvml.Device, idx int) (free, used, total uint64, err error) {
 	if p.memoryV2 {
 		m, ret := p.lib.DeviceGetMemoryInfo_v2(h)
 		if ret == nvml.SUCCESS {
 			return m.Free, m.Used, m.Total, nil
 		}
-		if err := nvmlError("memory info v2", ret); !errors.Is(err, ErrNotSupported) {
+		if err := nvmlError(fmt.Sprintf("device %d memory info v2", idx), ret); errors.Is(err, ErrGPULost) {
 			return 0, 0, 0, err
 		}
 	}
@@ -235,6 +361,140 @@ func (p *nvmlProbe) MemoryInfo(idx int) (free, used, total uint64, err error) {
 		return 0, 0, 0, err
 	}
 	return m.Free, m.Used, m.Total, nil
+}
+
+// ProcessMemory implements ProcessMemoryReader from NVML's list of compute
+// processes on the GPU: the memory of the entries with this process's PID
+// (one per MIG instance, else one). It wraps ErrProcessNotListed when the PID
+// is absent (PID namespaces) and ErrNotSupported when the driver cannot say.
+func (p *nvmlProbe) ProcessMemory(idx int) (uint64, error) {
+	h, err := p.handle(idx)
+	if err != nil {
+		return 0, err
+	}
+	procs, ret := p.lib.DeviceGetComputeRunningProcesses(h)
+	if err := nvmlError(fmt.Sprintf("device %d compute processes", idx), ret); err != nil {
+		return 0, err
+	}
+	var used uint64
+	found := false
+	for _, pr := range procs {
+		if int64(pr.Pid) != int64(p.pid) {
+			continue
+		}
+		// NVML_VALUE_NOT_AVAILABLE (-1 as unsigned): the driver cannot
+		// attribute memory to processes here.
+		if pr.UsedGpuMemory == math.MaxUint64 {
+			return 0, fmt.Errorf("gpupool: device %d: per-process memory not available: %w", idx, ErrNotSupported)
+		}
+		used += pr.UsedGpuMemory
+		found = true
+	}
+	if !found {
+		return 0, fmt.Errorf("gpupool: device %d: pid %d not among %d compute processes: %w", idx, p.pid, len(procs), ErrProcessNotListed)
+	}
+	return used, nil
+}
+
+// visibleGPUs applies CUDA_VISIBLE_DEVICES to NVML's GPUs. NVML ignores the
+// variable while CUDA numbers only the GPUs it lists, in its order, so a
+// GPU's CUDA device_id is its position in the result. Unset, every GPU is
+// visible in NVML order. Entries are CUDA's: indexes, GPU UUIDs or unique
+// UUID prefixes ("GPU-8932f937"). Like CUDA, the list ends at the first entry
+// that names no GPU ("-1", an index past the last GPU, a repeat), and the
+// rest is ignored with a warning. A MIG device ("MIG-…") cannot be mapped to
+// a whole GPU's memory readings, so it is an error, as is a list that leaves
+// no GPU visible; both wrap ErrNoGPU. Integer indexes follow
+// CUDA_DEVICE_ORDER while NVML enumerates by PCI bus ID, so GPUs of
+// different models without CUDA_DEVICE_ORDER=PCI_BUS_ID get a warning.
+func visibleGPUs(all []nvmlGPU, lookupEnv func(string) (string, bool)) ([]nvmlGPU, []error, error) {
+	raw, set := lookupEnv("CUDA_VISIBLE_DEVICES")
+	if !set {
+		return all, orderWarning(all, lookupEnv), nil
+	}
+	var (
+		out      []nvmlGPU
+		warnings []error
+		byIndex  bool
+	)
+	entries := strings.Split(raw, ",")
+	for k, e := range entries {
+		e = strings.TrimSpace(e)
+		i, err := matchVisible(all, e)
+		if err != nil {
+			return nil, nil, fmt.Errorf("gpupool: CUDA_VISIBLE_DEVICES=%q: %w", raw, err)
+		}
+		if i < 0 || slices.ContainsFunc(out, func(g nvmlGPU) bool { return g.index == i }) {
+			if e != "" || k < len(entries)-1 {
+				warnings = append(warnings, fmt.Errorf("gpupool: CUDA_VISIBLE_DEVICES=%q: CUDA stops at entry %q and ignores it and the rest", raw, e))
+			}
+			break
+		}
+		if _, err := strconv.Atoi(e); err == nil {
+			byIndex = true
+		}
+		out = append(out, all[i])
+	}
+	if len(out) == 0 {
+		return nil, nil, fmt.Errorf("gpupool: CUDA_VISIBLE_DEVICES=%q makes no GPU visible to CUDA: %w", raw, ErrNoGPU)
+	}
+	if byIndex {
+		warnings = append(warnings, orderWarning(out, lookupEnv)...)
+	}
+	return out, warnings, nil
+}
+
+// matchVisible finds the NVML index one CUDA_VISIBLE_DEVICES entry names, or
+// -1 for an entry that names no GPU (where CUDA stops).
+func matchVisible(all []nvmlGPU, e string) (int, error) {
+	if n, err := strconv.Atoi(e); err == nil {
+		if n < 0 || n >= len(all) {
+			return -1, nil
+		}
+		return n, nil
+	}
+	upper := strings.ToUpper(e)
+	if strings.HasPrefix(upper, "MIG-") {
+		return -1, fmt.Errorf("entry %q is a MIG device; the pool cannot map MIG devices to NVML GPUs "+
+			"(list whole GPUs, or set DEVICE=cpu): %w", e, ErrNoGPU)
+	}
+	if !strings.HasPrefix(upper, "GPU-") || len(e) == len("GPU-") {
+		return -1, nil
+	}
+	match, unread := -1, false
+	for _, g := range all {
+		if g.uuid == "" {
+			unread = true
+			continue
+		}
+		if len(e) <= len(g.uuid) && strings.EqualFold(g.uuid[:len(e)], e) {
+			if match >= 0 {
+				return -1, fmt.Errorf("entry %q matches more than one GPU: %w", e, ErrNoGPU)
+			}
+			match = g.index
+		}
+	}
+	if match < 0 && unread {
+		// It may name the GPU whose UUID NVML cannot read; then neither it
+		// nor any later entry has a known CUDA number.
+		return -1, fmt.Errorf("entry %q matches no GPU whose UUID NVML can read: %w", e, ErrNoGPU)
+	}
+	return match, nil
+}
+
+// orderWarning warns when CUDA's numbering may not be NVML's: GPUs of
+// different models under CUDA's default FASTEST_FIRST order.
+func orderWarning(gs []nvmlGPU, lookupEnv func(string) (string, bool)) []error {
+	if order, _ := lookupEnv("CUDA_DEVICE_ORDER"); order == "PCI_BUS_ID" {
+		return nil
+	}
+	for _, g := range gs {
+		if g.name != "" && gs[0].name != "" && g.name != gs[0].name {
+			return []error{errors.New("gpupool: GPUs of different models without CUDA_DEVICE_ORDER=PCI_BUS_ID: " +
+				"CUDA may number them differently from NVML; set CUDA_DEVICE_ORDER=PCI_BUS_ID")}
+		}
+	}
+	return nil
 }
 
 // Utilization reads the GPU busy percentage.

@@ -21,12 +21,18 @@ type SessionConfig struct {
 	// InterOpThreads is passed through (0 = ORT's default).
 	InterOpThreads int
 	// GPUMemFraction caps each CUDA session's arena (ORT's gpu_mem_limit)
-	// at this share of the device's memory, so ORT fails a too-large batch
-	// with an OOM the pool can split instead of starving other tenants.
-	// 0 means no cap; use the pool's MemFraction.
+	// at this share of the device's memory less GPUMemMargin, so ORT fails
+	// a too-large batch with an OOM the pool can split instead of starving
+	// other tenants. 0 means no cap; use the pool's MemFraction.
 	GPUMemFraction float64
+	// GPUMemMargin is how far below GPUMemFraction × total the arena cap
+	// sits: room for what NVML counts as used beside the arena (the CUDA
+	// context, cuBLAS/cuDNN workspaces), so a full arena still leaves used
+	// memory under the pool's admission limit. Values below
+	// DefaultGPUMemMargin are raised to it.
+	GPUMemMargin uint64
 	// GPUMemLimit is an explicit gpu_mem_limit in bytes; it wins over
-	// GPUMemFraction.
+	// GPUMemFraction and GPUMemMargin.
 	GPUMemLimit uint64
 	// CUDAOptions are extra CUDA provider options, applied last (see ORT's
 	// CUDA execution provider documentation for keys).
@@ -75,8 +81,13 @@ func SessionFactory(m *model.Model, cfg SessionConfig) EngineFactory {
 	}
 }
 
+// DefaultGPUMemMargin is the least GPUMemMargin: 512 MiB covers a CUDA
+// context and the cuBLAS/cuDNN workspaces on current GPUs.
+const DefaultGPUMemMargin = 512 << 20
+
 // cudaProviderOptions builds the CUDA execution provider's key/value options
-// for dev.
+// for dev. device_id is dev.Index, the CUDA ordinal (the probe maps it
+// through CUDA_VISIBLE_DEVICES).
 func cudaProviderOptions(dev Device, cfg SessionConfig) map[string]string {
 	o := map[string]string{
 		"device_id":             strconv.Itoa(dev.Index),
@@ -84,11 +95,20 @@ func cudaProviderOptions(dev Device, cfg SessionConfig) map[string]string {
 	}
 	limit := cfg.GPUMemLimit
 	if limit == 0 && cfg.GPUMemFraction > 0 && dev.TotalMemory > 0 {
-		limit = uint64(cfg.GPUMemFraction * float64(dev.TotalMemory))
+		limit = arenaLimit(cfg.GPUMemFraction*float64(dev.TotalMemory), max(cfg.GPUMemMargin, DefaultGPUMemMargin))
 	}
 	if limit > 0 {
 		o["gpu_mem_limit"] = strconv.FormatUint(limit, 10)
 	}
 	maps.Copy(o, cfg.CUDAOptions)
 	return o
+}
+
+// arenaLimit is the arena cap under an admission limit of budget bytes: the
+// budget less margin, or half the budget on a GPU too small for the margin.
+func arenaLimit(budget float64, margin uint64) uint64 {
+	if budget > 2*float64(margin) {
+		return uint64(budget) - margin
+	}
+	return uint64(budget / 2)
 }

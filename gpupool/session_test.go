@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -174,7 +175,7 @@ func TestCUDAProviderOptions(t *testing.T) {
 	dev := Device{Kind: CUDA, Index: 3, TotalMemory: 10 << 30}
 	o := cudaProviderOptions(dev, SessionConfig{GPUMemFraction: 0.5, CUDAOptions: map[string]string{"cudnn_conv_algo_search": "HEURISTIC"}})
 	want := map[string]string{"device_id": "3", "arena_extend_strategy": "kSameAsRequested",
-		"gpu_mem_limit": "5368709120", "cudnn_conv_algo_search": "HEURISTIC"}
+		"gpu_mem_limit": "4831838208", "cudnn_conv_algo_search": "HEURISTIC"} // 5 GiB - 512 MiB
 	for k, v := range want {
 		if o[k] != v {
 			t.Errorf("%s = %q, want %q", k, o[k], v)
@@ -182,5 +183,35 @@ func TestCUDAProviderOptions(t *testing.T) {
 	}
 	if o := cudaProviderOptions(dev, SessionConfig{}); o["gpu_mem_limit"] != "" {
 		t.Errorf("no fraction or limit set, gpu_mem_limit = %q", o["gpu_mem_limit"])
+	}
+}
+
+// The arena cap sits a margin below the admission limit (MemFraction ×
+// total), so context and workspaces beside a full arena keep used memory
+// under the limit.
+func TestGPUMemLimitBelowAdmissionLimit(t *testing.T) {
+	const gib = 1 << 30
+	for _, tc := range []struct {
+		name  string
+		total uint64
+		cfg   SessionConfig
+		want  uint64
+	}{
+		{"default margin", 80 * gib, SessionConfig{GPUMemFraction: 0.8}, uint64(0.8*80*gib) - DefaultGPUMemMargin},
+		{"margin below the least is raised", 80 * gib, SessionConfig{GPUMemFraction: 0.8, GPUMemMargin: 1 << 20}, uint64(0.8*80*gib) - DefaultGPUMemMargin},
+		{"larger margin", 80 * gib, SessionConfig{GPUMemFraction: 0.8, GPUMemMargin: 2 * gib}, uint64(0.8*80*gib) - 2*gib},
+		{"whole GPU", 16 * gib, SessionConfig{GPUMemFraction: 1}, 16*gib - DefaultGPUMemMargin},
+		{"GPU too small for the margin: half the budget", 1 * gib, SessionConfig{GPUMemFraction: 0.5}, 256 << 20},
+		{"explicit limit wins", 80 * gib, SessionConfig{GPUMemFraction: 0.8, GPUMemLimit: 7 * gib}, 7 * gib},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := cudaProviderOptions(Device{Kind: CUDA, TotalMemory: tc.total}, tc.cfg)
+			if got := o["gpu_mem_limit"]; got != strconv.FormatUint(tc.want, 10) {
+				t.Fatalf("gpu_mem_limit = %s, want %d", got, tc.want)
+			}
+			if tc.cfg.GPUMemLimit == 0 && float64(tc.want) >= tc.cfg.GPUMemFraction*float64(tc.total) {
+				t.Fatalf("arena cap %d not below the admission limit", tc.want)
+			}
+		})
 	}
 }

@@ -15,15 +15,22 @@ import (
 // memory is briefly taken, splitting when the batch is simply too big now.
 const maxRefusals = 3
 
+// stuckRefusals is the least number of refusals, over at least the pool's
+// stuckAfter (default 30 s), after which a one-pair batch moves off the
+// refusing device. A single pair cannot be split; it waits for memory in use
+// right now to come back, but memory another tenant (or our own arena) holds
+// for good never does, and the batch would wait forever without a word.
+const stuckRefusals = 20
+
 // worker pulls batches for d until the pool is drained or aborted, or d is
 // degraded. It is the only thing that calls d's engine on its goroutine.
 func (p *Pool) worker(d *device) {
 	defer p.wg.Done()
 	for {
 		p.mu.Lock()
-		hot := d.hot
+		yield := d.hot && p.coolerGPULocked(d)
 		p.mu.Unlock()
-		if hot {
+		if yield {
 			// A hot device lets cooler ones pull first: a smaller share.
 			if !p.sleep(p.cfg.admissionBackoff) {
 				return
@@ -35,6 +42,17 @@ func (p *Pool) worker(d *device) {
 		}
 		p.process(d, b)
 	}
+}
+
+// coolerGPULocked reports whether another GPU that is neither hot nor
+// degraded could take work instead of d. Only then is backing off worth it:
+// our own kernels push a busy GPU to full utilisation (and, under sustained
+// load, to its power cap), and a GPU with no cooler peer that yields just
+// idles. The CPU is no peer: a GPU, hot or not, beats it.
+func (p *Pool) coolerGPULocked(d *device) bool {
+	return slices.ContainsFunc(p.devices, func(o *device) bool {
+		return o != d && o.dev.Kind == CUDA && o.live() && !o.hot
+	})
 }
 
 // sleep waits d or until the pool aborts; false means aborted.
@@ -105,12 +123,12 @@ func (p *Pool) process(d *device, b *batch) {
 	var reserved float64 // admitted memory estimate, returned after the run
 	if d.dev.Kind == CUDA {
 		dec := p.admit(d, rows*max(maxLen, 1))
-		reserved = dec.est
-		p.m.admission.WithLabelValues(d.dev.Label(), dec.decision(), dec.reason).Inc()
 		if !dec.ok {
-			p.refused(d, b, dec)
+			p.refused(d, b, dec) // counts the refusal with its final reason
 			return
 		}
+		reserved = dec.est
+		p.m.admission.WithLabelValues(d.dev.Label(), dec.decision(), dec.reason).Inc()
 	}
 
 	ctx, cancel := context.WithCancel(b.req.ctx)
@@ -176,6 +194,14 @@ func (p *Pool) process(d *device, b *batch) {
 	}
 	if p.abortCtx.Err() != nil {
 		p.failLocked(b.req, fmt.Errorf("%w: batch cancelled on %s: %w", ErrPoolClosed, d.dev.Label(), err))
+		p.releaseLocked(rows)
+		return
+	}
+	if isInvalidInput(err) {
+		// The pairs are bad, not the device: no retry, split or other
+		// device can help, so the call fails now and the device is not
+		// blamed.
+		p.failLocked(b.req, fmt.Errorf("gpupool: %s rejected a batch of %d pairs: %w", d.dev.Label(), rows, err))
 		p.releaseLocked(rows)
 		return
 	}
@@ -250,13 +276,32 @@ func (p *Pool) splitLocked(b *batch) {
 
 // refused handles a batch a GPU did not admit. It goes back to the front of
 // the queue so another device can take it; after maxRefusals (or at once if
-// it could never fit) it is split, and a single pair moves off the device.
-// The worker then backs off so it does not spin on the same refusal.
+// it could never fit) it is split, and a single pair moves off the device
+// if it could never fit there, or once the device has refused it
+// stuckRefusals times over stuckAfter (counted as reason "stuck"). The
+// worker then backs off so it does not spin on the same refusal. A batch
+// whose call ended meanwhile is dropped, and one refused after Close gave
+// up fails its call: the queue was already abandoned and the workers are
+// leaving, so a re-queued batch would wait for nobody.
 func (p *Pool) refused(d *device, b *batch, dec admission) {
+	label := d.dev.Label()
+	reason := dec.reason
+	backoff := true
 	p.mu.Lock()
 	p.stats.Refusals++
 	b.refusals++
+	if b.refusedSince.IsZero() {
+		b.refusedSince = time.Now()
+	}
 	switch {
+	case b.req.finished:
+		p.releaseLocked(len(b.idx))
+		p.stats.Dropped++
+		backoff = false
+	case p.abortCtx.Err() != nil:
+		p.failLocked(b.req, fmt.Errorf("%w: batch refused on %s while closing", ErrPoolClosed, label))
+		p.releaseLocked(len(b.idx))
+		backoff = false
 	case dec.gpuLost:
 		if !d.degraded {
 			d.degraded = true
@@ -268,16 +313,34 @@ func (p *Pool) refused(d *device, b *batch, dec admission) {
 	case dec.neverFits:
 		// One pair this device can never hold: another device (or the CPU)
 		// must take it. A one-pair batch refused only for memory in use
-		// right now waits instead, since that memory comes back.
+		// right now waits instead, since that memory comes back, unless it
+		// is stuck (next case).
 		b.avoid = append(b.avoid, d.slot)
+		p.pushLocked(b, true)
+	case len(b.idx) == 1 && b.refusals >= stuckRefusals && time.Since(b.refusedSince) >= p.stuckAfter:
+		// Memory this device has not given back for this long is not
+		// coming back soon: let another device, or the CPU, take the pair.
+		waited := time.Since(b.refusedSince)
+		reason = "stuck"
+		p.log.Warn().Str("device", label).Str("reason", dec.reason).Int("refusals", b.refusals).
+			Dur("waited", waited).Msg("gpupool: device keeps refusing a one-pair batch, moving it elsewhere")
+		b.lastErr = fmt.Errorf("gpupool: %s refused a one-pair batch %d times over %v (%s)",
+			label, b.refusals, waited.Round(time.Millisecond), dec.reason)
+		b.avoid = append(b.avoid, d.slot)
+		b.refusals, b.refusedSince = 0, time.Time{}
 		p.pushLocked(b, true)
 	default:
 		p.pushLocked(b, true)
 	}
-	p.reconcileLocked()
+	p.m.admission.WithLabelValues(label, dec.decision(), reason).Inc()
+	if backoff {
+		p.reconcileLocked()
+	}
 	p.settledLocked()
 	p.mu.Unlock()
-	p.sleep(p.cfg.admissionBackoff)
+	if backoff {
+		p.sleep(p.cfg.admissionBackoff)
+	}
 }
 
 // live reports whether d can take work now.

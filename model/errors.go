@@ -19,11 +19,17 @@ var ErrSessionClosed = errors.New("model: session closed")
 // when an allocation fails. ORT reports them only as text, so matching text is
 // the one way to tell "too big a batch" apart from other failures.
 var oomMarkers = []string{
-	"out of memory",
-	"out_of_memory",
-	"cudaerrormemoryallocation",
-	"bad_alloc",
-	"failed to allocate memory",
+	"out of memory",             // cudaGetErrorString(cudaErrorMemoryAllocation), TensorRT
+	"out_of_memory",             // CUDA_ERROR_OUT_OF_MEMORY
+	"cudaerrormemoryallocation", // the runtime error's name
+	"alloc_failed",              // CUBLAS_STATUS_ALLOC_FAILED, CUDNN_STATUS_ALLOC_FAILED, CUFFT_ALLOC_FAILED, CUSPARSE_STATUS_ALLOC_FAILED
+	"allocation_failed",         // CURAND_STATUS_ALLOCATION_FAILED
+	"bad_alloc",                 // std::bad_alloc
+	"bad allocation",            // std::bad_alloc's what() on MSVC
+	"failed to allocate memory", // BFCArena::AllocateRawInternal when cudaMalloc fails
+	// BFCArena when gpu_mem_limit is reached: "Available memory of N is
+	// smaller than requested bytes of M".
+	"is smaller than requested bytes",
 }
 
 // isOutOfMemory reports whether an ORT error message describes a failed
