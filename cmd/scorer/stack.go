@@ -26,6 +26,10 @@ type scoringStack struct {
 	labels  model.LabelConfig
 	limits  schema.Limits
 	closers []func(context.Context) error
+	// poolUnfinished is set when the pool's Close failed: a terminated Run
+	// or an NVML call may still be in flight, so NVML and ONNX Runtime
+	// must stay loaded (the process is exiting anyway).
+	poolUnfinished bool
 }
 
 // openScoring starts the stack in dependency order: ORT environment, model,
@@ -46,7 +50,15 @@ func openScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg promet
 	if err != nil {
 		return nil, err
 	}
-	s.closers = append(s.closers, func(context.Context) error { return shutdownORT() })
+	s.closers = append(s.closers, func(context.Context) error {
+		if s.poolUnfinished {
+			// DestroyEnvironment dlcloses libonnxruntime under any Run
+			// still going: a crash instead of an exit.
+			log.Warn().Msg("leaving ONNX Runtime loaded: the pool did not finish closing (the process is exiting anyway)")
+			return nil
+		}
+		return shutdownORT()
+	})
 
 	m, err := loadModel(cfg)
 	if err != nil {
@@ -61,9 +73,31 @@ func openScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg promet
 	if err != nil {
 		return nil, err
 	}
-	s.closers = append(s.closers, func(context.Context) error { closeNVML(); return nil })
+	s.closers = append(s.closers, func(context.Context) error {
+		if s.poolUnfinished {
+			log.Warn().Msg("leaving NVML initialised: the pool did not finish closing (the process is exiting anyway)")
+			return nil
+		}
+		closeNVML()
+		return nil
+	})
 	s.pool = pool
-	s.closers = append(s.closers, pool.Close)
+	s.closers = append(s.closers, func(ctx context.Context) error {
+		err := pool.Close(ctx)
+		// ErrCloseIncomplete: a run or NVML call may still be going, and
+		// unloading the libraries under it would crash the process. Any
+		// other Close error skips the unload too: the process is exiting,
+		// so leaving them loaded costs nothing.
+		if err != nil {
+			s.poolUnfinished = true
+			msg := "the device pool closed with an error; skipping NVML and ONNX Runtime shutdown"
+			if errors.Is(err, gpupool.ErrCloseIncomplete) {
+				msg = "the device pool still has runs going; skipping NVML and ONNX Runtime shutdown (the process is exiting anyway)"
+			}
+			log.Warn().Err(err).Msg(msg)
+		}
+		return err
+	})
 
 	s.labels = model.LabelConfig{Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold}
 	s.scorer, err = model.NewTranscriptScorer(m, s.labels, pool)
@@ -119,10 +153,16 @@ func cpuPlan(cfg Config) (workers, threads int) {
 	return workers, threads
 }
 
-// sessionConfig is how the pool's sessions are built from Config.
+// sessionConfig is how the pool's sessions are built from Config. The CUDA
+// arena's gpu_mem_limit sits gpupool.DefaultGPUMemMargin below
+// GPU_MEM_FRACTION × total, the pool's admission limit: NVML's used memory
+// also counts the CUDA context and cuBLAS/cuDNN workspaces, and an arena
+// allowed to reach the admission limit itself would keep used memory above
+// it for good.
 func sessionConfig(cfg Config) gpupool.SessionConfig {
 	_, threads := cpuPlan(cfg)
-	return gpupool.SessionConfig{IntraOpThreads: threads, GPUMemFraction: cfg.GPUMemFraction}
+	return gpupool.SessionConfig{IntraOpThreads: threads, GPUMemFraction: cfg.GPUMemFraction,
+		GPUMemMargin: gpupool.DefaultGPUMemMargin}
 }
 
 // newPool starts NVML (unless DEVICE=cpu) and the device pool over factory.
@@ -138,6 +178,9 @@ func newPool(ctx context.Context, cfg Config, m *model.Model, log zerolog.Logger
 		gpupool.MaxBatchTokens(cfg.MaxBatchTokens),
 		gpupool.MaxBatchRows(cfg.MaxBatchRows),
 		gpupool.MemFraction(cfg.GPUMemFraction),
+		// Calibration pairs longer than the model's maximum would be
+		// rejected, and a rejected calibration drops the GPU.
+		gpupool.Calibrate(gpupool.Calibration{MaxLen: m.MaxLength}),
 		gpupool.Logger(log.With().Str("component", "gpupool").Logger()),
 		gpupool.Registerer(reg),
 	}
@@ -150,12 +193,15 @@ func newPool(ctx context.Context, cfg Config, m *model.Model, log zerolog.Logger
 	cpuWorkers, _ := cpuPlan(cfg)
 	opts = append(opts, gpupool.CPUWorkers(cpuWorkers))
 	closeNVML := func() {}
+	var probe gpupool.Probe
 	if devMode != gpupool.ModeCPU {
-		probe, shutdown, perr := gpupool.NewNVMLProbe(ctx)
+		// The CUDA runtime reads CUDA_VISIBLE_DEVICES from the real process
+		// environment, so the probe must too, to number GPUs as CUDA does.
+		pr, shutdown, perr := gpupool.NewNVMLProbe(ctx, gpupool.NVMLLookupEnv(os.LookupEnv))
 		switch {
 		case perr == nil:
-			closeNVML = shutdown
-			opts = append(opts, gpupool.WithProbe(probe))
+			closeNVML, probe = shutdown, pr
+			opts = append(opts, gpupool.WithProbe(pr))
 		case devMode == gpupool.ModeCUDA:
 			return nil, nil, fmt.Errorf("DEVICE=cuda: %w", perr)
 		default:
@@ -168,7 +214,25 @@ func newPool(ctx context.Context, cfg Config, m *model.Model, log zerolog.Logger
 		closeNVML()
 		return nil, nil, err
 	}
+	// GPUs left out (lost, unreadable, ignored by CUDA) while others work:
+	// said once here, not on every admission.
+	if r, ok := probe.(gpupool.DeviceReporter); ok {
+		if ws := r.DeviceWarnings(); len(ws) > 0 && hasGPU(pool) {
+			log.Warn().Errs("reasons", ws).Msg("GPU discovery: some GPUs are left out or may be misnumbered")
+		}
+	}
 	return pool, closeNVML, nil
+}
+
+// hasGPU reports whether the pool runs on at least one GPU; on the CPU the
+// pool's own fallback warning already gave the reason.
+func hasGPU(p *gpupool.Pool) bool {
+	for _, d := range p.Devices() {
+		if d.Kind == gpupool.CUDA {
+			return true
+		}
+	}
+	return false
 }
 
 // Close releases the stack in reverse order of opening.
