@@ -23,16 +23,30 @@ const (
 	DefaultMaxInflightBatches = 2
 	DefaultCommitInterval     = time.Second
 	DefaultShutdownTimeout    = 30 * time.Second
-	DefaultRevokeTimeout      = 10 * time.Second
-	DefaultSessionTimeout     = 30 * time.Second
-	DefaultRebalanceTimeout   = 30 * time.Second
-	DefaultHeartbeatInterval  = 3 * time.Second
-	DefaultRetryBackoff       = 200 * time.Millisecond
-	DefaultRetryBackoffMax    = 10 * time.Second
-	DefaultScoreAttempts      = 3
-	DefaultFetchMaxWait       = 500 * time.Millisecond
-	DefaultJoinGroupBackoff   = time.Second
+	// DefaultRevokeTimeout is the most RevokeTimeout defaults to; a short
+	// rebalance or session timeout lowers it (see WithDefaults).
+	DefaultRevokeTimeout    = 10 * time.Second
+	DefaultSessionTimeout   = 30 * time.Second
+	DefaultRebalanceTimeout = 30 * time.Second
+	// DefaultHeartbeatInterval is the most HeartbeatInterval defaults to;
+	// a session timeout under 9 s lowers it to a third of the session.
+	DefaultHeartbeatInterval = 3 * time.Second
+	DefaultRetryBackoff      = 200 * time.Millisecond
+	DefaultRetryBackoffMax   = 10 * time.Second
+	DefaultScoreAttempts     = 3
+	DefaultOutageBackoffMax  = 30 * time.Second
+	DefaultFetchMaxWait      = 500 * time.Millisecond
+	DefaultJoinGroupBackoff  = time.Second
 )
+
+// fetchQueueCapacity is each partition reader's queue of decoded messages
+// (kafka-go's ReaderConfig.QueueCapacity, default 100). The batch loop
+// pulls records one at a time, so a deeper queue only adds memory: with 1,
+// a reader holds at most this one message, the one FetchMessage is
+// returning and the fetch response it is reading (≤ MaxMessageBytes +
+// 64 KiB), so fetched-but-unprocessed memory is about partitions × (2
+// records + one fetch), whatever the backlog.
+const fetchQueueCapacity = 1
 
 // Config configures a Consumer. Zero fields take the Default* values (see
 // WithDefaults); Validate rejects combinations that cannot work. The config
@@ -69,19 +83,27 @@ type Config struct {
 	// CommitInterval is the period of offset commits of each partition's
 	// watermark. A commit also happens once at every generation end.
 	CommitInterval time.Duration
-	// ShutdownTimeout bounds how long Run waits for in-flight work after
-	// its ctx ends before committing what is done and abandoning the rest.
+	// ShutdownTimeout bounds the whole of Run's shutdown after its ctx
+	// ends: waiting for in-flight work, the final commit and leaving the
+	// group. The drain gets ShutdownTimeout minus a reserve (a quarter, at
+	// most 3 s) for the rest; it is also capped at SessionTimeout −
+	// HeartbeatInterval, with a warning from New, so that a member whose
+	// heartbeats fail during the drain is not expired before its commit.
 	ShutdownTimeout time.Duration
 	// RevokeTimeout bounds the wait for in-flight work when a generation
-	// ends (rebalance). It must be shorter than RebalanceTimeout, or the
-	// broker evicts this member while it drains.
+	// ends (rebalance). It must be shorter than RebalanceTimeout and than
+	// SessionTimeout − HeartbeatInterval (heartbeats stop during a
+	// rebalance), or the broker evicts this member while it drains. Zero
+	// means min(10 s, RebalanceTimeout/2, (SessionTimeout −
+	// HeartbeatInterval)/2).
 	RevokeTimeout time.Duration
 
 	// Dialer carries TLS/SASL settings; nil means kafka.DefaultDialer with
 	// ClientID.
 	Dialer *kafka.Dialer
 	// SessionTimeout, RebalanceTimeout and HeartbeatInterval are the group
-	// membership timings sent to the coordinator.
+	// membership timings sent to the coordinator. HeartbeatInterval zero
+	// means min(3 s, SessionTimeout/3).
 	SessionTimeout    time.Duration
 	RebalanceTimeout  time.Duration
 	HeartbeatInterval time.Duration
@@ -92,8 +114,18 @@ type Config struct {
 	RetryBackoff    time.Duration
 	RetryBackoffMax time.Duration
 	// ScoreAttempts is how many times a failing batch is scored before its
-	// records are scored one by one and the failing ones dead-lettered.
+	// records are scored one by one to find the failing ones. A failing
+	// event is dead-lettered only if its error is permanent (it or a cause
+	// has `Permanent() bool` returning true, or wraps schema.ErrInvalidEvent)
+	// or the scorer is shown healthy after the failure (another event scores
+	// on its own); otherwise the scorer is taken to be down and the events
+	// are retried with backoff up to OutageBackoffMax for as long as the
+	// generation lives.
 	ScoreAttempts int
+	// OutageBackoffMax caps the pause between rounds of retries while the
+	// scorer fails for every event (GPU lost, pool closed, OOM under
+	// contention).
+	OutageBackoffMax time.Duration
 	// FetchMaxWait is how long a partition fetch waits on the broker for new
 	// data; it also bounds how quickly a fetcher notices it must stop.
 	FetchMaxWait time.Duration
@@ -133,14 +165,18 @@ func (cfg Config) WithDefaults() Config {
 	cfg.Limits.MaxMessageBytes = cfg.MaxMessageBytes
 	setDur(&cfg.CommitInterval, DefaultCommitInterval)
 	setDur(&cfg.ShutdownTimeout, DefaultShutdownTimeout)
-	setDur(&cfg.RevokeTimeout, DefaultRevokeTimeout)
 	setDur(&cfg.SessionTimeout, DefaultSessionTimeout)
 	setDur(&cfg.RebalanceTimeout, DefaultRebalanceTimeout)
-	setDur(&cfg.HeartbeatInterval, DefaultHeartbeatInterval)
+	setDur(&cfg.HeartbeatInterval, min(DefaultHeartbeatInterval, cfg.SessionTimeout/3))
+	// Derived, not fixed: a fixed 10 s would make any rebalance timeout up
+	// to 10 s (or a short session) invalid through a setting the operator
+	// never chose.
+	setDur(&cfg.RevokeTimeout, min(DefaultRevokeTimeout, cfg.RebalanceTimeout/2, (cfg.SessionTimeout-cfg.HeartbeatInterval)/2))
 	setDur(&cfg.JoinGroupBackoff, DefaultJoinGroupBackoff)
 	setDur(&cfg.RetryBackoff, DefaultRetryBackoff)
 	setDur(&cfg.RetryBackoffMax, DefaultRetryBackoffMax)
 	setInt(&cfg.ScoreAttempts, DefaultScoreAttempts)
+	setDur(&cfg.OutageBackoffMax, DefaultOutageBackoffMax)
 	setDur(&cfg.FetchMaxWait, DefaultFetchMaxWait)
 	if cfg.StartOffset == 0 {
 		cfg.StartOffset = kafka.FirstOffset
@@ -177,7 +213,7 @@ func (cfg Config) Validate() error {
 		"SessionTimeout": cfg.SessionTimeout, "RebalanceTimeout": cfg.RebalanceTimeout,
 		"HeartbeatInterval": cfg.HeartbeatInterval, "RetryBackoff": cfg.RetryBackoff,
 		"RetryBackoffMax": cfg.RetryBackoffMax, "FetchMaxWait": cfg.FetchMaxWait,
-		"JoinGroupBackoff": cfg.JoinGroupBackoff,
+		"JoinGroupBackoff": cfg.JoinGroupBackoff, "OutageBackoffMax": cfg.OutageBackoffMax,
 	}
 	for name, d := range durations {
 		if d <= 0 {
@@ -189,6 +225,10 @@ func (cfg Config) Validate() error {
 	}
 	if cfg.HeartbeatInterval >= cfg.SessionTimeout {
 		errs = append(errs, fmt.Errorf("HeartbeatInterval %v must be shorter than SessionTimeout %v", cfg.HeartbeatInterval, cfg.SessionTimeout))
+	} else if live := cfg.SessionTimeout - cfg.HeartbeatInterval; cfg.RevokeTimeout >= live {
+		// Heartbeats stop when a rebalance starts; a longer drain lets the
+		// session expire before the final commit.
+		errs = append(errs, fmt.Errorf("RevokeTimeout %v must be shorter than SessionTimeout − HeartbeatInterval (%v)", cfg.RevokeTimeout, live))
 	}
 	if cfg.StartOffset != kafka.FirstOffset && cfg.StartOffset != kafka.LastOffset {
 		errs = append(errs, fmt.Errorf("StartOffset must be kafka.FirstOffset or kafka.LastOffset, got %d", cfg.StartOffset))
@@ -197,4 +237,18 @@ func (cfg Config) Validate() error {
 		return fmt.Errorf("consumer: invalid config: %w", err)
 	}
 	return nil
+}
+
+// shutdownBudget splits ShutdownTimeout into the drain of in-flight work and
+// a reserve for what follows it (final commit, leaving the group, and the
+// caller closing its producer and scorer). The drain is also capped at
+// SessionTimeout − HeartbeatInterval; clamped reports whether that cap cut
+// it.
+func (cfg Config) shutdownBudget() (drain time.Duration, clamped bool) {
+	reserve := min(cfg.ShutdownTimeout/4, 3*time.Second)
+	drain = cfg.ShutdownTimeout - reserve
+	if live := cfg.SessionTimeout - cfg.HeartbeatInterval; drain > live {
+		return live, true
+	}
+	return drain, false
 }

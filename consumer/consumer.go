@@ -69,6 +69,17 @@ type Consumer struct {
 	slots chan struct{}
 	work  chan []*record
 
+	// drainLimit is the part of ShutdownTimeout the drain may use (see
+	// Config.shutdownBudget).
+	drainLimit time.Duration
+	// fetchers counts partition fetch goroutines, reader close included;
+	// Run waits for them (bounded) before it returns.
+	fetchers sync.WaitGroup
+	// canary is a small event that scored successfully, the probe that
+	// tells a poisonous event (the canary still scores) from a scorer
+	// outage (it fails too). Nil until something scored.
+	canary atomic.Pointer[schema.TranscriptEvent]
+
 	running  atomic.Bool
 	assigned atomic.Int32
 	brokerOK atomic.Bool
@@ -103,6 +114,11 @@ type genState struct {
 	id      int32
 	parts   map[int]*partState
 	revoked atomic.Bool
+	// ctx is the context of this generation's scoring, publishing and dead
+	// letters; cancel ends it when the generation is revoked, so abandoned
+	// work stops instead of running on beside the next generation.
+	ctx    context.Context
+	cancel context.CancelFunc
 	// pending counts this generation's records handed to the pipeline and
 	// not yet acknowledged, so the generation end can wait for them.
 	pending atomic.Int64
@@ -128,13 +144,21 @@ func New(cfg Config, scorer Scorer, sink Sink, log zerolog.Logger, reg prometheu
 	if err != nil {
 		return nil, err
 	}
-	return &Consumer{
+	c := &Consumer{
 		cfg: cfg, scorer: scorer, sink: sink, m: m,
 		log:   log.With().Str("component", "consumer").Str("topic", cfg.Topic).Logger(),
 		in:    make(chan *record),
 		slots: make(chan struct{}, cfg.MaxInflightBatches),
 		work:  make(chan []*record, cfg.MaxInflightBatches),
-	}, nil
+	}
+	var clamped bool
+	c.drainLimit, clamped = cfg.shutdownBudget()
+	if clamped {
+		c.log.Warn().Dur("shutdown_timeout", cfg.ShutdownTimeout).Dur("session_timeout", cfg.SessionTimeout).
+			Dur("heartbeat_interval", cfg.HeartbeatInterval).Dur("drain_limit", c.drainLimit).
+			Msg("shutdown drain capped at session timeout minus heartbeat interval, so the final commit is not rejected")
+	}
+	return c, nil
 }
 
 // Ready reports whether this member has partitions assigned and its last
@@ -162,9 +186,10 @@ func (c *Consumer) Stats() Stats {
 }
 
 // Run joins the group and processes records until ctx ends. On ctx end it
-// stops fetching, waits up to ShutdownTimeout for in-flight work, commits
-// what is done, leaves the group and returns nil. It returns an error only
-// if the group cannot be set up at all. Run may be called once.
+// stops fetching, waits for in-flight work, commits what is done and leaves
+// the group, all within ShutdownTimeout of ctx's end (see
+// Config.ShutdownTimeout), and returns nil. It returns an error only if the
+// group cannot be set up at all. Run may be called once.
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("consumer: Run called twice")
@@ -185,16 +210,16 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("consumer: consumer group: %w", err)
 	}
+	leave := &groupCloser{cg: cg, done: make(chan struct{})}
+	stop := &stopClock{}
+	defer context.AfterFunc(ctx, func() { stop.mark() })()
 
 	// The pipeline outlives ctx so that in-flight work can finish during
-	// the shutdown grace period; abandon ends it.
+	// the shutdown grace period; each generation's own context ends its
+	// work at revocation, and abandon ends whatever is left.
 	workCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon()
-	var pipe sync.WaitGroup
-	pipe.Go(func() { c.batchLoop(workCtx) })
-	for range c.cfg.MaxInflightBatches {
-		pipe.Go(func() { c.worker(workCtx) })
-	}
+	pipeDone := c.startPipeline(workCtx)
 
 	for ctx.Err() == nil {
 		gen, err := cg.Next(ctx)
@@ -208,32 +233,89 @@ func (c *Consumer) Run(ctx context.Context) error {
 			continue
 		}
 		c.brokerOK.Store(true)
-		c.runGeneration(ctx, gen)
+		c.runGeneration(ctx, workCtx, gen, stop, leave)
 	}
 
 	c.assigned.Store(0)
-	abandon()
-	pipe.Wait()
-	// Leaving the group lets the others take over at once instead of after
-	// SessionTimeout; Close can hang on an unreachable broker, so bound it.
-	closed := make(chan struct{})
-	go func() {
-		_ = cg.Close()
-		close(closed)
-	}()
-	select {
-	case <-closed:
-	case <-time.After(c.cfg.ShutdownTimeout):
+	// One deadline for everything left: the manager has normally started
+	// leaving the group right after its final commit already. Close can
+	// hang on an unreachable broker, so it is only waited for until then.
+	deadline := stop.mark().Add(c.cfg.ShutdownTimeout)
+	if !leave.wait(deadline) {
 		c.log.Warn().Msg("consumer group close timed out")
+	}
+	abandon()
+	// Goroutines told to stop just now get a moment even when the budget
+	// is spent; they normally stop at once.
+	deadline = later(deadline, time.Now().Add(stopGrace))
+	if !pipeDone(deadline) {
+		c.log.Warn().Msg("pipeline did not stop by the shutdown deadline")
+	}
+	if !waitUntil(&c.fetchers, deadline) {
+		c.log.Warn().Msg("partition readers did not close by the shutdown deadline")
 	}
 	return nil
 }
 
+// stopGrace is the least time Run waits for its pipeline and readers after
+// telling them to stop, and so the most it may overrun ShutdownTimeout.
+const stopGrace = 500 * time.Millisecond
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// groupCloser closes the ConsumerGroup at most once, in the background.
+// Closing it while the generation's manager is still running is what makes
+// kafka-go leave the group instead of joining a next generation.
+type groupCloser struct {
+	once sync.Once
+	cg   *kafka.ConsumerGroup
+	done chan struct{} // closed when Close returned
+}
+
+// start begins closing the group; later calls do nothing.
+func (g *groupCloser) start() {
+	g.once.Do(func() {
+		go func() {
+			_ = g.cg.Close()
+			close(g.done)
+		}()
+	})
+}
+
+// wait starts closing if needed and reports whether Close returned by
+// deadline.
+func (g *groupCloser) wait(deadline time.Time) bool {
+	g.start()
+	return waitChan(g.done, deadline)
+}
+
+// stopClock records when Run's ctx ended: the start of the shutdown budget.
+type stopClock struct{ at atomic.Int64 }
+
+// mark records now as the stop time unless one is recorded, and returns the
+// recorded time.
+func (s *stopClock) mark() time.Time {
+	s.at.CompareAndSwap(0, time.Now().UnixNano())
+	return time.Unix(0, s.at.Load())
+}
+
 // runGeneration consumes the generation's partitions until it ends (a
 // rebalance) or ctx ends, and returns once its final commit was attempted.
-func (c *Consumer) runGeneration(ctx context.Context, gen *kafka.Generation) {
+//
+// Only the manager runs under gen.Start: in kafka-go the generation ends as
+// soon as any Start'd function returns, and with it the heartbeats. The
+// fetchers are plain goroutines stopped by the manager, so the generation
+// (and its heartbeats) last until the manager has drained and committed,
+// or until a heartbeat fails (a rebalance).
+func (c *Consumer) runGeneration(ctx, workCtx context.Context, gen *kafka.Generation, stop *stopClock, leave *groupCloser) {
 	assignments := gen.Assignments[c.cfg.Topic]
 	g := &genState{id: gen.ID, parts: make(map[int]*partState, len(assignments))}
+	g.ctx, g.cancel = context.WithCancel(workCtx)
 	ids := make([]int, 0, len(assignments))
 	for _, pa := range assignments {
 		g.parts[pa.ID] = &partState{partition: pa.ID, wm: NewWatermark(), committed: pa.Offset}
@@ -247,67 +329,149 @@ func (c *Consumer) runGeneration(ctx context.Context, gen *kafka.Generation) {
 		c.hooks.assigned(gen.ID, gen.MemberID, ids)
 	}
 
-	var fetchers sync.WaitGroup
-	finished := make(chan struct{})
+	fctx, stopFetching := context.WithCancel(ctx)
+	// handing counts fetchers that may still hand records to the pipeline.
+	var handing sync.WaitGroup
 	for _, pa := range assignments {
-		fetchers.Add(1)
-		gen.Start(func(gctx context.Context) {
-			defer fetchers.Done()
-			fctx, cancel := context.WithCancel(gctx)
-			defer cancel()
-			defer context.AfterFunc(ctx, cancel)()
-			c.fetch(fctx, g, g.parts[pa.ID], pa.Offset)
-		})
+		handing.Add(1)
+		c.fetchers.Go(func() { c.fetch(fctx, g, g.parts[pa.ID], pa.Offset, handing.Done) })
 	}
-	// The manager commits periodically and, when the generation ends,
-	// drains and commits once more. It runs under gen.Start because the
-	// generation's coordinator connection closes once all Start'd
-	// functions return: the last commit must happen before that.
+	finished := make(chan struct{})
 	gen.Start(func(gctx context.Context) {
 		defer close(finished)
-		c.manage(ctx, gctx, gen, g, &fetchers)
+		defer stopFetching()
+		m := genManager{gen: gen, g: g, stopFetching: stopFetching, handing: &handing, stop: stop, leave: leave}
+		c.manage(ctx, gctx, &m)
 	})
 	<-finished
 }
 
-// manage runs the generation's commit loop and its end: stop, drain with a
-// deadline, commit once, revoke.
-func (c *Consumer) manage(ctx, gctx context.Context, gen *kafka.Generation, g *genState, fetchers *sync.WaitGroup) {
+// genManager is what a generation's manager works with.
+type genManager struct {
+	gen          *kafka.Generation
+	g            *genState
+	stopFetching context.CancelFunc
+	handing      *sync.WaitGroup
+	stop         *stopClock
+	leave        *groupCloser
+}
+
+// manage runs the generation's commit loop and its end: stop fetching,
+// drain with a deadline, revoke, commit once and, on shutdown, start
+// leaving the group before the generation ends.
+func (c *Consumer) manage(ctx, gctx context.Context, m *genManager) {
+	gen, g := m.gen, m.g
 	tick := time.NewTicker(c.cfg.CommitInterval)
 	defer tick.Stop()
+	// Periodic commits run in the background, one at a time, so that a slow
+	// commit never delays noticing the generation's end or the shutdown.
+	committing := closedChan()
 loop:
 	for {
 		select {
 		case <-tick.C:
-			c.commit(gen, g)
+			select {
+			case <-committing:
+				committing = c.commitAsync(gen, g)
+			default: // the previous commit is still running
+			}
 		case <-gctx.Done():
 			break loop
 		case <-ctx.Done():
 			break loop
 		}
 	}
-	timeout, why := c.cfg.RevokeTimeout, "rebalance"
+	m.stopFetching()
+	fetchersStopped := make(chan struct{})
+	go func() {
+		m.handing.Wait()
+		close(fetchersStopped)
+	}()
+	c.drain(ctx, gctx, g, fetchersStopped, m.stop)
+	why := "rebalance"
 	if ctx.Err() != nil {
-		timeout, why = c.cfg.ShutdownTimeout, "shutdown"
-	}
-	deadline := time.Now().Add(timeout)
-	fetchers.Wait() // fetchers stop promptly: their ctx is done
-	for g.pending.Load() > 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
+		why = "shutdown"
 	}
 	if n := g.pending.Load(); n > 0 {
 		c.log.Warn().Int64("abandoned", n).Str("reason", why).Msg("generation ended with work in flight; it will be redelivered")
 	}
-	c.commit(gen, g)
-	// From here on nothing of this generation is ever committed: the
-	// watermarks are unreachable and late results resolve them in vain.
+	// From here on nothing of this generation is published or
+	// dead-lettered: work still running is cancelled, and the new owner
+	// redoes it. The commit below covers what was acknowledged until now;
+	// after it the watermarks are unreachable and late results resolve
+	// them in vain.
 	g.revoked.Store(true)
+	g.cancel()
+	if why == "shutdown" {
+		deadline := m.stop.mark().Add(c.cfg.ShutdownTimeout)
+		if !waitChan(committing, deadline) || !waitChan(c.commitAsync(gen, g), deadline) {
+			c.log.Warn().Int32("generation", g.id).Msg("final commit did not finish by the shutdown deadline")
+		}
+		// Leave now, while this function still holds the generation open:
+		// kafka-go then sees the group closed rather than the generation
+		// ended, and leaves instead of joining a next generation (a
+		// needless rebalance for the other members).
+		m.leave.start()
+		waitChan(gctx.Done(), later(deadline, time.Now().Add(stopGrace)))
+	} else {
+		<-committing // bounded by the coordinator connection's timeout
+		c.commit(gen, g)
+	}
 	c.assigned.Store(0)
 	c.m.assigned.Set(0)
 	for p := range g.parts {
 		c.m.lag.DeleteLabelValues(c.cfg.Topic, strconv.Itoa(p))
 	}
 	c.log.Info().Int32("generation", g.id).Str("reason", why).Msg("generation ended")
+}
+
+// drain waits until the fetchers have stopped and every record the
+// generation handed to the pipeline is settled, or until the drain
+// deadline: drainLimit after shutdown began, or RevokeTimeout after the
+// generation ended (heartbeats have stopped then), whichever comes first.
+func (c *Consumer) drain(ctx, gctx context.Context, g *genState, fetchersStopped <-chan struct{}, stop *stopClock) {
+	var revokeBy time.Time
+	for {
+		now := time.Now()
+		if gctx.Err() != nil && revokeBy.IsZero() {
+			revokeBy = now.Add(c.cfg.RevokeTimeout)
+		}
+		deadline := revokeBy
+		if ctx.Err() != nil {
+			if d := stop.mark().Add(c.drainLimit); deadline.IsZero() || d.Before(deadline) {
+				deadline = d
+			}
+		}
+		stopped := false
+		select {
+		case <-fetchersStopped:
+			stopped = true
+		default:
+		}
+		if (stopped && g.pending.Load() == 0) || !now.Before(deadline) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// closedChan returns a closed channel: "nothing running".
+func closedChan() <-chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}
+
+// commitAsync runs commit in the background and returns a channel closed
+// when it returned, so a caller can stop waiting at a deadline (a stuck
+// commit ends when the generation's connection closes).
+func (c *Consumer) commitAsync(gen *kafka.Generation, g *genState) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.commit(gen, g)
+	}()
+	return done
 }
 
 // commit commits each partition's watermark that moved since the last
@@ -342,9 +506,10 @@ func (c *Consumer) commit(gen *kafka.Generation, g *genState) {
 }
 
 // fetch reads one partition from offset and hands records to the batch
-// loop until ctx ends. It never returns early on errors: a Start'd function
-// returning would end the whole generation.
-func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset int64) {
+// loop until ctx ends; stopped is called once it hands over no more
+// records, before its reader is closed. It never returns early on errors:
+// the partition would silently stop being read.
+func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset int64, stopped func()) {
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:   c.cfg.Brokers,
 		Topic:     c.cfg.Topic,
@@ -355,7 +520,7 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 		// framing) so an oversized record reaches the DLQ path.
 		MaxBytes:       c.cfg.MaxMessageBytes + 64<<10,
 		MaxWait:        c.cfg.FetchMaxWait,
-		QueueCapacity:  c.cfg.BatchMaxMessages,
+		QueueCapacity:  fetchQueueCapacity,
 		ReadBackoffMin: c.cfg.RetryBackoff,
 		ReadBackoffMax: c.cfg.RetryBackoffMax,
 	})
@@ -369,6 +534,7 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 			c.log.Warn().Int("partition", ps.partition).Msg("reader close timed out")
 		}
 	}()
+	defer stopped() // runs before the reader is closed
 	if err := r.SetOffset(offset); err != nil {
 		c.log.Error().Err(err).Int("partition", ps.partition).Msg("set offset")
 		<-ctx.Done()
@@ -438,6 +604,29 @@ func (c *Consumer) settle(r *record, ack bool) {
 	}
 	c.addInflight(-1)
 	r.gen.pending.Add(-1)
+}
+
+// waitChan waits until ch is closed or deadline passes; it reports whether
+// ch was closed.
+func waitChan(ch <-chan struct{}, deadline time.Time) bool {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// waitUntil waits for wg until deadline; it reports whether wg finished.
+func waitUntil(wg *sync.WaitGroup, deadline time.Time) bool {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	return waitChan(done, deadline)
 }
 
 // sleepCtx sleeps d or until ctx ends; it reports whether it slept fully.

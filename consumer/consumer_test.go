@@ -397,3 +397,50 @@ func TestShutdownCommitsDoneWorkAndRestartResumes(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigDerivedTimeouts: RevokeTimeout and HeartbeatInterval follow
+// short rebalance and session timeouts instead of failing validation
+// through a setting the operator never chose; an explicit RevokeTimeout
+// the session cannot outlive is rejected; the shutdown drain leaves a
+// reserve and is capped by the session.
+func TestConfigDerivedTimeouts(t *testing.T) {
+	t.Parallel()
+	base := Config{Brokers: []string{"x:9092"}}
+	for _, tc := range []struct {
+		name                      string
+		session, rebalance        time.Duration
+		wantHeartbeat, wantRevoke time.Duration
+	}{
+		{"defaults", 0, 0, 3 * time.Second, 10 * time.Second},
+		{"short rebalance", 0, 8 * time.Second, 3 * time.Second, 4 * time.Second},
+		{"rebalance 10s", 0, 10 * time.Second, 3 * time.Second, 5 * time.Second},
+		{"short session", 6 * time.Second, 0, 2 * time.Second, 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := base
+			cfg.SessionTimeout, cfg.RebalanceTimeout = tc.session, tc.rebalance
+			cfg = cfg.WithDefaults()
+			if err := cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			if cfg.HeartbeatInterval != tc.wantHeartbeat || cfg.RevokeTimeout != tc.wantRevoke {
+				t.Errorf("heartbeat %v revoke %v, want %v %v", cfg.HeartbeatInterval, cfg.RevokeTimeout, tc.wantHeartbeat, tc.wantRevoke)
+			}
+		})
+	}
+	bad := base
+	bad.SessionTimeout, bad.HeartbeatInterval, bad.RevokeTimeout = 6*time.Second, time.Second, 5*time.Second
+	if err := bad.WithDefaults().Validate(); err == nil || !strings.Contains(err.Error(), "SessionTimeout") {
+		t.Errorf("RevokeTimeout = SessionTimeout − HeartbeatInterval: err = %v", err)
+	}
+
+	drain, clamped := base.WithDefaults().shutdownBudget()
+	if drain != 27*time.Second || clamped {
+		t.Errorf("default drain %v clamped %v, want 27s false", drain, clamped)
+	}
+	long := base
+	long.ShutdownTimeout, long.SessionTimeout = 60*time.Second, 10*time.Second
+	if drain, clamped := long.WithDefaults().shutdownBudget(); drain != 7*time.Second || !clamped {
+		t.Errorf("60s shutdown with 10s session: drain %v clamped %v, want 7s true", drain, clamped)
+	}
+}

@@ -54,6 +54,10 @@ type fakeSink struct {
 	published  []schema.ScoredTranscript
 	dead       []schema.DeadLetter
 	publishErr func(results []schema.ScoredTranscript) error
+	// deadErr, when set, can fail a DeadLetter call. An error naming
+	// records (FailedIndexes) is a partial write: the others are kept, as
+	// the producer's permanent errors promise.
+	deadErr func(dls []schema.DeadLetter) error
 }
 
 func (s *fakeSink) Publish(ctx context.Context, results []schema.ScoredTranscript) error {
@@ -74,6 +78,20 @@ func (s *fakeSink) Publish(ctx context.Context, results []schema.ScoredTranscrip
 func (s *fakeSink) DeadLetter(ctx context.Context, dls []schema.DeadLetter) error {
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if s.deadErr != nil {
+		if err := s.deadErr(dls); err != nil {
+			if idx := failedIndexes(err); len(idx) > 0 {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				for i, d := range dls {
+					if !slices.Contains(idx, i) {
+						s.dead = append(s.dead, d)
+					}
+				}
+			}
+			return err
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

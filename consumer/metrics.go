@@ -18,6 +18,8 @@ type metrics struct {
 	lag         *prometheus.GaugeVec
 	dlq         *prometheus.CounterVec
 	assigned    prometheus.Gauge
+	dlqErrors   *prometheus.CounterVec
+	outages     prometheus.Counter
 	collections []prometheus.Collector
 }
 
@@ -50,8 +52,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		assigned: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "scorer_assigned_partitions", Help: "Partitions assigned to this member in the current generation.",
 		}),
+		dlqErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scorer_dlq_write_errors_total",
+			Help: "Failed dead-letter writes, each retried (kind=transient, or permanent for records the sink rejected).",
+		}, []string{"kind"}),
+		outages: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scorer_score_outage_retries_total",
+			Help: "Rounds of backing off because the scorer failed for every event of a batch (events kept, not dead-lettered).",
+		}),
 	}
-	m.collections = []prometheus.Collector{m.messagesIn, m.inflight, m.batchSize, m.endToEnd, m.commitTime, m.lag, m.dlq, m.assigned}
+	m.collections = []prometheus.Collector{m.messagesIn, m.inflight, m.batchSize, m.endToEnd, m.commitTime, m.lag, m.dlq, m.assigned,
+		m.dlqErrors, m.outages}
 	if reg == nil {
 		return m, nil
 	}

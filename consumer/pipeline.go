@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/scorer/scorer/schema"
@@ -94,13 +95,45 @@ func (c *Consumer) batchLoop(ctx context.Context) {
 	}
 }
 
+// startPipeline starts the batch loop and the workers under ctx. The
+// returned func waits, once ctx has ended, until they stopped or deadline
+// passed, and then settles the batches still queued for the workers (they
+// exit without taking them), so the in-flight count returns to zero.
+func (c *Consumer) startPipeline(ctx context.Context) (wait func(deadline time.Time) bool) {
+	var pipe sync.WaitGroup
+	pipe.Go(func() { c.batchLoop(ctx) })
+	for range c.cfg.MaxInflightBatches {
+		pipe.Go(func() { c.worker(ctx) })
+	}
+	return func(deadline time.Time) bool {
+		ok := waitUntil(&pipe, deadline)
+		c.settleQueued()
+		return ok
+	}
+}
+
+// settleQueued takes the batches left in the work channel out of the
+// in-flight accounting, unacknowledged: they are redelivered.
+func (c *Consumer) settleQueued() {
+	for {
+		select {
+		case batch := <-c.work:
+			for _, r := range batch {
+				c.settle(r, false)
+			}
+		default:
+			return
+		}
+	}
+}
+
 // worker processes batches one at a time and frees the batch's slot when
 // every record in it is acknowledged or abandoned.
 func (c *Consumer) worker(ctx context.Context) {
 	for {
 		select {
 		case batch := <-c.work:
-			c.process(ctx, batch)
+			c.process(batch)
 			for _, r := range batch {
 				c.settle(r, false) // no-op for acknowledged records
 			}
@@ -111,19 +144,40 @@ func (c *Consumer) worker(ctx context.Context) {
 	}
 }
 
-// process decodes, scores and publishes one batch. A record is acknowledged
-// (settled with ack) only once its result or dead letter was acknowledged
-// by the sink; if ctx ends first it stays unacknowledged and is redelivered.
-func (c *Consumer) process(ctx context.Context, batch []*record) {
+// process handles one batch. Its records normally belong to one generation;
+// those of a revoked generation are dropped (the partition's new owner reads
+// them again), and each generation's records are processed under that
+// generation's context, which ends when it is revoked.
+func (c *Consumer) process(batch []*record) {
+	for len(batch) > 0 {
+		g := batch[0].gen
+		var mine, rest []*record
+		for _, r := range batch {
+			if r.gen == g {
+				mine = append(mine, r)
+			} else {
+				rest = append(rest, r)
+			}
+		}
+		if !g.revoked.Load() {
+			c.processGen(g, mine)
+		}
+		batch = rest
+	}
+}
+
+// processGen decodes, scores and publishes one generation's records. A
+// record is acknowledged (settled with ack) only once its result or dead
+// letter was acknowledged by the sink; if the generation's context ends
+// first it stays unacknowledged and is redelivered.
+func (c *Consumer) processGen(g *genState, batch []*record) {
+	ctx := g.ctx
 	var (
 		dead   []deadRecord
 		events []schema.TranscriptEvent
 		scored []*record
 	)
 	for _, r := range batch {
-		if r.gen.revoked.Load() {
-			continue // the partition's new owner reads it again
-		}
 		if len(r.msg.Value) > c.cfg.MaxMessageBytes {
 			dead = append(dead, deadRecord{r, schema.StageDecode, ReasonTooLarge, "consumer.MessageTooLarge",
 				fmt.Sprintf("record value is %d bytes, limit %d", len(r.msg.Value), c.cfg.MaxMessageBytes)})
@@ -144,14 +198,14 @@ func (c *Consumer) process(ctx context.Context, batch []*record) {
 		scored = append(scored, r)
 	}
 	// Dead letters first: they are cheap and must not wait on scoring.
-	if !c.deadLetter(ctx, dead) {
+	if !c.deadLetter(ctx, g, dead) {
 		return
 	}
 	if len(events) == 0 {
 		return
 	}
-	results, failed := c.score(ctx, events)
-	if ctx.Err() != nil {
+	results, failed, ok := c.score(ctx, events)
+	if !ok {
 		return
 	}
 	var okRecs []*record
@@ -167,10 +221,10 @@ func (c *Consumer) process(ctx context.Context, batch []*record) {
 		okRecs = append(okRecs, r)
 		okResults = append(okResults, res)
 	}
-	if !c.deadLetter(ctx, dead) {
+	if !c.deadLetter(ctx, g, dead) {
 		return
 	}
-	c.publish(ctx, okRecs, okResults)
+	c.publish(ctx, g, okRecs, okResults)
 }
 
 type deadRecord struct {
@@ -185,13 +239,96 @@ func exceptionClass(err error) string {
 	return strings.TrimPrefix(fmt.Sprintf("%T", err), "*")
 }
 
-// deadLetter writes the dead letters, retrying until the sink acknowledges
-// or ctx ends, then acknowledges their records. It reports false if ctx
-// ended first.
-func (c *Consumer) deadLetter(ctx context.Context, dead []deadRecord) bool {
-	if len(dead) == 0 {
-		return true
+// dlqLogInterval is the least time between two error lines about the same
+// failing dead-letter write: loud, without flooding the log.
+const dlqLogInterval = 5 * time.Second
+
+// deadLetter writes the dead letters and acknowledges each record once the
+// sink acknowledged its dead letter. Failures are retried with backoff
+// until ctx ends or the generation is revoked, never dropped (dropping
+// input silently is worse than holding the partition's commits back): a
+// transient failure resends what is left; a permanent one resends only the
+// records it names (FailedIndexes), because the sink acknowledged the
+// others and resending them would duplicate them in the DLQ; a permanent
+// one that names none resends each record on its own to find the failing
+// ones. Every failure counts in scorer_dlq_write_errors_total and is logged
+// at error level, at most once per dlqLogInterval. It reports false if it
+// stopped before every dead letter was acknowledged.
+func (c *Consumer) deadLetter(ctx context.Context, g *genState, dead []deadRecord) bool {
+	backoff := c.cfg.RetryBackoff
+	var lastLog time.Time
+	failures := 0
+	for len(dead) > 0 {
+		if g.revoked.Load() {
+			return false // the partition's new owner redoes them
+		}
+		err := c.sink.DeadLetter(ctx, deadLetters(dead))
+		if err == nil {
+			for _, d := range dead {
+				c.ackDead(d)
+			}
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		kind := "transient"
+		if IsPermanent(err) {
+			kind = "permanent"
+			failed := map[int]bool{}
+			for _, i := range failedIndexes(err) {
+				if i >= 0 && i < len(dead) {
+					failed[i] = true
+				}
+			}
+			if len(failed) == 0 && len(dead) > 1 {
+				// The sink did not say which were written: find out one by
+				// one (at worst a dead letter is written twice, never lost).
+				c.m.dlqErrors.WithLabelValues(kind).Inc()
+				c.log.Error().Err(fmt.Errorf("consumer: dead letter: %w", err)).Int("records", len(dead)).
+					Msg("DLQ write failed permanently without naming the records; writing them one by one")
+				for i := range dead {
+					if !c.deadLetter(ctx, g, dead[i:i+1]) {
+						return false
+					}
+				}
+				return true
+			}
+			if len(failed) > 0 {
+				var retry []deadRecord
+				for i, d := range dead {
+					if failed[i] {
+						retry = append(retry, d)
+					} else {
+						c.ackDead(d)
+					}
+				}
+				dead = retry
+			}
+		}
+		failures++
+		c.m.dlqErrors.WithLabelValues(kind).Inc()
+		if now := time.Now(); now.Sub(lastLog) >= dlqLogInterval {
+			lastLog = now
+			offsets := make([]int64, len(dead))
+			for i, d := range dead {
+				offsets[i] = d.r.msg.Offset
+			}
+			c.log.Error().Err(fmt.Errorf("consumer: dead letter: %w", err)).Str("kind", kind).
+				Int("partition", dead[0].r.msg.Partition).Ints64("offsets", offsets).Int("failures", failures).
+				Dur("retry_in", backoff).Msg("DLQ write failed; retrying (commits of the partition wait for it)")
+		}
+		if !sleepCtx(ctx, backoff) {
+			return false
+		}
+		backoff = min(backoff*2, c.cfg.RetryBackoffMax)
 	}
+	return true
+}
+
+// deadLetters builds the DLQ records: the original key, value, headers and
+// timestamp plus where the record came from and why it failed.
+func deadLetters(dead []deadRecord) []schema.DeadLetter {
 	dls := make([]schema.DeadLetter, len(dead))
 	for i, d := range dead {
 		m := d.r.msg
@@ -205,61 +342,137 @@ func (c *Consumer) deadLetter(ctx context.Context, dead []deadRecord) bool {
 			Stage: d.stage, Reason: d.reason, ExceptionClass: d.class, Message: d.message,
 		}
 	}
-	backoff := c.cfg.RetryBackoff
-	for {
-		err := c.sink.DeadLetter(ctx, dls)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return false
-		}
-		// A DLQ write that can never succeed would block the partition
-		// forever; still retry, loudly: dropping input silently is worse.
-		c.log.Error().Err(fmt.Errorf("consumer: dead letter: %w", err)).Int("records", len(dls)).Msg("DLQ write failed; retrying")
-		if !sleepCtx(ctx, backoff) {
-			return false
-		}
-		backoff = min(backoff*2, c.cfg.RetryBackoffMax)
-	}
-	for _, d := range dead {
-		c.m.dlq.WithLabelValues(d.reason).Inc()
-		c.deadLettered.Add(1)
-		c.log.Info().Int("partition", d.r.msg.Partition).Int64("offset", d.r.msg.Offset).
-			Str("stage", d.stage).Str("reason", d.reason).Msg("record dead-lettered")
-		c.settle(d.r, true)
-	}
-	return true
+	return dls
 }
 
-// score scores the events as one batch with ScoreAttempts tries; if that
-// keeps failing it scores them one by one, so one poisonous event does not
-// sink its neighbours. failed[i] is set for events that could not be scored.
-func (c *Consumer) score(ctx context.Context, events []schema.TranscriptEvent) ([]schema.ScoredTranscript, map[int]error) {
-	results, err := c.scoreWithRetry(ctx, events)
-	if err == nil {
-		return results, nil
-	}
-	if len(events) == 1 {
-		return make([]schema.ScoredTranscript, 1), map[int]error{0: err}
-	}
-	c.log.Warn().Err(err).Int("events", len(events)).Msg("batch scoring failed; scoring events one by one")
+// ackDead records that d's dead letter was acknowledged and acknowledges
+// its record.
+func (c *Consumer) ackDead(d deadRecord) {
+	c.m.dlq.WithLabelValues(d.reason).Inc()
+	c.deadLettered.Add(1)
+	c.log.Info().Int("partition", d.r.msg.Partition).Int64("offset", d.r.msg.Offset).
+		Str("stage", d.stage).Str("reason", d.reason).Msg("record dead-lettered")
+	c.settle(d.r, true)
+}
+
+// score scores the events and returns one result per event; failed[i] is
+// set for each event to dead-letter instead. ok is false if ctx ended
+// first.
+//
+// The batch is scored with ScoreAttempts tries; if it keeps failing, its
+// events are scored one by one. An event is dead-lettered only when its
+// error is permanent (see permanentScoreError) or its failure is isolated:
+// the scorer scored another event (the canary, normally one of this batch)
+// after the failure. When everything fails alike the scorer is down (GPU
+// lost or out of memory under contention, pool closed): the events are kept
+// and retried in rounds with bounded exponential backoff, each round logged
+// at error level, for as long as ctx lives — an outage must not turn the
+// stream into dead letters.
+func (c *Consumer) score(ctx context.Context, events []schema.TranscriptEvent) (results []schema.ScoredTranscript, failed map[int]error, ok bool) {
 	results = make([]schema.ScoredTranscript, len(events))
-	failed := map[int]error{}
-	for i := range events {
-		if ctx.Err() != nil {
-			return nil, nil
-		}
-		one, err := c.scoreWithRetry(ctx, events[i:i+1])
-		if err != nil {
-			failed[i] = err
-			continue
-		}
-		results[i] = one[0]
+	failed = map[int]error{}
+	todo := make([]int, len(events)) // indexes of events still to score
+	for i := range todo {
+		todo[i] = i
 	}
-	return results, failed
+	backoff := c.cfg.RetryBackoff
+	for round := 1; ; round++ {
+		batch := make([]schema.TranscriptEvent, len(todo))
+		for k, i := range todo {
+			batch[k] = events[i]
+		}
+		res, err := c.scoreWithRetry(ctx, batch)
+		if err == nil {
+			for k, i := range todo {
+				results[i] = res[k]
+			}
+			return results, failed, true
+		}
+		if ctx.Err() != nil {
+			return nil, nil, false
+		}
+		// Already in an outage: probe before scoring events one by one.
+		healthy := round == 1 || c.probe(ctx)
+		var lastErr error
+		if healthy {
+			errs := map[int]error{}
+			if len(todo) == 1 {
+				errs[todo[0]] = err
+			} else {
+				c.log.Warn().Err(err).Int("events", len(todo)).Msg("batch scoring failed; scoring events one by one")
+				for _, i := range todo {
+					one, err := c.scoreWithRetry(ctx, events[i:i+1])
+					if ctx.Err() != nil {
+						return nil, nil, false
+					}
+					if err != nil {
+						errs[i] = err
+						continue
+					}
+					results[i] = one[0]
+				}
+			}
+			var still []int
+			for _, i := range todo {
+				switch e := errs[i]; {
+				case e == nil:
+				case permanentScoreError(e):
+					failed[i] = e
+				default:
+					still = append(still, i)
+					lastErr = e
+				}
+			}
+			todo = still
+			if len(todo) == 0 {
+				return results, failed, true
+			}
+			if c.probe(ctx) {
+				// The scorer works: these events fail on their own.
+				for _, i := range todo {
+					failed[i] = errs[i]
+				}
+				return results, failed, true
+			}
+		}
+		if ctx.Err() != nil {
+			return nil, nil, false
+		}
+		if lastErr == nil {
+			lastErr = err
+		}
+		c.m.outages.Inc()
+		c.log.Error().Err(lastErr).Int("events", len(todo)).Int("round", round).Dur("retry_in", backoff).
+			Msg("scorer fails for every event; keeping the batch and retrying (nothing is dead-lettered during an outage)")
+		if !sleepCtx(ctx, backoff) {
+			return nil, nil, false
+		}
+		backoff = min(backoff*2, c.cfg.OutageBackoffMax)
+	}
 }
 
+// permanentScoreError reports whether a scoring error says the event itself
+// is bad, so retrying cannot help: the error (or one it wraps) has a
+// Permanent() method returning true — the contract for scorers' invalid-
+// input errors — or it wraps schema.ErrInvalidEvent.
+func permanentScoreError(err error) bool {
+	return IsPermanent(err) || errors.Is(err, schema.ErrInvalidEvent)
+}
+
+// probe reports whether the scorer works right now: the canary event scores.
+// With no canary yet there is no evidence either way, and it reports false.
+func (c *Consumer) probe(ctx context.Context) bool {
+	ev := c.canary.Load()
+	if ev == nil {
+		return false
+	}
+	_, err := c.scoreWithRetry(ctx, []schema.TranscriptEvent{*ev})
+	return err == nil
+}
+
+// scoreWithRetry scores events with up to ScoreAttempts tries, stopping
+// early on a permanent error. On success it keeps the call's smallest event
+// as the canary.
 func (c *Consumer) scoreWithRetry(ctx context.Context, events []schema.TranscriptEvent) ([]schema.ScoredTranscript, error) {
 	backoff := c.cfg.RetryBackoff
 	var err error
@@ -274,10 +487,21 @@ func (c *Consumer) scoreWithRetry(ctx context.Context, events []schema.Transcrip
 			err = fmt.Errorf("scorer returned %d results for %d events", len(res), len(events))
 		}
 		if err == nil {
+			small := 0
+			for i := range events {
+				if events[i].SentenceCount() < events[small].SentenceCount() {
+					small = i
+				}
+			}
+			ev := events[small]
+			c.canary.Store(&ev)
 			return res, nil
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
+		}
+		if permanentScoreError(err) {
+			break
 		}
 	}
 	return nil, fmt.Errorf("consumer: score %d events: %w", len(events), err)
@@ -285,10 +509,15 @@ func (c *Consumer) scoreWithRetry(ctx context.Context, events []schema.Transcrip
 
 // publish writes the results, retrying transient failures until ctx ends
 // (never dropping: an unacknowledged record is redelivered after restart).
-// Records the sink rejects permanently are dead-lettered.
-func (c *Consumer) publish(ctx context.Context, recs []*record, results []schema.ScoredTranscript) {
+// Records the sink rejects permanently are dead-lettered. It checks the
+// generation right before every write: once revoked, the partition belongs
+// to another member, which publishes these records itself.
+func (c *Consumer) publish(ctx context.Context, g *genState, recs []*record, results []schema.ScoredTranscript) {
 	backoff := c.cfg.RetryBackoff
 	for len(recs) > 0 {
+		if g.revoked.Load() {
+			return
+		}
 		err := c.sink.Publish(ctx, results)
 		if err == nil {
 			now := time.Now()
@@ -303,7 +532,7 @@ func (c *Consumer) publish(ctx context.Context, recs []*record, results []schema
 			return
 		}
 		if IsPermanent(err) {
-			c.publishPermanent(ctx, recs, results, err)
+			c.publishPermanent(ctx, g, recs, results, err)
 			return
 		}
 		c.log.Warn().Err(fmt.Errorf("consumer: publish: %w", err)).Int("records", len(recs)).Msg("publish failed; retrying")
@@ -311,23 +540,15 @@ func (c *Consumer) publish(ctx context.Context, recs []*record, results []schema
 			return
 		}
 		backoff = min(backoff*2, c.cfg.RetryBackoffMax)
-		// Records of a revoked generation are the new owner's to redo.
-		keepRecs, keepRes := recs[:0:0], results[:0:0]
-		for i, r := range recs {
-			if !r.gen.revoked.Load() {
-				keepRecs, keepRes = append(keepRecs, r), append(keepRes, results[i])
-			}
-		}
-		recs, results = keepRecs, keepRes
 	}
 }
 
 // publishPermanent handles a permanent Publish error: the named records (or,
 // when the error names none, each record found by publishing one at a time)
 // go to the DLQ; the others are acknowledged or published again.
-func (c *Consumer) publishPermanent(ctx context.Context, recs []*record, results []schema.ScoredTranscript, err error) {
+func (c *Consumer) publishPermanent(ctx context.Context, g *genState, recs []*record, results []schema.ScoredTranscript, err error) {
 	reason := ReasonOutputRejected
-	if IsPermanent(err) && isTooLarge(err) {
+	if isTooLarge(err) {
 		reason = ReasonOutputTooLarge
 	}
 	idx := failedIndexes(err)
@@ -336,7 +557,7 @@ func (c *Consumer) publishPermanent(ctx context.Context, recs []*record, results
 	}
 	if len(idx) == 0 {
 		for i := range recs {
-			c.publish(ctx, recs[i:i+1], results[i:i+1])
+			c.publish(ctx, g, recs[i:i+1], results[i:i+1])
 		}
 		return
 	}
@@ -357,5 +578,5 @@ func (c *Consumer) publishPermanent(ctx context.Context, recs []*record, results
 		c.published.Add(1)
 		c.settle(r, true)
 	}
-	c.deadLetter(ctx, dead)
+	c.deadLetter(ctx, g, dead)
 }

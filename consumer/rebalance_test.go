@@ -10,6 +10,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/scorer/scorer/schema"
 )
 
 // groupLog is an ordered log of the assignments members received (from the
@@ -150,5 +152,75 @@ func TestRebalanceNoLossNoStaleCommits(t *testing.T) {
 	b.stop(t)
 	if n := log.check(t); n == 0 {
 		t.Error("no commits observed")
+	}
+}
+
+// staleScorer blocks its first call containing "stuck" until release is
+// closed, ignoring ctx (as a scorer in the middle of a GPU call may), and
+// marks that call's results ScoredAt "stale"; every other call is normal.
+type staleScorer struct {
+	fakeScorer
+	entered, release chan struct{}
+	once             sync.Once
+}
+
+func (s *staleScorer) Score(ctx context.Context, events []schema.TranscriptEvent) ([]schema.ScoredTranscript, error) {
+	stale := false
+	for _, e := range events {
+		if e.CallID == "stuck" {
+			s.once.Do(func() {
+				stale = true
+				close(s.entered)
+				<-s.release
+			})
+		}
+	}
+	out, err := s.fakeScorer.Score(ctx, events)
+	for i := range out {
+		if stale {
+			out[i].ScoredAt = "stale"
+		}
+	}
+	return out, err
+}
+
+// TestRevokedWorkNotPublished: a batch still being scored when its
+// generation is revoked (after RevokeTimeout) is not published by this
+// member when the scorer finally returns: the partition's new owner
+// publishes it.
+func TestRevokedWorkNotPublished(t *testing.T) {
+	t.Parallel()
+	const topic, group = "revoked", "g-revoked"
+	_, brokers := newCluster(t, topic, 2)
+	produce(t, brokers, topic, []kafka.Message{eventMsg(0, "stuck"), eventMsg(1, "other")})
+	sc := &staleScorer{entered: make(chan struct{}), release: make(chan struct{})}
+	released := false
+	defer func() {
+		if !released {
+			close(sc.release)
+		}
+	}()
+	skA, skB := &fakeSink{}, &fakeSink{}
+	cfg := testConfig(brokers, topic, group)
+	cfg.BatchMaxMessages = 1
+	cfg.RevokeTimeout = time.Second
+	a := start(t, cfg, sc, skA, testHooks{})
+	select {
+	case <-sc.entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("stuck event never reached the scorer")
+	}
+	start(t, testConfig(brokers, topic, group), &fakeScorer{}, skB, testHooks{})
+	eventually(t, 30*time.Second, "A's generation revoked and a new one started", func() bool { return a.c.Stats().Generations >= 2 })
+	close(sc.release)
+	released = true
+	eventually(t, 30*time.Second, "stuck published by its owner", func() bool {
+		return countIDs(append(skA.Published(), skB.Published()...))["stuck"] > 0
+	})
+	time.Sleep(300 * time.Millisecond) // give a late publish every chance
+	for _, res := range append(skA.Published(), skB.Published()...) {
+		if res.ScoredAt == "stale" {
+			t.Fatalf("result of the revoked generation published: %+v", res)
+		}
 	}
 }

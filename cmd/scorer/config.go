@@ -26,7 +26,7 @@ type Config struct {
 	GroupID          string        `env:"KAFKA_GROUP_ID" envDefault:"scorer" help:"consumer group"`
 	ClientID         string        `env:"KAFKA_CLIENT_ID" envDefault:"scorer" help:"Kafka client id"`
 	SessionTimeout   time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"30s" help:"group session timeout: how long a dead member keeps its partitions"`
-	RebalanceTimeout time.Duration `env:"KAFKA_REBALANCE_TIMEOUT" envDefault:"30s" help:"how long the group waits for members to rejoin; must exceed the drain of in-flight work"`
+	RebalanceTimeout time.Duration `env:"KAFKA_REBALANCE_TIMEOUT" envDefault:"30s" help:"how long the group waits for members to rejoin; at a rebalance in-flight work gets min(10s, half of this) to finish"`
 	InputPartitions  int           `env:"KAFKA_INPUT_PARTITIONS" envDefault:"6" help:"partitions for topics the scorer creates (in-memory broker, or missing topics)"`
 	KafkaTLS         bool          `env:"KAFKA_TLS" help:"connect with TLS"`
 	KafkaTLSCAFile   string        `env:"KAFKA_TLS_CA_FILE" help:"PEM CA bundle for the brokers' certificates"`
@@ -64,7 +64,7 @@ type Config struct {
 	Workers        int      `env:"WORKERS" help:"workers per device; 0 = auto (CPU: one per core up to 4; GPU: 2)"`
 
 	MetricsAddr     string        `env:"METRICS_ADDR" envDefault:":9464" help:"address of /metrics, /healthz and /readyz; off = no HTTP server"`
-	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" help:"drain deadline after SIGTERM"`
+	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" help:"bound on the whole stop after SIGTERM: drain, final commit, leaving the group (allow about 10s more before SIGKILL; the Helm chart adds 15s)"`
 	LogLevel        string        `env:"LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error"`
 	LogFormat       string        `env:"LOG_FORMAT" envDefault:"auto" help:"json, console, or auto (console on a terminal)"`
 }

@@ -43,7 +43,7 @@ func runService(ctx context.Context, e procEnv, args []string) error {
 			return fmt.Errorf("metrics server: %w", err)
 		}
 		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			sctx, cancel := context.WithTimeout(context.Background(), httpStopTimeout)
 			defer cancel()
 			_ = stopHTTP(sctx)
 		}()
@@ -93,6 +93,11 @@ func runService(ctx context.Context, e procEnv, args []string) error {
 		return err
 	}
 
+	// RevokeTimeout and HeartbeatInterval are left to the consumer, which
+	// derives them from KAFKA_REBALANCE_TIMEOUT and KAFKA_SESSION_TIMEOUT
+	// (a fixed revoke timeout would reject rebalance timeouts up to 10 s).
+	// ShutdownTimeout bounds the consumer's whole stop: drain, final commit,
+	// leaving the group.
 	cons, err := consumer.New(consumer.Config{
 		Brokers: cfg.KafkaBrokers, Topic: cfg.InputTopic, GroupID: cfg.GroupID, ClientID: cfg.ClientID,
 		BatchMaxMessages: cfg.BatchMaxMessages, BatchMaxBytes: cfg.BatchMaxBytes, BatchMaxWait: cfg.BatchMaxWait,
@@ -129,16 +134,27 @@ func runService(ctx context.Context, e procEnv, args []string) error {
 	if t := stopAt.Load(); t != 0 {
 		remaining -= time.Since(time.Unix(0, t))
 	}
-	log.Info().Msg("consumer stopped; closing producer and scoring pool")
-	// Closing is quick when nothing is stuck; keep a floor so a drain that
-	// used the whole budget still gets to flush and release the GPU.
-	closeWithin(max(remaining, 5*time.Second), log, prod.Close, stack.Close)
+	log.Info().Dur("remaining", remaining).Msg("consumer stopped; closing producer and scoring pool")
+	// The consumer keeps part of SHUTDOWN_TIMEOUT back from its drain, so
+	// this normally runs within the budget; the floor lets a stop that used
+	// it all still flush and release the GPU. Worst case (runs that ignore
+	// cancellation) the process exits SHUTDOWN_TIMEOUT + closeFloor + the
+	// pool's 5 s close grace + httpStopTimeout (+ the consumer's 0.5 s)
+	// after SIGTERM, inside the Helm chart's grace period of
+	// SHUTDOWN_TIMEOUT + 15 s.
+	closeWithin(max(remaining, closeFloor), log, prod.Close, stack.Close)
 	if runErr != nil && !errors.Is(runErr, context.Canceled) {
 		return runErr
 	}
 	log.Info().Msg("scorer stopped cleanly")
 	return nil
 }
+
+// Fixed margins of the shutdown past SHUTDOWN_TIMEOUT (see runService).
+const (
+	closeFloor      = 2 * time.Second
+	httpStopTimeout = time.Second
+)
 
 // closeWithin closes components in order under one deadline, logging
 // overruns: a stuck Close (kafka-go can hang when brokers are gone) must not

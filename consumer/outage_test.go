@@ -1,0 +1,110 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/scorer/scorer/schema"
+)
+
+// TestScorerOutageNotDeadLettered: the scorer fails every call for well
+// over the batch and per-event retries (a lost GPU, a closed pool). Nothing
+// goes to the DLQ; once it recovers every event is scored and committed.
+func TestScorerOutageNotDeadLettered(t *testing.T) {
+	t.Parallel()
+	const topic, group, n = "outage", "g-outage", 6
+	_, brokers := newCluster(t, topic, 1)
+	var msgs []kafka.Message
+	for i := range n {
+		msgs = append(msgs, eventMsg(0, fmt.Sprintf("o-%d", i)))
+	}
+	produce(t, brokers, topic, msgs)
+	var firstCall atomic.Int64
+	sc := &fakeScorer{hook: func(context.Context, []schema.TranscriptEvent) error {
+		firstCall.CompareAndSwap(0, time.Now().UnixNano())
+		if time.Since(time.Unix(0, firstCall.Load())) < 1500*time.Millisecond {
+			return errors.New("gpupool: pool closed")
+		}
+		return nil
+	}}
+	sk := &fakeSink{}
+	cfg := testConfig(brokers, topic, group)
+	cfg.OutageBackoffMax = 200 * time.Millisecond
+	start(t, cfg, sc, sk, testHooks{})
+	eventually(t, 20*time.Second, "committed to end", func() bool { return committed(t, brokers, group, topic, 1)[0] == n })
+	if d := sk.Dead(); len(d) != 0 {
+		t.Fatalf("outage dead-lettered %d events: %+v", len(d), d[0])
+	}
+	for id, c := range countIDs(sk.Published()) {
+		if c != 1 {
+			t.Errorf("%s published %d times", id, c)
+		}
+	}
+	if len(sk.Published()) != n {
+		t.Errorf("published %d, want %d", len(sk.Published()), n)
+	}
+}
+
+// TestLonePoisonDeadLetteredWhenScorerHealthy: an event that always fails,
+// alone in its batch, is dead-lettered once the scorer is seen to score
+// other events; its neighbours are published.
+func TestLonePoisonDeadLetteredWhenScorerHealthy(t *testing.T) {
+	t.Parallel()
+	const topic, group = "lonepoison", "g-lonepoison"
+	_, brokers := newCluster(t, topic, 1)
+	produce(t, brokers, topic, []kafka.Message{eventMsg(0, "good-0"), eventMsg(0, "poison"), eventMsg(0, "good-2")})
+	sc := &fakeScorer{hook: func(_ context.Context, evs []schema.TranscriptEvent) error {
+		for _, e := range evs {
+			if e.CallID == "poison" {
+				return errors.New("model exploded")
+			}
+		}
+		return nil
+	}}
+	sk := &fakeSink{}
+	cfg := testConfig(brokers, topic, group)
+	cfg.BatchMaxMessages = 1
+	cfg.OutageBackoffMax = 100 * time.Millisecond
+	start(t, cfg, sc, sk, testHooks{})
+	eventually(t, 20*time.Second, "committed to end", func() bool { return committed(t, brokers, group, topic, 1)[0] == 3 })
+	dead := sk.Dead()
+	if len(dead) != 1 || dead[0].Offset != 1 || dead[0].Reason != ReasonScoreFailed {
+		t.Fatalf("dead = %+v", dead)
+	}
+	if got := countIDs(sk.Published()); got["good-0"] != 1 || got["good-2"] != 1 || got["poison"] != 0 {
+		t.Errorf("published %v", got)
+	}
+}
+
+// invalidInput is a scorer error that says the input itself is bad.
+type invalidInput struct{}
+
+func (invalidInput) Error() string   { return "invalid input" }
+func (invalidInput) Permanent() bool { return true }
+
+// TestPermanentScoreErrorDeadLetteredAtOnce: an error marked permanent is
+// not retried: the event is scored once alone and dead-lettered.
+func TestPermanentScoreErrorDeadLetteredAtOnce(t *testing.T) {
+	t.Parallel()
+	const topic, group = "permscore", "g-permscore"
+	_, brokers := newCluster(t, topic, 1)
+	produce(t, brokers, topic, []kafka.Message{eventMsg(0, "bad")})
+	sc := &fakeScorer{hook: func(context.Context, []schema.TranscriptEvent) error {
+		return fmt.Errorf("model: tokenizing: %w", invalidInput{})
+	}}
+	sk := &fakeSink{}
+	start(t, testConfig(brokers, topic, group), sc, sk, testHooks{})
+	eventually(t, 20*time.Second, "committed to end", func() bool { return committed(t, brokers, group, topic, 1)[0] == 1 })
+	if d := sk.Dead(); len(d) != 1 || d[0].Reason != ReasonScoreFailed {
+		t.Fatalf("dead = %+v", d)
+	}
+	if n := len(sc.Calls()); n != 1 {
+		t.Errorf("scorer called %d times for a permanent error, want 1", n)
+	}
+}
