@@ -297,25 +297,33 @@ func TestInvalidInputFailsAtOnceWithoutDeviceBlame(t *testing.T) {
 			}
 		})
 	}
-	t.Run("engine rejects", func(t *testing.T) {
-		rejected := fmt.Errorf("fake: pair 0 too long: %w", ErrInvalidInput)
-		probe := newFakeProbe(&fakeGPU{total: 80 << 30}, &fakeGPU{total: 80 << 30})
-		f := newFakeFactory(map[string]*fakeEngine{"cuda:0": {err: rejected}, "cuda:1": {err: rejected}})
-		p := newPool(t, f, gpuOpts(probe, MaxDeviceFailures(1))...)
-		_, err := p.ScorePairs(testCtx(t), makePairs([]int{4, 5, 6, 7}))
-		if !errors.Is(err, ErrInvalidInput) {
-			t.Fatalf("err = %v, want ErrInvalidInput", err)
-		}
-		c0, _, _, _ := f.engine("cuda:0").snapshot()
-		c1, _, _, _ := f.engine("cuda:1").snapshot()
-		if c0+c1 != 1 {
-			t.Errorf("engines ran %d times, want one run and no retries", c0+c1)
-		}
-		st := p.Stats()
-		if st.Devices[0].Degraded || st.Devices[1].Degraded || st.Fallbacks != 0 || st.RunErrors != 0 || st.Splits != 0 {
-			t.Errorf("stats %+v: want no device blamed, no split, no fallback", st)
-		}
-	})
+	for name, rejected := range map[string]error{
+		"engine rejects": fmt.Errorf("fake: pair 0 too long: %w", ErrInvalidInput),
+		"model rejects":  fmt.Errorf("model: scoring 4 pairs: %w", model.ErrInvalidInput),
+	} {
+		t.Run(name, func(t *testing.T) {
+			probe := newFakeProbe(&fakeGPU{total: 80 << 30}, &fakeGPU{total: 80 << 30})
+			f := newFakeFactory(map[string]*fakeEngine{"cuda:0": {err: rejected}, "cuda:1": {err: rejected}})
+			p := newPool(t, f, gpuOpts(probe, MaxDeviceFailures(1))...)
+			_, err := p.ScorePairs(testCtx(t), makePairs([]int{4, 5, 6, 7}))
+			if !errors.Is(err, ErrInvalidInput) {
+				t.Fatalf("err = %v, want ErrInvalidInput", err)
+			}
+			var perm interface{ Permanent() bool }
+			if !errors.As(err, &perm) || !perm.Permanent() {
+				t.Errorf("err = %v: want it to report Permanent() (the consumer's test for bad input)", err)
+			}
+			c0, _, _, _ := f.engine("cuda:0").snapshot()
+			c1, _, _, _ := f.engine("cuda:1").snapshot()
+			if c0+c1 != 1 {
+				t.Errorf("engines ran %d times, want one run and no retries", c0+c1)
+			}
+			st := p.Stats()
+			if st.Devices[0].Degraded || st.Devices[1].Degraded || st.Fallbacks != 0 || st.RunErrors != 0 || st.Splits != 0 {
+				t.Errorf("stats %+v: want no device blamed, no split, no fallback", st)
+			}
+		})
+	}
 }
 
 // A GPU hot from our own load yields only to a cooler GPU: alone (or with

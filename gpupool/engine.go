@@ -43,9 +43,10 @@ func (k DeviceKind) String() string {
 	return fmt.Sprintf("DeviceKind(%d)", int(k))
 }
 
-// Device describes one execution device. For CUDA devices Index is the NVML
-// index (the CUDA device_id under CUDA_DEVICE_ORDER=PCI_BUS_ID) and UUID is
-// the stable identity deployments should match on.
+// Device describes one execution device. For CUDA devices Index is the CUDA
+// device number (the EP's device_id: the NVML index, or the position in
+// CUDA_VISIBLE_DEVICES when that is set) and UUID is the stable identity
+// deployments should match on.
 type Device struct {
 	Kind        DeviceKind
 	Index       int

@@ -31,8 +31,18 @@ var ErrCloseIncomplete = errors.New("gpupool: close incomplete: runs still going
 // type IDs that do not match the IDs, or a pair longer than the model
 // accepts. ScorePairs checks pairs up front and fails such a call at once;
 // an engine error wrapping it also fails the call without counting against
-// the device. The failure is permanent: retrying the same pairs fails again.
-var ErrInvalidInput = errors.New("gpupool: invalid input")
+// the device. The failure is permanent: retrying the same pairs fails again,
+// and the error says so with a Permanent method, the convention callers such
+// as the consumer use to tell bad input from an outage without importing us.
+var ErrInvalidInput error = permanentError("gpupool: invalid input")
+
+// permanentError is a sentinel whose failure no retry can fix.
+type permanentError string
+
+func (e permanentError) Error() string { return string(e) }
+
+// Permanent reports that retrying the same input cannot succeed.
+func (permanentError) Permanent() bool { return true }
 
 // defaultCloseGrace is how long a Close whose ctx ended still waits for the
 // cancelled runs to return and the engines to close.
@@ -500,7 +510,9 @@ func validatePairs(pairs []model.Pair, maxLen int) error {
 
 // isInvalidInput reports whether an engine's error says the input itself is
 // bad, which no retry or other device can fix.
-func isInvalidInput(err error) bool { return errors.Is(err, ErrInvalidInput) }
+func isInvalidInput(err error) bool {
+	return errors.Is(err, ErrInvalidInput) || errors.Is(err, model.ErrInvalidInput)
+}
 
 // enqueue adds b at the back of the queue, waiting while the pool is full.
 // On ctx's end or Close it fails the whole request and returns the reason.

@@ -201,6 +201,10 @@ func (p *Pool) process(d *device, b *batch) {
 		// The pairs are bad, not the device: no retry, split or other
 		// device can help, so the call fails now and the device is not
 		// blamed.
+		if !errors.Is(err, ErrInvalidInput) {
+			// One sentinel for callers, whichever layer found the fault.
+			err = fmt.Errorf("%w: %w", ErrInvalidInput, err)
+		}
 		p.failLocked(b.req, fmt.Errorf("gpupool: %s rejected a batch of %d pairs: %w", d.dev.Label(), rows, err))
 		p.releaseLocked(rows)
 		return

@@ -11,6 +11,12 @@ import (
 // retry, instead of treating the device as broken.
 var ErrOutOfMemory = errors.New("model: out of memory")
 
+// ErrInvalidInput marks a batch that no device can run because a pair itself
+// is malformed (empty, longer than the model's maximum, type ids that don't
+// match). Callers test it with errors.Is so that such a failure is not blamed
+// on the device or retried.
+var ErrInvalidInput = errors.New("model: invalid input")
+
 // ErrSessionClosed is returned by a Session used after Close, so a caller
 // racing shutdown gets an error instead of a use-after-free in ORT.
 var ErrSessionClosed = errors.New("model: session closed")

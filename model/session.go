@@ -194,13 +194,13 @@ func (s *Session) buildInputs(pairs []Pair) (map[string][]int64, int, int, error
 	rows, length := len(pairs), 0
 	for i, p := range pairs {
 		if len(p.IDs) == 0 {
-			return nil, 0, 0, fmt.Errorf("model: pair %d is empty", i)
+			return nil, 0, 0, fmt.Errorf("%w: pair %d is empty", ErrInvalidInput, i)
 		}
 		if p.TypeIDs != nil && len(p.TypeIDs) != len(p.IDs) {
-			return nil, 0, 0, fmt.Errorf("model: pair %d has %d ids but %d type ids", i, len(p.IDs), len(p.TypeIDs))
+			return nil, 0, 0, fmt.Errorf("%w: pair %d has %d ids but %d type ids", ErrInvalidInput, i, len(p.IDs), len(p.TypeIDs))
 		}
 		if len(p.IDs) > s.m.MaxLength {
-			return nil, 0, 0, fmt.Errorf("model: pair %d has %d tokens, max length is %d", i, len(p.IDs), s.m.MaxLength)
+			return nil, 0, 0, fmt.Errorf("%w: pair %d has %d tokens, max length is %d", ErrInvalidInput, i, len(p.IDs), s.m.MaxLength)
 		}
 		length = max(length, len(p.IDs))
 	}

@@ -368,8 +368,8 @@ func TestSessionInputErrors(t *testing.T) {
 	for _, tc := range tests {
 		if _, err := s.ScorePairs(t.Context(), []Pair{{IDs: []int32{1, 2}}, tc.pair}); err == nil {
 			t.Errorf("%s: ScorePairs succeeded", tc.name)
-		} else if !strings.HasPrefix(err.Error(), "model: ") {
-			t.Errorf("%s: error %q lacks the model: prefix", tc.name, err)
+		} else if !strings.HasPrefix(err.Error(), "model: ") || !errors.Is(err, ErrInvalidInput) {
+			t.Errorf("%s: error %q: want the model: prefix and ErrInvalidInput", tc.name, err)
 		}
 	}
 }

@@ -66,8 +66,13 @@ func (r *batchRecorder) addArrival(pairs []model.Pair) {
 // engine time; the cost is one clone of slice headers per batch.
 type recordingEngine struct {
 	gpupool.Engine
-	rec *batchRecorder
+	rec       *batchRecorder
+	maxLength int
 }
+
+// MaxLength passes the wrapped engine's limit through, so the pool checks
+// pairs and caps calibration as it does for the unwrapped engine.
+func (e recordingEngine) MaxLength() int { return e.maxLength }
 
 func (e recordingEngine) ScorePairs(ctx context.Context, pairs []model.Pair) ([]float32, error) {
 	t0 := time.Now()
@@ -168,7 +173,7 @@ func newBenchPool(ctx context.Context, cfg Config, m *model.Model, log zerolog.L
 		if err != nil || rec == nil {
 			return e, err
 		}
-		return recordingEngine{Engine: e, rec: rec}, nil
+		return recordingEngine{Engine: e, rec: rec, maxLength: m.MaxLength}, nil
 	}
 	return newPool(ctx, cfg, m, log, reg, factory)
 }
