@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -106,5 +107,38 @@ func TestPermanentScoreErrorDeadLetteredAtOnce(t *testing.T) {
 	}
 	if n := len(sc.Calls()); n != 1 {
 		t.Errorf("scorer called %d times for a permanent error, want 1", n)
+	}
+}
+
+// TestScorerPanicDeadLettersTheEvent: a scorer that panics on one event
+// (a bug that input trips) must not crash the process — a crash would
+// loop on the uncommitted record forever. The event is dead-lettered
+// with the panic in its message; its neighbours, in the same batch, are
+// published.
+func TestScorerPanicDeadLettersTheEvent(t *testing.T) {
+	t.Parallel()
+	const topic, group = "panics", "g-panics"
+	_, brokers := newCluster(t, topic, 1)
+	produce(t, brokers, topic, []kafka.Message{eventMsg(0, "good-0"), eventMsg(0, "boom"), eventMsg(0, "good-2")})
+	sc := &fakeScorer{hook: func(_ context.Context, evs []schema.TranscriptEvent) error {
+		for _, e := range evs {
+			if e.CallID == "boom" {
+				panic("index out of range in a scorer bug")
+			}
+		}
+		return nil
+	}}
+	sk := &fakeSink{}
+	cfg := testConfig(brokers, topic, group)
+	cfg.OutageBackoffMax = 100 * time.Millisecond
+	start(t, cfg, sc, sk, testHooks{})
+	eventually(t, 20*time.Second, "committed to end", func() bool { return committed(t, brokers, group, topic, 1)[0] == 3 })
+	dead := sk.Dead()
+	if len(dead) != 1 || dead[0].Offset != 1 || dead[0].Reason != ReasonScoreFailed ||
+		!strings.Contains(dead[0].Message, "panic") || !strings.Contains(dead[0].Message, "scorer bug") {
+		t.Fatalf("dead = %+v, want offset 1 as score_failed naming the panic", dead)
+	}
+	if got := countIDs(sk.Published()); got["good-0"] != 1 || got["good-2"] != 1 || got["boom"] != 0 {
+		t.Errorf("published %v", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -183,7 +184,7 @@ func (c *Consumer) processGen(g *genState, batch []*record) {
 				fmt.Sprintf("record value is %d bytes, limit %d", len(r.msg.Value), c.cfg.MaxMessageBytes)})
 			continue
 		}
-		ev, err := schema.DecodeEvent(r.msg.Value, c.cfg.Limits)
+		ev, err := c.decodeGuarded(r.msg.Value)
 		if err != nil {
 			reason, class := "decode_failed", exceptionClass(err)
 			var de *schema.DecodeError
@@ -482,7 +483,7 @@ func (c *Consumer) scoreWithRetry(ctx context.Context, events []schema.Transcrip
 		}
 		backoff = min(backoff*2, c.cfg.RetryBackoffMax)
 		var res []schema.ScoredTranscript
-		res, err = c.scorer.Score(ctx, events)
+		res, err = c.scoreGuarded(ctx, events)
 		if err == nil && len(res) != len(events) {
 			err = fmt.Errorf("scorer returned %d results for %d events", len(res), len(events))
 		}
@@ -579,4 +580,34 @@ func (c *Consumer) publishPermanent(ctx context.Context, g *genState, recs []*re
 		c.settle(r, true)
 	}
 	c.deadLetter(ctx, g, dead)
+}
+
+// errPanic marks a failure that was a recovered panic: a bug met by one
+// input. Recovering turns a crash loop on that record (it would never be
+// committed) into a dead letter; the stack goes to the log at error level.
+var errPanic = errors.New("panic")
+
+// decodeGuarded is schema.DecodeEvent with a panic turned into an error, so
+// one record that trips a decoder bug is dead-lettered, not a crash loop.
+func (c *Consumer) decodeGuarded(data []byte) (ev schema.TranscriptEvent, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.log.Error().Str("stack", string(debug.Stack())).Msgf("decoder panicked: %v", p)
+			err = fmt.Errorf("consumer: decoding: %w: %v", errPanic, p)
+		}
+	}()
+	return schema.DecodeEvent(data, c.cfg.Limits)
+}
+
+// scoreGuarded is Scorer.Score with a panic turned into an error: the
+// failure then goes through the same isolation as any other (the events
+// that trip it are dead-lettered, the rest score).
+func (c *Consumer) scoreGuarded(ctx context.Context, events []schema.TranscriptEvent) (res []schema.ScoredTranscript, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.log.Error().Str("stack", string(debug.Stack())).Int("events", len(events)).Msgf("scorer panicked: %v", p)
+			err = fmt.Errorf("consumer: scoring %d events: %w: %v", len(events), errPanic, p)
+		}
+	}()
+	return c.scorer.Score(ctx, events)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -266,7 +267,17 @@ func (ts *TranscriptScorer) encodeAll(ctx context.Context, events []schema.Trans
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for k := lo; k < hi; k++ {
+			k := lo
+			// A panic here would kill the process beyond any caller's
+			// recover; report it as this sentence's error instead.
+			defer func() {
+				if p := recover(); p != nil {
+					r := &refs[k]
+					errs[w] = fmt.Errorf("%w: tokenizer panicked on call_id %q section %q sentence %d: %v (at %s)",
+						ErrInvalidInput, r.ev.CallID, r.sec, r.idx, p, panicSite(debug.Stack()))
+				}
+			}()
+			for ; k < hi; k++ {
 				r := &refs[k]
 				if err := ctx.Err(); err != nil {
 					errs[w] = fmt.Errorf("model: tokenizing call_id %q: %w", r.ev.CallID, err)
@@ -291,4 +302,18 @@ func (ts *TranscriptScorer) encodeAll(ctx context.Context, events []schema.Trans
 		}
 	}
 	return pairs, nil
+}
+
+// panicSite is the first frame of a panic's stack below the runtime's own:
+// enough to find the bug without putting a whole stack into an error.
+func panicSite(stack []byte) string {
+	lines := strings.Split(string(stack), "\n")
+	for i := 1; i+1 < len(lines); i += 2 {
+		fn := strings.TrimSpace(lines[i])
+		if fn == "" || strings.HasPrefix(fn, "runtime") || strings.HasPrefix(fn, "panic(") || strings.Contains(fn, "encodeAll.func") {
+			continue
+		}
+		return fn + " " + strings.TrimSpace(lines[i+1])
+	}
+	return "unknown"
 }
