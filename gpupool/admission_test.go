@@ -139,23 +139,14 @@ func TestCalibrationMeasuresOwnProcessMemory(t *testing.T) {
 			if tc.perProcess {
 				probe = pp
 			}
-			var mu sync.Mutex
-			peak := 0
 			factory := func(dev Device) (Engine, error) {
 				if dev.Kind == CPU {
 					return &fakeEngine{dev: dev}, nil
 				}
 				pp.grow(weights, neighbour)
-				return &fakeEngine{dev: dev, onRun: func(rows, maxLen int) {
-					// Our arena grows to the largest batch; the neighbour's
-					// calibration, in step with ours, grows as much.
-					mu.Lock()
-					defer mu.Unlock()
-					if need := base + perToken*rows*maxLen; need > peak {
-						pp.grow(uint64(need-peak), uint64(need-peak))
-						peak = need
-					}
-				}}, nil
+				// Our arena grows to the largest batch; the neighbour's
+				// calibration, in step with ours, grows as much.
+				return &fakeEngine{dev: dev, onRun: arenaGrowth(base, perToken, func(n uint64) { pp.grow(n, n) })}, nil
 			}
 			var logs bytes.Buffer
 			p, err := New(testCtx(t), factory, Mode(ModeCUDA), WithProbe(probe), MemFraction(1),
@@ -201,16 +192,9 @@ func TestCalibrationMeasuresOwnProcessMemory(t *testing.T) {
 func TestAdmissionArenaCoveredBatchIgnoresFraction(t *testing.T) {
 	const base, perToken = 32 << 20, 20 << 10
 	probe := newFakeProbe(&fakeGPU{total: 80 << 30, used: 100 << 20})
-	var mu sync.Mutex
-	peak := 0
-	f := newFakeFactory(map[string]*fakeEngine{"cuda:0": {onRun: func(rows, maxLen int) {
-		mu.Lock()
-		defer mu.Unlock()
-		if need := base + perToken*rows*maxLen; need > peak {
-			probe.set(0, func(g *fakeGPU) { g.used += uint64(need - peak) })
-			peak = need
-		}
-	}}})
+	f := newFakeFactory(map[string]*fakeEngine{"cuda:0": {onRun: arenaGrowth(base, perToken, func(n uint64) {
+		probe.set(0, func(g *fakeGPU) { g.used += n })
+	})}})
 	// Limit 0.01 × 80 GiB ≈ 819 MiB; calibration leaves an arena of
 	// 32 MiB + 20 KiB × 16384 = 352 MiB.
 	p := newPool(t, f, Mode(ModeCUDA), WithProbe(probe), MemFraction(0.01), Calibrate(Calibration{MaxLen: 256}))

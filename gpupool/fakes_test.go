@@ -290,3 +290,19 @@ func mustScore(t *testing.T, p *Pool, pairs []model.Pair) {
 		t.Fatal(err)
 	}
 }
+
+// arenaGrowth returns an onRun hook for a fake engine whose ORT arena grows
+// to the largest batch it has run (base + perToken × rows × length) and
+// keeps it, reporting each growth in bytes to grow.
+func arenaGrowth(base, perToken int, grow func(bytes uint64)) func(rows, maxLen int) {
+	var mu sync.Mutex
+	peak := 0
+	return func(rows, maxLen int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if need := base + perToken*rows*maxLen; need > peak {
+			grow(uint64(need - peak))
+			peak = need
+		}
+	}
+}

@@ -418,17 +418,9 @@ func TestHotDeviceTakesSmallerShare(t *testing.T) {
 func TestCalibrationFitsMemoryModel(t *testing.T) {
 	const base, perToken = 32 << 20, 20 << 10
 	probe := newFakeProbe(&fakeGPU{total: 80 << 30, used: 1 << 30})
-	var mu sync.Mutex
-	peak := 0
-	f := newFakeFactory(map[string]*fakeEngine{"cuda:0": {onRun: func(rows, maxLen int) {
-		// An arena that grows to the largest batch seen and keeps it.
-		mu.Lock()
-		defer mu.Unlock()
-		if need := base + perToken*rows*maxLen; need > peak {
-			probe.set(0, func(g *fakeGPU) { g.used += uint64(need - peak) })
-			peak = need
-		}
-	}}})
+	f := newFakeFactory(map[string]*fakeEngine{"cuda:0": {onRun: arenaGrowth(base, perToken, func(n uint64) {
+		probe.set(0, func(g *fakeGPU) { g.used += n })
+	})}})
 	p := newPool(t, f, Mode(ModeCUDA), WithProbe(probe), MemFraction(1), Calibrate(Calibration{MaxLen: 256}))
 	st := p.Stats().Devices[0]
 	if d := st.EstimatePerToken - perToken; d > 1 || d < -1 {
