@@ -27,9 +27,10 @@ const (
 var seedSections = [...]string{"FILT_MD", "FILT_QA"}
 
 // DecodeEvent parses and validates one input record. It accepts three wire
-// shapes: the lower-case TranscriptEvent JSON, the seed's upper-case columns
-// (FILT_* as a JSON array of strings or a string holding a Python list
-// literal, see ParsePythonList), and a Kafka Connect JsonConverter envelope
+// shapes: the lower-case TranscriptEvent JSON, the seed's columns (FILT_* as
+// a JSON array of strings or a string holding a Python list literal, see
+// ParsePythonList; column names in any letter case, section names upper
+// case), and a Kafka Connect JsonConverter envelope
 // ({"schema":…,"payload":…}) around either. The returned event has already
 // passed every check (the "valid encoding" idea: nothing downstream
 // re-validates):
@@ -70,12 +71,22 @@ func DecodeEvent(data []byte, lim Limits) (TranscriptEvent, error) {
 		return TranscriptEvent{}, decodeErr(ReasonBadEnvelope, "payload", "envelope has \"schema\" but no \"payload\"")
 	}
 	var ev TranscriptEvent
-	if _, ok := obj["call_id"]; ok {
+	_, hasSections := obj["sections"]
+	switch {
+	case hasSections:
 		err = decodeLower(obj, &ev, lim)
-	} else if _, ok := obj["sections"]; ok {
-		err = decodeLower(obj, &ev, lim)
-	} else {
-		err = decodeSeed(obj, &ev, lim)
+	case hasSeedSection(obj):
+		// Seed columns in any case: a JDBC source connector from
+		// PostgreSQL, for one, lower-cases column names.
+		if obj, err = upperKeys(obj); err == nil {
+			err = decodeSeed(obj, &ev, lim)
+		}
+	default:
+		if _, ok := obj["call_id"]; ok {
+			err = decodeLower(obj, &ev, lim)
+		} else {
+			err = decodeSeed(obj, &ev, lim)
+		}
 	}
 	if err != nil {
 		return TranscriptEvent{}, err
@@ -265,6 +276,33 @@ func decodeLower(obj map[string]json.RawMessage, ev *TranscriptEvent, lim Limits
 		ev.Sections[name] = sents
 	}
 	return nil
+}
+
+// hasSeedSection reports whether obj has a seed sentence column (FILT_MD,
+// FILT_QA) under any letter case.
+func hasSeedSection(obj map[string]json.RawMessage) bool {
+	for k := range obj {
+		for _, col := range seedSections {
+			if strings.EqualFold(k, col) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// upperKeys returns obj with its keys upper-cased, the seed's column case.
+// Two keys that differ only in case are ambiguous and rejected.
+func upperKeys(obj map[string]json.RawMessage) (map[string]json.RawMessage, error) {
+	out := make(map[string]json.RawMessage, len(obj))
+	for k, v := range obj {
+		u := strings.ToUpper(k)
+		if _, dup := out[u]; dup {
+			return nil, decodeErr(ReasonWrongType, u, "column %q appears twice in different letter case", u)
+		}
+		out[u] = v
+	}
+	return out, nil
 }
 
 func decodeSeed(obj map[string]json.RawMessage, ev *TranscriptEvent, lim Limits) error {

@@ -29,6 +29,12 @@ func TestDecodeEventShapes(t *testing.T) {
 		{"envelope lower", `{"schema":{"type":"struct","fields":[]},"payload":` + lower + `}`},
 		{"envelope seed", `{"schema":null,"payload":` + seedPython + `}`},
 		{"envelope map schema", `{"payload":` + seedArrays + `,"schema":{"type":"map"}}`},
+		// A JDBC source from PostgreSQL lower-cases column names; hand-made
+		// records mix cases. Section names stay upper case.
+		{"seed lower-case columns", `{"call_id":"A-2020-Q4","entity_id":"A","company_name":"Agilent","call_name":"Q4 call",
+			"event_datetime_utc":"2020-11-23T21:30:00Z","version_id":"3","filt_md":"['Hello.', \"it's\"]","Filt_Qa":"['Q?']"}`},
+		{"seed lower-case identity, upper-case sentences", `{"call_id":"A-2020-Q4","entity_id":"A","company_name":"Agilent",
+			"call_name":"Q4 call","event_datetime_utc":"2020-11-23T21:30:00Z","version_id":"3","FILT_MD":["Hello.","it's"],"FILT_QA":["Q?"]}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -91,6 +97,8 @@ func TestDecodeEventErrors(t *testing.T) {
 		{"null call_id", `{"call_id":null,"sections":{"S":["x"]}}`, ReasonMissingField, "call_id"},
 		{"bool call_id", `{"call_id":true,"sections":{"S":["x"]}}`, ReasonWrongType, "call_id"},
 		{"missing sections", `{"call_id":"a"}`, ReasonMissingField, "sections"},
+		{"seed column twice in two cases", `{"CALL_ID":"a","call_id":"b","FILT_MD":["x"]}`, ReasonWrongType, "CALL_ID"},
+		{"seed lower-case without call_id", `{"filt_md":["x"]}`, ReasonMissingField, "call_id"},
 		{"sections array", `{"call_id":"a","sections":[]}`, ReasonWrongType, "sections"},
 		{"section number", `{"call_id":"a","sections":{"S":3}}`, ReasonWrongType, "sections.S"},
 		{"sentence number", `{"call_id":"a","sections":{"S":["x",4]}}`, ReasonWrongType, "sections.S[1]"},
