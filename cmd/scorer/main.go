@@ -20,6 +20,9 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// After the first signal the default action is back: a second one
+	// kills the process (run keeps draining on the first).
+	context.AfterFunc(ctx, stop)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
 	if err != nil && !errors.Is(err, errUsage) {
 		fmt.Fprintln(os.Stderr, "scorer:", err)
@@ -32,9 +35,22 @@ func main() {
 // errUsage marks errors already reported as usage text.
 var errUsage = errors.New("usage")
 
+// errInterrupted is a command stopped by SIGINT/SIGTERM before it finished.
+var errInterrupted = errors.New("interrupted")
+
+// usageError is a wrong use of flags found after parsing: main prints it
+// and exits 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
 func exitCode(err error) int {
-	if errors.Is(err, errUsage) {
+	var ue usageError
+	switch {
+	case errors.Is(err, errUsage), errors.As(err, &ue):
 		return 2
+	case errors.Is(err, errInterrupted):
+		return 130
 	}
 	return 1
 }
@@ -59,6 +75,10 @@ commands:
 
 Run 'scorer <command> -h' for the command's flags. Configuration comes from
 environment variables (see README.md); flags override them.
+
+Signals: on SIGINT/SIGTERM, run stops fetching, drains in-flight work and
+exits 0; score stops at once and exits 130, leaving a file --out as it was.
+A second signal kills the process.
 `
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,15 +22,19 @@ import (
 
 // runScore is the offline scorer: TranscriptEvent JSONL in, ScoredTranscript
 // JSONL out, same order, through the same scoring stack as the service.
+// A file --out appears only when the whole run succeeds. When ctx ends (the
+// first SIGINT/SIGTERM) it stops at once with errInterrupted, even while
+// waiting on stdin.
 func runScore(ctx context.Context, e procEnv, args []string) error {
 	fs := flag.NewFlagSet("score", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	in := fs.String("in", "-", "TranscriptEvent JSONL file; - = stdin")
-	out := fs.String("out", "-", "ScoredTranscript JSONL file; - = stdout")
+	out := fs.String("out", "-", "ScoredTranscript JSONL file, written to a temporary file beside it and renamed over it only when the run succeeds; - = stdout")
 	modelDir := fs.String("model", "", "model folder (overrides MODEL_DIR / --model-dir)")
 	skipBad := fs.Bool("skip-bad", false, "report bad lines on stderr as JSON and go on, instead of stopping")
 	chunk := fs.Int("chunk", 8, "transcripts per scoring call; two calls are in flight so reading overlaps scoring")
 	progress := fs.String("progress", "auto", "progress bar on stderr: auto (when a terminal), on, off")
+	var outFile *outputFile
 	cfg, err := loadConfig(e.getenv, fs, args)
 	if err != nil {
 		return usageOr(err)
@@ -39,6 +44,9 @@ func runScore(ctx context.Context, e procEnv, args []string) error {
 	}
 	if *chunk <= 0 {
 		return errors.New("score: --chunk must be > 0")
+	}
+	if *in != "-" && *out != "-" && sameFile(*in, *out) {
+		return usageError{fmt.Sprintf("score: --in and --out are the same file (%s): the output would overwrite the input", *out)}
 	}
 	log, err := newLogger(e.stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
@@ -51,18 +59,21 @@ func runScore(ctx context.Context, e procEnv, args []string) error {
 	}
 	defer closeIn()
 	var w io.Writer = e.stdout
-	closeOut := func() error { return nil }
 	if *out != "-" {
-		f, err := os.Create(*out)
+		o, err := createOutput(*out)
 		if err != nil {
 			return fmt.Errorf("score: %w", err)
 		}
-		defer f.Close() // a no-op after closeOut; covers early returns
-		w, closeOut = f, f.Close
+		defer o.abort() // a no-op after commit; covers every failure
+		w = o.f
+		outFile = o
 	}
 
 	stack, err := openScoring(ctx, cfg, log, nil)
 	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("score: %w", errInterrupted)
+		}
 		return err
 	}
 	defer stack.Close(context.Background())
@@ -81,12 +92,17 @@ func runScore(ctx context.Context, e procEnv, args []string) error {
 	if stopProgress != nil {
 		stopProgress()
 	}
+	if err != nil && ctx.Err() != nil {
+		err = fmt.Errorf("score: %w", errInterrupted)
+	}
+	// On stdout the lines scored so far still go out; a file is all or nothing.
 	if ferr := bw.Flush(); err == nil && ferr != nil {
 		err = fmt.Errorf("score: write: %w", ferr)
 	}
-	// A failed close can lose buffered output on some filesystems.
-	if cerr := closeOut(); err == nil && cerr != nil {
-		err = fmt.Errorf("score: close %s: %w", *out, cerr)
+	if outFile != nil && err == nil {
+		if cerr := outFile.commit(); cerr != nil {
+			err = fmt.Errorf("score: %s: %w", *out, cerr)
+		}
 	}
 	log.Info().Int64("transcripts", sj.done.Load()).Int64("pairs", sj.pairs.Load()).
 		Int64("bad_lines", sj.bad.Load()).Dur("elapsed", time.Since(sj.started)).Msg("score finished")
@@ -122,9 +138,11 @@ type scoreResult struct {
 	err    error
 }
 
+// run returns as soon as ctx ends, even while the reader is blocked on a
+// stdin that never closes: that goroutine is left behind for process exit.
 func (j *scoreJob) run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	defer cancel() // stops the reader and the scoring calls in flight
 	// The buffer of 1 plus the chunk being written bounds memory to a few chunks.
 	chunks := make(chan *scoreChunk, 1)
 	readErr := make(chan error, 1)
@@ -134,25 +152,32 @@ func (j *scoreJob) run(ctx context.Context) error {
 	}()
 	enc := json.NewEncoder(j.out)
 	enc.SetEscapeHTML(false)
-	for c := range chunks {
-		res := <-c.result
+	for {
+		var c *scoreChunk
+		select {
+		case c = <-chunks:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if c == nil { // the reader is done; every chunk it sent is written
+			return <-readErr
+		}
+		var res scoreResult
+		select {
+		case res = <-c.result:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 		if res.err != nil {
-			cancel()
-			for range chunks { // let the reader finish
-			}
 			return res.err
 		}
 		for i := range res.scored {
 			if err := enc.Encode(&res.scored[i]); err != nil {
-				cancel()
-				for range chunks {
-				}
 				return fmt.Errorf("score: write: %w", err)
 			}
 		}
 		j.done.Add(int64(len(res.scored)))
 	}
-	return <-readErr
 }
 
 // read decodes lines into chunks and starts scoring each chunk as soon as it
@@ -162,6 +187,9 @@ func (j *scoreJob) read(ctx context.Context, chunks chan<- *scoreChunk) error {
 	send := func() error {
 		if len(events) == 0 {
 			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 		c := &scoreChunk{events: events, result: make(chan scoreResult, 1)}
 		events = nil
@@ -180,6 +208,9 @@ func (j *scoreJob) read(ctx context.Context, chunks chan<- *scoreChunk) error {
 		}
 	}
 	for lineNo := 1; ; lineNo++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		line, err := j.in.ReadBytes('\n')
 		j.readBytes.Add(int64(len(line)))
 		if trimmed := bytes.TrimSpace(line); len(trimmed) > 0 {
@@ -191,6 +222,11 @@ func (j *scoreJob) read(ctx context.Context, chunks chan<- *scoreChunk) error {
 				j.bad.Add(1)
 				j.reportBad(lineNo, derr)
 			default:
+				// The valid lines before this one still get scored and
+				// written (stdout keeps exactly them; a file is dropped).
+				if serr := send(); serr != nil {
+					return serr
+				}
 				return fmt.Errorf("score: line %d: %w", lineNo, derr)
 			}
 			if len(events) >= j.chunk {
@@ -206,6 +242,89 @@ func (j *scoreJob) read(ctx context.Context, chunks chan<- *scoreChunk) error {
 			return fmt.Errorf("score: read line %d: %w", lineNo, err)
 		}
 	}
+}
+
+// outputFile is --out written all or nothing: a temporary file in the same
+// folder, renamed over --out by commit; abort (deferred) removes it, so a
+// failed or interrupted run leaves an existing --out as it was. A --out that
+// is not a regular file (/dev/null, a FIFO) is written in place.
+type outputFile struct {
+	f      *os.File
+	target string // "" when writing in place
+	done   bool
+}
+
+func createOutput(path string) (*outputFile, error) {
+	mode := os.FileMode(0o644)
+	target := path
+	if st, err := os.Stat(path); err == nil {
+		if !st.Mode().IsRegular() {
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+			if err != nil {
+				return nil, err
+			}
+			return &outputFile{f: f}, nil
+		}
+		mode = st.Mode().Perm()
+		// Replace the file a symlink points to, not the symlink.
+		if t, err := filepath.EvalSymlinks(path); err == nil {
+			target = t
+		}
+	}
+	f, err := os.CreateTemp(filepath.Dir(target), "."+filepath.Base(target)+".tmp-*")
+	if err != nil {
+		return nil, err
+	}
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, err
+	}
+	return &outputFile{f: f, target: target}, nil
+}
+
+// commit makes the output visible under --out.
+func (o *outputFile) commit() error {
+	o.done = true
+	if o.target == "" {
+		return o.f.Close()
+	}
+	err := o.f.Sync()
+	if cerr := o.f.Close(); err == nil {
+		err = cerr // a failed close can lose buffered output on some filesystems
+	}
+	if err == nil {
+		err = os.Rename(o.f.Name(), o.target)
+	}
+	if err != nil {
+		os.Remove(o.f.Name())
+	}
+	return err
+}
+
+// abort drops the output unless commit ran.
+func (o *outputFile) abort() {
+	if o.done {
+		return
+	}
+	o.done = true
+	o.f.Close()
+	if o.target != "" {
+		os.Remove(o.f.Name())
+	}
+}
+
+// sameFile reports whether --in and --out name one file: the same cleaned
+// absolute path, or (both existing) the same file through links.
+func sameFile(a, b string) bool {
+	pa, errA := filepath.Abs(a)
+	pb, errB := filepath.Abs(b)
+	if errA == nil && errB == nil && pa == pb {
+		return true
+	}
+	sa, errA := os.Stat(a)
+	sb, errB := os.Stat(b)
+	return errA == nil && errB == nil && sa.Mode().IsRegular() && os.SameFile(sa, sb)
 }
 
 // reportBad writes one JSON record per skipped line on stderr.

@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/scorer/scorer/schema"
 )
@@ -112,6 +117,222 @@ func TestScoreCommand(t *testing.T) {
 		_, _, err := runCLI(t, env, string(raw), "score", "--model", filepath.Join(t.TempDir(), "nope"))
 		if err == nil || !strings.Contains(err.Error(), "MODEL_DIR") {
 			t.Fatalf("err = %v", err)
+		}
+	})
+}
+
+// repeatShortest is the shortest real transcript as one JSONL line, and
+// that line n times: enough lines for chunking without long scoring.
+func repeatShortest(t *testing.T, n int) (line, lines string) {
+	t.Helper()
+	file, _ := shortestTranscripts(t, 1)
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line = strings.TrimSpace(string(raw)) + "\n"
+	return line, strings.Repeat(line, n)
+}
+
+// dirNames lists dir, so tests can see that no temporary file was left.
+func dirNames(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func TestScoreOutputFile(t *testing.T) {
+	env := baseEnv(t)
+	line, good := repeatShortest(t, 2)
+	const previous = "previous output, must survive a failed run\n"
+
+	t.Run("same file for --in and --out is refused and left unchanged", func(t *testing.T) {
+		dir := t.TempDir()
+		in := filepath.Join(dir, "x.jsonl")
+		if err := os.WriteFile(in, []byte(good), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		hard := filepath.Join(dir, "hard.jsonl")
+		if err := os.Link(in, hard); err != nil {
+			t.Fatal(err)
+		}
+		for _, out := range []string{in, filepath.Join(dir, ".", "sub", "..", "x.jsonl"), hard} {
+			_, stderr, err := runCLI(t, env, "", "score", "--in", in, "--out", out)
+			if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "same file") {
+				t.Errorf("--out %s: err = %v (exit %d), want a same-file usage error (exit 2)\n%s", out, err, exitCode(err), stderr)
+			}
+		}
+		if b, _ := os.ReadFile(in); string(b) != good {
+			t.Errorf("input changed: %d bytes, want %d", len(b), len(good))
+		}
+	})
+
+	t.Run("a failed run leaves an existing --out byte-identical", func(t *testing.T) {
+		dir := t.TempDir()
+		in := filepath.Join(dir, "in.jsonl")
+		if err := os.WriteFile(in, []byte(good+"{\"call_id\": \"broken\"\n"+line), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(dir, "out.jsonl")
+		if err := os.WriteFile(out, []byte(previous), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := runCLI(t, env, "", "score", "--in", in, "--out", out)
+		if err == nil || !strings.Contains(err.Error(), "line 3") {
+			t.Fatalf("err = %v, want one naming line 3", err)
+		}
+		_, _, err = runCLI(t, env, "", "score", "--in", in, "--out", out, "--model", filepath.Join(dir, "nope"))
+		if err == nil || !strings.Contains(err.Error(), "MODEL_DIR") {
+			t.Fatalf("bad model: err = %v", err)
+		}
+		if b, _ := os.ReadFile(out); string(b) != previous {
+			t.Errorf("--out = %q, want it unchanged", b)
+		}
+		if names := dirNames(t, dir); len(names) != 2 {
+			t.Errorf("files left in the output folder: %v", names)
+		}
+	})
+
+	t.Run("a successful run replaces --out keeping its mode", func(t *testing.T) {
+		dir := t.TempDir()
+		in := filepath.Join(dir, "in.jsonl")
+		if err := os.WriteFile(in, []byte(good), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(dir, "out.jsonl")
+		if err := os.WriteFile(out, []byte(previous), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, stderr, err := runCLI(t, env, "", "score", "--in", in, "--out", out); err != nil {
+			t.Fatalf("%v\n%s", err, stderr)
+		}
+		if n := len(readJSONL[schema.ScoredTranscript](t, out)); n != 2 {
+			t.Errorf("%d outputs, want 2", n)
+		}
+		if st, err := os.Stat(out); err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("--out mode: %v %v, want 0600", st.Mode(), err)
+		}
+		if names := dirNames(t, dir); len(names) != 2 {
+			t.Errorf("files left in the output folder: %v", names)
+		}
+	})
+}
+
+func TestScoreBadLineStdout(t *testing.T) {
+	line, good := repeatShortest(t, 10)
+	input := good + "{\"call_id\": \"broken\"\n" + line // line 11 is bad
+	stdout, stderr, err := runCLI(t, baseEnv(t), input, "score", "--chunk", "8")
+	if err == nil || !strings.Contains(err.Error(), "line 11") {
+		t.Fatalf("err = %v, want one naming line 11\n%s", err, tail(stderr, 2000))
+	}
+	n := 0
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	for dec.More() {
+		var st schema.ScoredTranscript
+		if err := dec.Decode(&st); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if n != 10 {
+		t.Errorf("stdout holds %d results, want the 10 lines before the bad one", n)
+	}
+}
+
+func TestScoreInterrupt(t *testing.T) {
+	env := baseEnv(t)
+	line, _ := repeatShortest(t, 1)
+
+	t.Run("cancel while waiting on stdin returns at once", func(t *testing.T) {
+		pr, pw := io.Pipe()
+		t.Cleanup(func() { pw.Close() }) // lets the left-behind reader end
+		ctx, cancel := context.WithCancel(t.Context())
+		out := filepath.Join(t.TempDir(), "out.jsonl")
+		done := make(chan error, 1)
+		var errb bytes.Buffer
+		go func() {
+			done <- run(ctx, []string{"score", "--out", out}, func(k string) string { return env[k] }, pr, io.Discard, &errb)
+		}()
+		// The write returns once the scorer has read the line: it is now
+		// blocked on a stdin that never closes.
+		if _, err := pw.Write([]byte(line)); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		select {
+		case err := <-done:
+			if !errors.Is(err, errInterrupted) || exitCode(err) != 130 {
+				t.Errorf("err = %v (exit %d), want interrupted (exit 130)", err, exitCode(err))
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("score did not return within 20s of the cancel")
+		}
+		if names := dirNames(t, filepath.Dir(out)); len(names) != 0 {
+			t.Errorf("interrupted run left %v", names)
+		}
+	})
+
+	t.Run("SIGTERM stops the binary reading stdin; exit 130", func(t *testing.T) {
+		cmd := exec.Command(scorerBinary(t), "score", "--progress", "on")
+		cmd.Env = environ(env)
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { stdin.Close() })
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		// The progress line is drawn once the stack is open, so the signal
+		// arrives while score waits on stdin rather than during start-up.
+		running := make(chan struct{})
+		go func() {
+			var log bytes.Buffer
+			buf := make([]byte, 4096)
+			for seen := false; ; {
+				n, err := stderr.Read(buf)
+				log.Write(buf[:n])
+				if !seen && strings.Contains(log.String(), "transcripts scored") {
+					seen = true
+					close(running)
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+		select {
+		case <-running:
+		case <-time.After(60 * time.Second):
+			t.Fatal("no progress line within 60s")
+		}
+		start := time.Now()
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		select {
+		case err := <-exited:
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+				t.Errorf("exit: %v, want status 130", err)
+			}
+			t.Logf("exited %v after SIGTERM", time.Since(start).Round(time.Millisecond))
+		case <-time.After(20 * time.Second):
+			t.Fatal("scorer score still running 20s after SIGTERM")
 		}
 	})
 }
