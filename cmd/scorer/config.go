@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,7 +29,7 @@ type Config struct {
 	SessionTimeout   time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"30s" help:"group session timeout: how long a dead member keeps its partitions"`
 	RebalanceTimeout time.Duration `env:"KAFKA_REBALANCE_TIMEOUT" envDefault:"30s" help:"how long the group waits for members to rejoin; at a rebalance in-flight work gets min(10s, half of this) to finish"`
 	InputPartitions  int           `env:"KAFKA_INPUT_PARTITIONS" envDefault:"6" help:"partitions for topics the scorer creates (in-memory broker, or missing topics)"`
-	KafkaTLS         bool          `env:"KAFKA_TLS" help:"connect with TLS"`
+	KafkaTLS         bool          `env:"KAFKA_TLS" help:"connect with TLS; required by every other KAFKA_TLS_* setting"`
 	KafkaTLSCAFile   string        `env:"KAFKA_TLS_CA_FILE" help:"PEM CA bundle for the brokers' certificates"`
 	KafkaTLSCertFile string        `env:"KAFKA_TLS_CERT_FILE" help:"PEM client certificate (mutual TLS)"`
 	KafkaTLSKeyFile  string        `env:"KAFKA_TLS_KEY_FILE" help:"PEM client key (mutual TLS)"`
@@ -52,10 +53,10 @@ type Config struct {
 	ModelFile          string   `env:"MODEL_FILE" help:"ONNX file relative to MODEL_DIR; empty = model.onnx or the single onnx/model*.onnx"`
 	ORTLib             string   `env:"ORT_LIB" envDefault:".deps/ort-1.30.0/libonnxruntime.so.1" help:"ONNX Runtime shared library"`
 	ScoreMode          string   `env:"SCORE_MODE" envDefault:"softmax" help:"softmax (P(entailment) over all classes) or entail_vs_contradiction"`
-	EntailmentIndex    int      `env:"ENTAILMENT_INDEX" envDefault:"-1" help:"logit index of entailment; -1 = from id2label"`
+	EntailmentIndex    int      `env:"ENTAILMENT_INDEX" envDefault:"-1" help:"logit index of entailment; -1 = from id2label (other negatives are an error)"`
 	HypothesisTemplate string   `env:"HYPOTHESIS_TEMPLATE" envDefault:"This text is about {}." help:"hypothesis template with exactly one {}"`
 	Labels             []string `env:"LABELS" envSeparator:"," envDefault:"consumer strength,consumer weakness,reduced consumer's spending patterns" help:"comma-separated labels"`
-	Threshold          float64  `env:"THRESHOLD" envDefault:"0.91" help:"a sentence is flagged when its score is above this"`
+	Threshold          float64  `env:"THRESHOLD" envDefault:"0.91" help:"a sentence is flagged when its score is above this; 0 to 1"`
 
 	Device         string   `env:"DEVICE" envDefault:"auto" help:"auto, cpu or cuda"`
 	GPUIDs         []string `env:"GPU_IDS" envSeparator:"," help:"GPU indices or UUIDs to use; empty = all"`
@@ -72,15 +73,9 @@ type Config struct {
 // loadConfig reads the environment through getenv, then applies flags from
 // args over it, then validates. It returns the remaining positional args.
 func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Config, error) {
-	environ := map[string]string{}
-	for _, name := range envNames(reflect.TypeFor[Config]()) {
-		if v := getenv(name); v != "" {
-			environ[name] = v
-		}
-	}
-	cfg, err := env.ParseAsWithOptions[Config](env.Options{Environment: environ})
+	cfg, err := configFromEnv(getenv)
 	if err != nil {
-		return Config{}, envError(err)
+		return Config{}, err
 	}
 	bindFlags(fs, &cfg)
 	if err := fs.Parse(args); err != nil {
@@ -92,8 +87,31 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 	return cfg, nil
 }
 
+// configFromEnv reads the environment through getenv alone, without flags
+// or validation. List variables are split the way their flags are: every
+// element trimmed, empty elements dropped (the env library keeps spaces).
+func configFromEnv(getenv func(string) string) (Config, error) {
+	environ := map[string]string{}
+	for _, name := range envNames(reflect.TypeFor[Config]()) {
+		if v := getenv(name); v != "" {
+			environ[name] = v
+		}
+	}
+	cfg, err := env.ParseAsWithOptions[Config](env.Options{Environment: environ})
+	if err != nil {
+		return Config{}, envError(err)
+	}
+	v := reflect.ValueOf(&cfg).Elem()
+	for i := range v.NumField() {
+		if l, ok := v.Field(i).Interface().([]string); ok {
+			v.Field(i).Set(reflect.ValueOf(cleanList(l)))
+		}
+	}
+	return cfg, nil
+}
+
 func (c *Config) validate() error {
-	var errs []error
+	errs := c.kafkaSecurityErrors()
 	check := func(ok bool, format string, args ...any) {
 		if !ok {
 			errs = append(errs, fmt.Errorf(format, args...))
@@ -121,20 +139,48 @@ func (c *Config) validate() error {
 	check(c.SessionTimeout >= 6*time.Second, "KAFKA_SESSION_TIMEOUT must be >= 6s (brokers' group.min.session.timeout.ms)")
 	check(c.RebalanceTimeout > 0, "KAFKA_REBALANCE_TIMEOUT must be > 0")
 	check(strings.Count(c.HypothesisTemplate, "{}") == 1, "HYPOTHESIS_TEMPLATE must contain exactly one {}, got %q", c.HypothesisTemplate)
+	check(c.Threshold >= 0 && c.Threshold <= 1, "THRESHOLD must be in [0, 1], got %v", c.Threshold)
+	check(c.EntailmentIndex >= -1, "ENTAILMENT_INDEX must be >= 0, or -1 for auto (from id2label), got %d", c.EntailmentIndex)
 	check(len(c.Labels) > 0, "LABELS must not be empty")
 	for _, l := range c.Labels {
 		check(strings.TrimSpace(l) != "", "LABELS must not contain an empty label")
 	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	return nil
+}
+
+// kafkaSecurityErrors checks the KAFKA_TLS* and KAFKA_SASL* variables, which
+// `scorer produce` shares with `scorer run`. A TLS setting without
+// KAFKA_TLS=true is an error rather than an implied TLS: the client would
+// otherwise speak plaintext to a TLS listener and retry forever.
+func (c *Config) kafkaSecurityErrors() []error {
+	var errs []error
 	switch strings.ToUpper(c.SASLMechanism) {
 	case "", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
 	default:
 		errs = append(errs, fmt.Errorf("KAFKA_SASL_MECHANISM must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, got %q", c.SASLMechanism))
 	}
-	check((c.KafkaTLSCertFile == "") == (c.KafkaTLSKeyFile == ""), "KAFKA_TLS_CERT_FILE and KAFKA_TLS_KEY_FILE go together")
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("config: %w", err)
+	if (c.KafkaTLSCertFile == "") != (c.KafkaTLSKeyFile == "") {
+		errs = append(errs, errors.New("KAFKA_TLS_CERT_FILE and KAFKA_TLS_KEY_FILE go together"))
 	}
-	return nil
+	if !c.KafkaTLS {
+		var set []string
+		for name, on := range map[string]bool{
+			"KAFKA_TLS_CA_FILE": c.KafkaTLSCAFile != "", "KAFKA_TLS_CERT_FILE": c.KafkaTLSCertFile != "",
+			"KAFKA_TLS_KEY_FILE": c.KafkaTLSKeyFile != "", "KAFKA_TLS_INSECURE_SKIP_VERIFY": c.KafkaTLSInsecure,
+		} {
+			if on {
+				set = append(set, name)
+			}
+		}
+		if len(set) > 0 {
+			slices.Sort(set)
+			errs = append(errs, fmt.Errorf("%s given without KAFKA_TLS: set KAFKA_TLS=true to connect with TLS", strings.Join(set, ", ")))
+		}
+	}
+	return errs
 }
 
 // envError names the environment variable behind each parse failure; the
@@ -265,12 +311,19 @@ func (f *fieldValue) Set(s string) error {
 // IsBoolFlag lets boolean flags be given without a value.
 func (f *fieldValue) IsBoolFlag() bool { return f.v.Kind() == reflect.Bool }
 
+// splitList splits a list flag or variable: see cleanList.
 func splitList(s, sep string) []string {
 	if sep == "" {
 		sep = ","
 	}
+	return cleanList(strings.Split(s, sep))
+}
+
+// cleanList trims every element and drops empty ones, so that
+// "a, b,,c " is [a b c] whether it came from a flag or the environment.
+func cleanList(l []string) []string {
 	var out []string
-	for _, p := range strings.Split(s, sep) {
+	for _, p := range l {
 		if p = strings.TrimSpace(p); p != "" {
 			out = append(out, p)
 		}

@@ -77,6 +77,11 @@ func TestConfigValidation(t *testing.T) {
 		"batch":                   {map[string]string{"BATCH_MAX_MESSAGES": "0"}, "BATCH_MAX_MESSAGES"},
 		"sasl":                    {map[string]string{"KAFKA_SASL_MECHANISM": "GSSAPI"}, "KAFKA_SASL_MECHANISM"},
 		"bad int":                 {map[string]string{"MAX_BATCH_ROWS": "many"}, "MAX_BATCH_ROWS"},
+		"threshold above 1":       {map[string]string{"THRESHOLD": "91"}, "THRESHOLD"},
+		"threshold negative":      {map[string]string{"THRESHOLD": "-0.1"}, "THRESHOLD"},
+		"threshold NaN":           {map[string]string{"THRESHOLD": "NaN"}, "THRESHOLD"},
+		"entailment index -2":     {map[string]string{"ENTAILMENT_INDEX": "-2"}, "ENTAILMENT_INDEX"},
+		"labels only commas":      {map[string]string{"LABELS": " , ,"}, "LABELS"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := parseConfig(t, tc.env)
@@ -84,6 +89,79 @@ func TestConfigValidation(t *testing.T) {
 				t.Fatalf("err = %v, want one naming %s", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestConfigRangesAccepted is the other side of the range checks: the
+// bounds themselves and -1 ("from id2label") are valid.
+func TestConfigRangesAccepted(t *testing.T) {
+	for _, env := range []map[string]string{
+		{"THRESHOLD": "0"}, {"THRESHOLD": "1"}, {"ENTAILMENT_INDEX": "-1"}, {"ENTAILMENT_INDEX": "0"}, {"ENTAILMENT_INDEX": "2"},
+		{"KAFKA_TLS": "true", "KAFKA_TLS_INSECURE_SKIP_VERIFY": "true"},
+		{"KAFKA_TLS": "true", "KAFKA_TLS_CA_FILE": "ca.pem", "KAFKA_TLS_CERT_FILE": "c.pem", "KAFKA_TLS_KEY_FILE": "c.key"},
+	} {
+		if _, err := parseConfig(t, env); err != nil {
+			t.Errorf("%v: %v", env, err)
+		}
+	}
+}
+
+// TestConfigTLSSettingsNeedKafkaTLS: a TLS setting without KAFKA_TLS=true
+// would connect in plaintext and retry forever, so it is a config error
+// that names the settings and the fix, from the environment or flags.
+func TestConfigTLSSettingsNeedKafkaTLS(t *testing.T) {
+	for name, tc := range map[string]struct {
+		env  map[string]string
+		args []string
+		want []string
+	}{
+		"insecure":          {env: map[string]string{"KAFKA_TLS_INSECURE_SKIP_VERIFY": "true"}, want: []string{"KAFKA_TLS_INSECURE_SKIP_VERIFY"}},
+		"ca file":           {env: map[string]string{"KAFKA_TLS_CA_FILE": "ca.pem"}, want: []string{"KAFKA_TLS_CA_FILE"}},
+		"client cert":       {env: map[string]string{"KAFKA_TLS_CERT_FILE": "c.pem", "KAFKA_TLS_KEY_FILE": "c.key"}, want: []string{"KAFKA_TLS_CERT_FILE", "KAFKA_TLS_KEY_FILE"}},
+		"flag":              {args: []string{"--kafka-tls-insecure-skip-verify"}, want: []string{"KAFKA_TLS_INSECURE_SKIP_VERIFY"}},
+		"flag turns it off": {env: map[string]string{"KAFKA_TLS": "true", "KAFKA_TLS_CA_FILE": "ca.pem"}, args: []string{"--kafka-tls=false"}, want: []string{"KAFKA_TLS_CA_FILE"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := parseConfig(t, tc.env, tc.args...)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range append(tc.want, "set KAFKA_TLS=true") {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("err = %v, want it to name %s", err, w)
+				}
+			}
+		})
+	}
+}
+
+// TestConfigListsTrimmed: a list variable reads the same from the
+// environment as from its flag, every element trimmed and empty ones
+// dropped, so "a, b" never yields the label " b" (which would show in
+// outputs and row keys) or the broker " k2:9092".
+func TestConfigListsTrimmed(t *testing.T) {
+	raw := map[string]string{
+		"LABELS":        " consumer strength, consumer weakness ,,",
+		"KAFKA_BROKERS": "k1:9092, k2:9092",
+		"GPU_IDS":       "0 , GPU-abc",
+	}
+	want := Config{Labels: []string{"consumer strength", "consumer weakness"}, KafkaBrokers: []string{"k1:9092", "k2:9092"}, GPUIDs: []string{"0", "GPU-abc"}}
+	fromEnv, err := parseConfig(t, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	for k, v := range raw {
+		args = append(args, "--"+flagName(k), v)
+	}
+	fromFlags, err := parseConfig(t, nil, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for src, got := range map[string]Config{"env": fromEnv, "flags": fromFlags} {
+		if !reflect.DeepEqual(got.Labels, want.Labels) || !reflect.DeepEqual(got.KafkaBrokers, want.KafkaBrokers) || !reflect.DeepEqual(got.GPUIDs, want.GPUIDs) {
+			t.Errorf("from %s: labels %q brokers %q gpu ids %q, want %q %q %q", src, got.Labels, got.KafkaBrokers, got.GPUIDs, want.Labels, want.KafkaBrokers, want.GPUIDs)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -66,25 +67,132 @@ func demo(ctx context.Context, o demoOptions, log zerolog.Logger) error {
 	}
 	log.Info().Int("transcripts", n).Str("topic", o.cfg.InputTopic).Msg("demo: sample transcripts loaded; scoring")
 
+	// Done means every produced record was handled, whether scored or
+	// dead-lettered (a bad or repeated line yields no new call_id): the
+	// scorer's group has committed the input topic up to its end as of now,
+	// and the output topic has been read up to its end as of that moment.
+	cl := &kafka.Client{Addr: kafka.TCP(o.cfg.KafkaBrokers...), Timeout: 10 * time.Second, Transport: o.sec.transport(o.cfg.ClientID + "-demo")}
+	inEnd, err := topicOffsets(ctx, cl, o.cfg.InputTopic)
+	if err != nil {
+		return fmt.Errorf("demo: %w", err)
+	}
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers: o.cfg.KafkaBrokers, Topic: o.cfg.OutputTopic, GroupID: fmt.Sprintf("scorer-demo-%d", time.Now().UnixNano()),
 		StartOffset: kafka.FirstOffset, MaxBytes: 64 << 20, Dialer: o.sec.dialer(o.cfg.ClientID + "-demo"),
 	})
 	defer r.Close()
 	sum := newDemoSummary(texts)
-	for len(sum.calls) < n {
-		m, err := r.ReadMessage(ctx)
-		if err != nil {
+	next := map[int]int64{}                   // output offset to read next, per partition
+	var outEnd map[int]kafka.PartitionOffsets // set once the input is all handled
+	lastOutput, lastCheck := start, time.Time{}
+	for outEnd == nil || !readTo(next, outEnd) {
+		fctx, cancel := context.WithTimeout(ctx, demoPoll)
+		m, err := r.FetchMessage(fctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err == nil:
+			next[m.Partition] = m.Offset + 1
+			var st schema.ScoredTranscript
+			if err := decodeOutput(m.Value, &st); err != nil {
+				return fmt.Errorf("demo: output record: %w", err)
+			}
+			sum.add(&st)
+			lastOutput = time.Now()
+		case !errors.Is(err, context.DeadlineExceeded):
 			return fmt.Errorf("demo: reading %s: %w", o.cfg.OutputTopic, err)
 		}
-		var st schema.ScoredTranscript
-		if err := decodeOutput(m.Value, &st); err != nil {
-			return fmt.Errorf("demo: output record: %w", err)
+		if outEnd != nil || time.Since(lastCheck) < demoPoll {
+			continue
 		}
-		sum.add(&st)
+		lastCheck = time.Now()
+		handled, err := committedTo(ctx, cl, o.cfg.GroupID, o.cfg.InputTopic, inEnd)
+		if err != nil {
+			log.Debug().Err(err).Msg("demo: reading the scorer's committed offsets")
+		}
+		if handled {
+			if outEnd, err = topicOffsets(ctx, cl, o.cfg.OutputTopic); err != nil {
+				return fmt.Errorf("demo: %w", err)
+			}
+		}
 	}
-	sum.print(o.out, time.Since(start), o.cfg.KafkaBrokers[0], o.stack)
+	elapsed := lastOutput.Sub(start)
+	if elapsed <= 0 { // nothing scored: every line was dead-lettered
+		elapsed = time.Since(start)
+	}
+	sum.print(o.out, elapsed, o.cfg.KafkaBrokers[0], o.stack)
 	return nil
+}
+
+// demoPoll is how often the demo checks the scorer's progress.
+const demoPoll = 500 * time.Millisecond
+
+// topicOffsets is the first and end offset of every partition of topic.
+func topicOffsets(ctx context.Context, cl *kafka.Client, topic string) (map[int]kafka.PartitionOffsets, error) {
+	md, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return nil, fmt.Errorf("metadata of %s: %w", topic, err)
+	}
+	var reqs []kafka.OffsetRequest
+	for _, t := range md.Topics {
+		if t.Error != nil {
+			return nil, fmt.Errorf("metadata of %s: %w", topic, t.Error)
+		}
+		for _, p := range t.Partitions {
+			reqs = append(reqs, kafka.FirstOffsetOf(p.ID), kafka.LastOffsetOf(p.ID))
+		}
+	}
+	resp, err := cl.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	if err != nil {
+		return nil, fmt.Errorf("offsets of %s: %w", topic, err)
+	}
+	out := map[int]kafka.PartitionOffsets{}
+	for _, p := range resp.Topics[topic] {
+		if p.Error != nil {
+			return nil, fmt.Errorf("offsets of %s partition %d: %w", topic, p.Partition, p.Error)
+		}
+		out[p.Partition] = p
+	}
+	return out, nil
+}
+
+// committedTo reports whether group has committed every partition of topic
+// up to the end offsets in ends (empty partitions need no commit).
+func committedTo(ctx context.Context, cl *kafka.Client, group, topic string, ends map[int]kafka.PartitionOffsets) (bool, error) {
+	parts := make([]int, 0, len(ends))
+	for p := range ends {
+		parts = append(parts, p)
+	}
+	resp, err := cl.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: parts}})
+	if err != nil {
+		return false, err
+	}
+	if resp.Error != nil {
+		return false, resp.Error
+	}
+	committed := map[int]int64{}
+	for _, p := range resp.Topics[topic] {
+		if p.Error == nil {
+			committed[p.Partition] = p.CommittedOffset
+		}
+	}
+	for p, e := range ends {
+		if c, ok := committed[p]; e.LastOffset > e.FirstOffset && (!ok || c < e.LastOffset) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// readTo reports whether next has reached every partition's end offset.
+func readTo(next map[int]int64, ends map[int]kafka.PartitionOffsets) bool {
+	for p, e := range ends {
+		if e.LastOffset > e.FirstOffset && next[p] < e.LastOffset {
+			return false
+		}
+	}
+	return true
 }
 
 // decodeOutput reads a ScoredTranscript in either output format.
@@ -120,7 +228,12 @@ func newDemoSummary(texts map[string]map[string][]string) *demoSummary {
 
 const demoTopN = 3
 
+// add counts one output; a call seen before (a repeated line, or a
+// redelivery) is counted once, by its first output.
 func (s *demoSummary) add(st *schema.ScoredTranscript) {
+	if s.calls[st.CallID] {
+		return
+	}
 	s.calls[st.CallID] = true
 	s.labels = st.Labels
 	for _, name := range sortedKeys(st.Sections) {

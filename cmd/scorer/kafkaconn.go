@@ -22,9 +22,12 @@ type kafkaSecurity struct {
 	SASL sasl.Mechanism
 }
 
+// newKafkaSecurity loads the TLS files and the SASL password. TLS is on
+// only with KAFKA_TLS=true; Config.validate rejects the other KAFKA_TLS_*
+// settings without it.
 func newKafkaSecurity(c *Config) (kafkaSecurity, error) {
 	var s kafkaSecurity
-	if c.KafkaTLS || c.KafkaTLSCAFile != "" || c.KafkaTLSCertFile != "" {
+	if c.KafkaTLS {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.KafkaTLSInsecure} //nolint:gosec // opt-in for tests
 		if c.KafkaTLSCAFile != "" {
 			pem, err := os.ReadFile(c.KafkaTLSCAFile)

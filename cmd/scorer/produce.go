@@ -15,6 +15,9 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
+// runProduce is `scorer produce`: load a TranscriptEvent JSONL file into a
+// topic, over TLS and SASL when the KAFKA_TLS* and KAFKA_SASL* variables
+// say so.
 func runProduce(ctx context.Context, e procEnv, args []string) error {
 	fs := flag.NewFlagSet("produce", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
@@ -29,12 +32,25 @@ func runProduce(ctx context.Context, e procEnv, args []string) error {
 	if *brokers == "" {
 		return errors.New("produce: --brokers (or KAFKA_BROKERS) is required")
 	}
+	// TLS and SASL come from the same KAFKA_TLS* and KAFKA_SASL* variables
+	// as `scorer run`, so a secured cluster is loaded with the scorer's env.
+	cfg, err := configFromEnv(e.getenv)
+	if err != nil {
+		return fmt.Errorf("produce: %w", err)
+	}
+	if err := errors.Join(cfg.kafkaSecurityErrors()...); err != nil {
+		return fmt.Errorf("produce: config: %w", err)
+	}
+	sec, err := newKafkaSecurity(&cfg)
+	if err != nil {
+		return fmt.Errorf("produce: %w", err)
+	}
 	in, _, closeIn, err := openInput(*file, e.stdin)
 	if err != nil {
 		return fmt.Errorf("produce: %w", err)
 	}
 	defer closeIn()
-	w := newInputWriter(splitList(*brokers, ","), *topic, nil)
+	w := newInputWriter(splitList(*brokers, ","), *topic, sec.transport(cfg.ClientID+"-produce"))
 	defer w.Close()
 	n, err := produceLines(ctx, w, in, *limit, *rate)
 	fmt.Fprintf(e.stdout, "produced %d records to %s\n", n, *topic)

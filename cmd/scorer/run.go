@@ -24,7 +24,7 @@ func runService(ctx context.Context, e procEnv, args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	brokerAddr := fs.String("broker-addr", "127.0.0.1:9092", "listen address of the in-memory broker when KAFKA_BROKERS is empty (falls back to a free port when taken)")
-	demoFile := fs.String("demo-file", "", "after start-up, load this TranscriptEvent JSONL into the input topic and print a summary once all are scored")
+	demoFile := fs.String("demo-file", "", "after start-up, load this TranscriptEvent JSONL into the input topic and print a summary once all are handled (scored or dead-lettered)")
 	demoLimit := fs.Int("demo-limit", 0, "load at most this many transcripts from --demo-file; 0 = all")
 	cfg, err := loadConfig(e.getenv, fs, args)
 	if err != nil {
@@ -74,12 +74,12 @@ func runService(ctx context.Context, e procEnv, args []string) error {
 		topics = append(topics, producer.TopicSpec{Name: cfg.RowsTopic, Partitions: cfg.InputPartitions})
 	}
 	if err := ensureTopicsRetry(ctx, cfg.KafkaBrokers, sec.dialer(cfg.ClientID), topics, log); err != nil {
-		return err
+		return stoppedDuringStartup(ctx, err, log)
 	}
 
 	stack, err := openScoring(ctx, cfg, log, reg)
 	if err != nil {
-		return err
+		return stoppedDuringStartup(ctx, err, log)
 	}
 	h.modelLoaded.Store(true)
 	reg.MustRegister(buildInfo(stack))
@@ -147,6 +147,17 @@ func runService(ctx context.Context, e procEnv, args []string) error {
 		return runErr
 	}
 	log.Info().Msg("scorer stopped cleanly")
+	return nil
+}
+
+// stoppedDuringStartup turns a start-up failure caused by SIGTERM or Ctrl-C
+// (ctx cancelled, e.g. while waiting for the broker) into a clean stop, exit
+// 0 as for any other stop; other failures pass through.
+func stoppedDuringStartup(ctx context.Context, err error, log zerolog.Logger) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	log.Info().AnErr("cause", err).Msg("stopped before start-up finished")
 	return nil
 }
 

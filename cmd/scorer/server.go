@@ -17,22 +17,28 @@ import (
 
 // health is what /readyz reports: each check must hold for the pod to take
 // traffic. Readiness turns false the moment shutdown begins, so the
-// orchestrator stops counting on this member before it drains.
+// orchestrator stops counting on this member before it drains. The
+// scorer_ready gauge evaluates the same checks at every scrape, so /metrics
+// never shows a value left over from the last /readyz call.
 type health struct {
 	modelLoaded  atomic.Bool
 	shuttingDown atomic.Bool
 	// consumerReady reports broker reachable and partitions assigned; nil
 	// until the consumer exists.
 	consumerReady atomic.Pointer[func() bool]
-	ready         prometheus.Gauge
 }
 
 func newHealth(reg prometheus.Registerer) *health {
-	h := &health{ready: prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "scorer_ready", Help: "1 when the model is loaded, the broker reachable and partitions assigned.",
-	})}
+	h := &health{}
 	if reg != nil {
-		reg.MustRegister(h.ready)
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "scorer_ready", Help: "1 when the model is loaded, the broker reachable and partitions assigned.",
+		}, func() float64 {
+			if _, ok := h.checks(); ok {
+				return 1
+			}
+			return 0
+		}))
 	}
 	return h
 }
@@ -50,11 +56,6 @@ func (h *health) checks() (map[string]bool, bool) {
 	ok := true
 	for _, v := range c {
 		ok = ok && v
-	}
-	if ok {
-		h.ready.Set(1)
-	} else {
-		h.ready.Set(0)
 	}
 	return c, ok
 }
