@@ -82,6 +82,9 @@ type Consumer struct {
 
 	running  atomic.Bool
 	assigned atomic.Int32
+	// member is true while this consumer holds a generation of the group,
+	// whether or not it got partitions.
+	member   atomic.Bool
 	brokerOK atomic.Bool
 
 	messagesIn, published, deadLettered atomic.Uint64
@@ -161,11 +164,15 @@ func New(cfg Config, scorer Scorer, sink Sink, log zerolog.Logger, reg prometheu
 	return c, nil
 }
 
-// Ready reports whether this member has partitions assigned and its last
-// broker interaction succeeded, for /readyz. A member left without
-// partitions (more members than partitions) is not ready: it does no work.
+// Ready reports whether this consumer is a member of the group (it has
+// received its assignment) and its last broker interaction succeeded, for
+// /readyz. A member given no partitions (more members than partitions, as
+// during a rolling update's surge) is ready but idle: were it not ready, a
+// rollout whose new pod drew the empty share could never finish, and idle
+// pods would block node drains under a PodDisruptionBudget.
+// scorer_assigned_partitions shows idle members.
 func (c *Consumer) Ready() bool {
-	return c.assigned.Load() > 0 && c.brokerOK.Load()
+	return c.member.Load() && c.brokerOK.Load()
 }
 
 // Stats returns a snapshot of the counters.
@@ -323,6 +330,7 @@ func (c *Consumer) runGeneration(ctx, workCtx context.Context, gen *kafka.Genera
 	}
 	c.generations.Add(1)
 	c.assigned.Store(int32(len(ids)))
+	c.member.Store(true)
 	c.m.assigned.Set(float64(len(ids)))
 	c.log.Info().Int32("generation", gen.ID).Str("member", gen.MemberID).Ints("partitions", ids).Msg("generation started")
 	if c.hooks.assigned != nil {
@@ -418,6 +426,7 @@ loop:
 		c.commit(gen, g)
 	}
 	c.assigned.Store(0)
+	c.member.Store(false)
 	c.m.assigned.Set(0)
 	for p := range g.parts {
 		c.m.lag.DeleteLabelValues(c.cfg.Topic, strconv.Itoa(p))

@@ -444,3 +444,24 @@ func TestConfigDerivedTimeouts(t *testing.T) {
 		t.Errorf("60s shutdown with 10s session: drain %v clamped %v, want 7s true", drain, clamped)
 	}
 }
+
+// TestIdleMemberIsReady: with more members than partitions one member gets
+// nothing. It must still report ready: during a rolling update's surge the
+// idle member may be the new pod, and a never-ready new pod stalls the
+// rollout for good. Its idleness shows in Stats (and the assigned gauge).
+func TestIdleMemberIsReady(t *testing.T) {
+	t.Parallel()
+	const topic, group = "idle", "g-idle"
+	_, brokers := newCluster(t, topic, 1)
+	cfg := testConfig(brokers, topic, group)
+	a := start(t, cfg, &fakeScorer{}, &fakeSink{}, testHooks{})
+	eventually(t, 20*time.Second, "first member ready", a.c.Ready)
+	b := start(t, cfg, &fakeScorer{}, &fakeSink{}, testHooks{})
+	eventually(t, 30*time.Second, "both members ready, one partition between them", func() bool {
+		return a.c.Ready() && b.c.Ready() && a.c.Stats().Assigned+b.c.Stats().Assigned == 1
+	})
+	b.stop(t)
+	if b.c.Ready() {
+		t.Error("stopped member still ready")
+	}
+}

@@ -23,8 +23,8 @@ import (
 type health struct {
 	modelLoaded  atomic.Bool
 	shuttingDown atomic.Bool
-	// consumerReady reports broker reachable and partitions assigned; nil
-	// until the consumer exists.
+	// consumerReady reports broker reachable and group joined (an
+	// assignment received, possibly empty); nil until the consumer exists.
 	consumerReady atomic.Pointer[func() bool]
 }
 
@@ -32,7 +32,7 @@ func newHealth(reg prometheus.Registerer) *health {
 	h := &health{}
 	if reg != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "scorer_ready", Help: "1 when the model is loaded, the broker reachable and partitions assigned.",
+			Name: "scorer_ready", Help: "1 when the model is loaded, the broker reachable and the consumer group joined.",
 		}, func() float64 {
 			if _, ok := h.checks(); ok {
 				return 1

@@ -30,7 +30,7 @@ func TestReadyGaugeAtScrape(t *testing.T) {
 		{"nothing started", func() {}, 0},
 		{"model loaded, no consumer", func() { h.modelLoaded.Store(true) }, 0},
 		{"consumer without partitions", func() { h.consumerReady.Store(&ready) }, 0},
-		{"partitions assigned", func() { assigned.Store(true) }, 1},
+		{"group joined", func() { assigned.Store(true) }, 1},
 		{"partitions revoked", func() { assigned.Store(false) }, 0},
 		{"assigned again", func() { assigned.Store(true) }, 1},
 		{"shutting down", func() { h.shuttingDown.Store(true) }, 0},
