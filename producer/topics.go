@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"time"
 
@@ -28,7 +29,9 @@ type TopicSpec struct {
 const EnsureTopicsAttemptTimeout = 10 * time.Second
 
 // EnsureTopics creates the topics that do not exist yet, through the cluster
-// controller, and leaves existing ones untouched. It is meant for dev and the
+// controller, and leaves existing ones untouched: it reads the cluster's
+// metadata first and sends CreateTopics only for missing topics, so it needs
+// no CREATE permission when every topic exists. It is meant for dev and the
 // in-memory broker; production topics are managed outside scorer. dialer may
 // be nil (kafka.DefaultDialer). ctx bounds the whole operation, and so does
 // EnsureTopicsAttemptTimeout: every connection gets the earlier of the two
@@ -71,6 +74,23 @@ func ensureTopics(ctx context.Context, timeout time.Duration, brokers []string, 
 		return fmt.Errorf("producer: ensure topics: dial %s: %w", brokers[0], err)
 	}
 	defer conn.Close()
+	// Ask first, create only what is missing: on a cluster with ACLs a
+	// principal without CREATE is refused even for topics that exist, and
+	// an existing topic needs nothing. (Metadata for all topics, because
+	// naming them would let a broker with auto.create.topics.enable create
+	// them with its defaults instead of ours.)
+	parts, err := conn.ReadPartitions()
+	if err != nil {
+		return fmt.Errorf("producer: ensure topics: metadata via %s: %w", brokers[0], ctxErr(ctx, err))
+	}
+	exists := make(map[string]bool, len(parts))
+	for _, p := range parts {
+		exists[p.Topic] = true
+	}
+	cfgs = slices.DeleteFunc(cfgs, func(tc kafka.TopicConfig) bool { return exists[tc.Topic] })
+	if len(cfgs) == 0 {
+		return nil
+	}
 	controller, err := conn.Controller()
 	if err != nil {
 		return fmt.Errorf("producer: ensure topics: find controller via %s: %w", brokers[0], ctxErr(ctx, err))

@@ -5,9 +5,14 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // silentBroker accepts TCP connections and never answers, like a broker
@@ -104,5 +109,45 @@ func TestEnsureTopicsAttemptTimeout(t *testing.T) {
 	})
 	if err == nil {
 		t.Fatal("ensureTopics = nil against a silent broker")
+	}
+}
+
+// TestEnsureTopicsWithoutCreatePermission: a cluster whose ACLs refuse
+// CreateTopics (TOPIC_AUTHORIZATION_FAILED, even for topics that exist, as
+// Kafka checks CREATE before existence). When every topic exists
+// EnsureTopics must not ask to create anything and succeed; when one is
+// missing it fails naming the refusal.
+func TestEnsureTopicsWithoutCreatePermission(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	var creates atomic.Int32
+	c.ControlKey(kmsg.CreateTopics.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		creates.Add(1)
+		creq := req.(*kmsg.CreateTopicsRequest)
+		resp := creq.ResponseKind().(*kmsg.CreateTopicsResponse)
+		for _, rt := range creq.Topics {
+			st := kmsg.NewCreateTopicsResponseTopic()
+			st.Topic = rt.Topic
+			st.ErrorCode = kerr.TopicAuthorizationFailed.Code
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	existing := []TopicSpec{{Name: topicOut, Partitions: 3}, {Name: topicDLQ, Partitions: 1}}
+	if err := EnsureTopics(ctx, c.ListenAddrs(), nil, existing...); err != nil {
+		t.Fatalf("all topics exist: %v", err)
+	}
+	if n := creates.Load(); n != 0 {
+		t.Errorf("sent %d CreateTopics requests for topics that exist", n)
+	}
+	err := EnsureTopics(ctx, c.ListenAddrs(), nil, append(existing, TopicSpec{Name: "missing.topic"})...)
+	if err == nil || !strings.Contains(strings.ToLower(err.Error()), "authoriz") {
+		t.Fatalf("missing topic without CREATE permission: err = %v, want the authorization failure", err)
+	}
+	if n := creates.Load(); n != 1 {
+		t.Errorf("sent %d CreateTopics requests, want 1 (for the missing topic only)", n)
 	}
 }

@@ -29,6 +29,7 @@ type Config struct {
 	SessionTimeout   time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"30s" help:"group session timeout: how long a dead member keeps its partitions"`
 	RebalanceTimeout time.Duration `env:"KAFKA_REBALANCE_TIMEOUT" envDefault:"30s" help:"how long the group waits for members to rejoin; at a rebalance in-flight work gets min(10s, half of this) to finish"`
 	InputPartitions  int           `env:"KAFKA_INPUT_PARTITIONS" envDefault:"6" help:"partitions for topics the scorer creates (in-memory broker, or missing topics)"`
+	TopicReplication int           `env:"KAFKA_TOPIC_REPLICATION_FACTOR" envDefault:"1" help:"replication factor of topics the scorer creates when they are missing (the in-memory broker always uses 1); at least your cluster's min.insync.replicas (acks=all writes fail below it), or create topics ahead"`
 	KafkaTLS         bool          `env:"KAFKA_TLS" help:"connect with TLS; required by every other KAFKA_TLS_* setting"`
 	KafkaTLSCAFile   string        `env:"KAFKA_TLS_CA_FILE" help:"PEM CA bundle for the brokers' certificates"`
 	KafkaTLSCertFile string        `env:"KAFKA_TLS_CERT_FILE" help:"PEM client certificate (mutual TLS)"`
@@ -136,6 +137,7 @@ func (c *Config) validate() error {
 	check(c.Workers >= 0, "WORKERS must be >= 0")
 	check(c.ShutdownTimeout > 0, "SHUTDOWN_TIMEOUT must be > 0")
 	check(c.InputPartitions > 0, "KAFKA_INPUT_PARTITIONS must be > 0")
+	check(c.TopicReplication > 0, "KAFKA_TOPIC_REPLICATION_FACTOR must be > 0")
 	check(c.SessionTimeout >= 6*time.Second, "KAFKA_SESSION_TIMEOUT must be >= 6s (brokers' group.min.session.timeout.ms)")
 	check(c.RebalanceTimeout > 0, "KAFKA_REBALANCE_TIMEOUT must be > 0")
 	check(strings.Count(c.HypothesisTemplate, "{}") == 1, "HYPOTHESIS_TEMPLATE must contain exactly one {}, got %q", c.HypothesisTemplate)

@@ -50,7 +50,8 @@ func runService(ctx context.Context, e procEnv, args []string) error {
 		log.Info().Str("addr", addr).Msg("serving /metrics, /healthz and /readyz")
 	}
 
-	if len(cfg.KafkaBrokers) == 0 {
+	embedded := len(cfg.KafkaBrokers) == 0
+	if embedded {
 		c, addr, err := startBroker(brokerOptions{Addr: *brokerAddr, Partitions: cfg.InputPartitions, MaxMessageBytes: 64 << 20})
 		if err != nil {
 			log.Warn().Err(err).Str("addr", *brokerAddr).Msg("in-memory broker address taken; using a free port")
@@ -69,9 +70,20 @@ func runService(ctx context.Context, e procEnv, args []string) error {
 		return err
 	}
 
-	topics := []producer.TopicSpec{{Name: cfg.InputTopic, Partitions: cfg.InputPartitions}, {Name: cfg.OutputTopic, Partitions: cfg.InputPartitions}, {Name: cfg.DLQTopic, Partitions: 1}}
+	// Topics that exist are left alone (no CREATE permission needed); the
+	// missing ones get KAFKA_TOPIC_REPLICATION_FACTOR, 1 on the in-memory
+	// broker, which has one node.
+	rf := cfg.TopicReplication
+	if embedded {
+		rf = 1
+	}
+	topics := []producer.TopicSpec{
+		{Name: cfg.InputTopic, Partitions: cfg.InputPartitions, ReplicationFactor: rf},
+		{Name: cfg.OutputTopic, Partitions: cfg.InputPartitions, ReplicationFactor: rf},
+		{Name: cfg.DLQTopic, Partitions: 1, ReplicationFactor: rf},
+	}
 	if cfg.RowsTopic != "" {
-		topics = append(topics, producer.TopicSpec{Name: cfg.RowsTopic, Partitions: cfg.InputPartitions})
+		topics = append(topics, producer.TopicSpec{Name: cfg.RowsTopic, Partitions: cfg.InputPartitions, ReplicationFactor: rf})
 	}
 	if err := ensureTopicsRetry(ctx, cfg.KafkaBrokers, sec.dialer(cfg.ClientID), topics, log); err != nil {
 		return stoppedDuringStartup(ctx, err, log)
