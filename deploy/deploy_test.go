@@ -119,6 +119,7 @@ type composeService struct {
 	User        string            `yaml:"user"`
 	DependsOn   any               `yaml:"depends_on"`
 	Command     any               `yaml:"command"`
+	Ports       []any             `yaml:"ports"`
 }
 
 type composeFileT struct {
@@ -174,6 +175,20 @@ func TestCompose(t *testing.T) {
 	}
 	if img := c.Services["kafka"].Image; !strings.HasPrefix(img, "apache/kafka:") {
 		t.Errorf("compose: kafka image = %q, want the official apache/kafka image", img)
+	}
+	// The demo services have no authentication (PLAINTEXT Kafka, Postgres scorer/scorer, Connect REST,
+	// Grafana admin/admin): every published port is bound to the loopback interface only.
+	published := 0
+	for name, s := range c.Services {
+		for _, p := range s.Ports {
+			published++
+			if !portOnLoopback(p) {
+				t.Errorf("compose: service %q publishes %v on all interfaces; bind it to 127.0.0.1 (\"127.0.0.1:HOST:CONTAINER\")", name, p)
+			}
+		}
+	}
+	if published == 0 {
+		t.Error("compose: no published ports found (parse problem?)")
 	}
 	if env := c.Services["kafka"].Environment; !strings.Contains(env["KAFKA_PROCESS_ROLES"], "controller") {
 		t.Errorf("compose: kafka is not in KRaft combined mode: KAFKA_PROCESS_ROLES=%q", env["KAFKA_PROCESS_ROLES"])
@@ -244,6 +259,59 @@ func TestCompose(t *testing.T) {
 	}
 	if port == "" || !found {
 		t.Errorf("prometheus.yml does not scrape scorer:%s", port)
+	}
+}
+
+// portOnLoopback reports whether a compose port entry, short ("127.0.0.1:9094:9094") or long
+// ({host_ip: 127.0.0.1, ...}) syntax, publishes only on 127.0.0.1. A bare container port ("9094")
+// publishes a random host port on all interfaces, so it does not count.
+func portOnLoopback(p any) bool {
+	switch v := p.(type) {
+	case string:
+		spec, _, _ := strings.Cut(v, "/") // drop /tcp, /udp
+		parts := strings.Split(spec, ":")
+		return len(parts) == 3 && parts[0] == "127.0.0.1"
+	case map[string]any:
+		return v["host_ip"] == "127.0.0.1"
+	}
+	return false
+}
+
+// TestComposePreflight runs load-and-check.sh --check: a missing or empty MODEL_HOST_DIR (which Docker
+// would create empty, so the scorer restart-loops) must fail before `docker compose up` with a clear message.
+func TestComposePreflight(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	data := t.TempDir()
+	if err := os.WriteFile(filepath.Join(data, "transcripts.jsonl"), []byte("{}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	model := t.TempDir()
+	run := func(modelDir string) (string, error) {
+		cmd := exec.Command(bash, "compose/load-and-check.sh", "--check")
+		cmd.Env = append(os.Environ(), "MODEL_HOST_DIR="+modelDir, "TRANSCRIPTS_DIR="+data, "SCORER_BIN=")
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	for _, tc := range []struct{ dir, want string }{
+		{filepath.Join(model, "missing"), "does not exist"},
+		{model, "no config.json"},
+	} {
+		if out, err := run(tc.dir); err == nil || !strings.Contains(out, tc.want) {
+			t.Errorf("load-and-check.sh --check with MODEL_HOST_DIR=%s: err=%v, want a failure saying %q; output:\n%s", tc.dir, err, tc.want, out)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(model, "config.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run(model); err != nil {
+		t.Errorf("load-and-check.sh --check with a model directory: %v\n%s", err, out)
+	}
+	raw, _ := os.ReadFile("compose/load-and-check.sh")
+	if !strings.Contains(string(raw), "compose up -d --build") {
+		t.Error("load-and-check.sh --up does not run docker compose up after the check")
 	}
 }
 
@@ -577,6 +645,44 @@ func TestDockerfiles(t *testing.T) {
 		if env["NVIDIA_VISIBLE_DEVICES"] == "" {
 			t.Error("CUDA image sets no NVIDIA_VISIBLE_DEVICES")
 		}
+		// Every ORT file taken from the npm tarballs is checked against a pinned SHA-256 of the
+		// extracted file before it is installed.
+		var ort *stage
+		for i := range df.stages {
+			if df.stages[i].name == "ort" {
+				ort = &df.stages[i]
+			}
+		}
+		if ort == nil {
+			t.Fatalf("%s: no ort stage", cudaDockerfile)
+		}
+		var run string
+		declared := map[string]bool{}
+		for _, in := range ort.ins {
+			switch in.cmd {
+			case "RUN":
+				run += in.args + "\n"
+			case "ARG":
+				k, _, _ := strings.Cut(in.args, "=")
+				declared[k] = true
+			}
+		}
+		if !regexp.MustCompile(`sha256sum (--strict )?-c`).MatchString(run) {
+			t.Errorf("%s: the ort stage does not verify the ORT files with sha256sum -c", cudaDockerfile)
+		}
+		sha256Re := regexp.MustCompile(`^[0-9a-f]{64}$`)
+		for arg, file := range map[string]string{
+			"ORT_CORE_SHA256":             "libonnxruntime.so",
+			"ORT_PROVIDERS_SHARED_SHA256": "libonnxruntime_providers_shared.so",
+			"ORT_PROVIDERS_CUDA_SHA256":   "libonnxruntime_providers_cuda.so",
+		} {
+			if !sha256Re.MatchString(df.globalArgs[arg]) {
+				t.Errorf("%s: ARG %s = %q, want the SHA-256 of %s", cudaDockerfile, arg, df.globalArgs[arg], file)
+			}
+			if !declared[arg] || !regexp.MustCompile(`"\$\{`+arg+`\}"\s+\S*/`+regexp.QuoteMeta(file)+`\s`).MatchString(run) {
+				t.Errorf("%s: the ort stage does not check %s against ${%s}", cudaDockerfile, file, arg)
+			}
+		}
 		checkEntrypoint(t, cudaDockerfile, fin, env)
 	})
 	t.Run("connect", func(t *testing.T) {
@@ -724,17 +830,50 @@ func TestHelmChart(t *testing.T) {
 	inputPartitions := toInt(get(values, "kafka", "inputPartitions"))
 
 	cases := []struct {
-		name string
-		set  []string
-		gpu  bool
-		keda bool
+		name      string
+		set       []string
+		setString []string // --set-string (an EnvVar value must be a string)
+		gpu       bool
+		keda      bool
+		extra     func(t *testing.T, objs map[string]object)
 	}{
-		{name: "defaults"},
+		{name: "defaults", extra: func(t *testing.T, objs map[string]object) {
+			checkGOMAXPROCS(t, objs, "")
+			if objs["PersistentVolumeClaim"] != nil {
+				t.Error("a PVC rendered without model.pvc.create")
+			}
+		}},
 		{name: "gpu+keda", set: []string{"gpu.enabled=true", "keda.enabled=true", "kafka.rowsTopic=transcripts.scores.rows",
 			"secret.env.EXTRA_SECRET=x", "metrics.serviceMonitor.enabled=true", "kafka.sasl.mechanism=SCRAM-SHA-512",
-			"kafka.sasl.username=scorer", "kafka.sasl.password=pw", "kafka.tls.enabled=true", "kafka.tls.secretName=kafka-ca"},
-			gpu: true, keda: true},
+			"kafka.sasl.username=scorer", "kafka.sasl.password=pw", "kafka.tls.enabled=true", "kafka.tls.secretName=kafka-ca",
+			"keda.authenticationRef=kafka-trigger-auth"},
+			gpu: true, keda: true, extra: func(t *testing.T, objs map[string]object) {
+				if ref := get(objs["ScaledObject"], "spec", "triggers", 0, "authenticationRef", "name"); ref != "kafka-trigger-auth" {
+					t.Errorf("SASL/TLS with keda.authenticationRef, but the trigger's authenticationRef = %v", ref)
+				}
+				checkGOMAXPROCS(t, objs, "")
+			}},
 		{name: "hostPath model, explicit grace", set: []string{"model.source=hostPath", "terminationGracePeriodSeconds=120", "shutdownTimeoutSeconds=60"}},
+		{name: "created PVC, explicit GOMAXPROCS", set: []string{"model.pvc.create=true", "extraEnv[0].name=GOMAXPROCS"},
+			setString: []string{"extraEnv[0].value=3"},
+			extra: func(t *testing.T, objs map[string]object) {
+				checkGOMAXPROCS(t, objs, "3")
+				pvc := objs["PersistentVolumeClaim"]
+				if pvc == nil {
+					t.Fatal("model.pvc.create=true but no PVC rendered")
+				}
+				// A new, empty claim must be writable once to be filled; ReadOnlyMany cannot be.
+				if modes := toStrings(get(pvc, "spec", "accessModes")); !slices.Equal(modes, []string{"ReadWriteMany"}) {
+					t.Errorf("created PVC accessModes = %v, want [ReadWriteMany]", modes)
+				}
+				pod := get(objs["Deployment"], "spec", "template", "spec")
+				for _, v := range toSlice(get(pod, "volumes")) {
+					if get(v, "name") == "model" && (get(v, "persistentVolumeClaim", "claimName") != get(pvc, "metadata", "name") ||
+						get(v, "persistentVolumeClaim", "readOnly") != true) {
+						t.Errorf("model volume = %v, want the created claim, readOnly", v)
+					}
+				}
+			}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -742,6 +881,9 @@ func TestHelmChart(t *testing.T) {
 			args := []string{"lint", "--strict", "--kube-version", kubeVersion, chartDir}
 			for _, s := range tc.set {
 				args = append(args, "--set", s)
+			}
+			for _, s := range tc.setString {
+				args = append(args, "--set-string", s)
 			}
 			if out, err := runHelm(t, helm, args...); err != nil {
 				t.Fatalf("helm lint: %v\n%s", err, out)
@@ -751,12 +893,18 @@ func TestHelmChart(t *testing.T) {
 			for _, s := range tc.set {
 				args = append(args, "--set", s)
 			}
+			for _, s := range tc.setString {
+				args = append(args, "--set-string", s)
+			}
 			out, err := runHelm(t, helm, args...)
 			if err != nil {
 				t.Fatalf("helm template: %v\n%s", err, out)
 			}
 			objs := parseManifests(t, out)
 			checkRendered(t, vars, objs, inputPartitions, tc.gpu, tc.keda)
+			if tc.extra != nil {
+				tc.extra(t, objs)
+			}
 		})
 	}
 
@@ -770,6 +918,9 @@ func TestHelmChart(t *testing.T) {
 			{[]string{"terminationGracePeriodSeconds=10"}, "terminationGracePeriodSeconds (10) must be >="},
 			{[]string{"config.SHUTDOWN_TIMEOUT=5s"}, "config.SHUTDOWN_TIMEOUT is set from other values"},
 			{[]string{"kafka.brokers="}, "kafka.brokers is required"},
+			// KEDA's scaler needs the brokers' credentials too, or it never reads the lag.
+			{[]string{"keda.enabled=true", "kafka.sasl.mechanism=PLAIN", "kafka.sasl.username=u"}, "keda.authenticationRef is required when kafka.sasl/tls is set"},
+			{[]string{"keda.enabled=true", "kafka.tls.enabled=true"}, "keda.authenticationRef is required when kafka.sasl/tls is set"},
 		} {
 			args := []string{"template", "scorer", chartDir, "--kube-version", kubeVersion}
 			for _, s := range g.set {
@@ -835,6 +986,14 @@ func checkRendered(t *testing.T, vars map[string]bool, objs map[string]object, i
 		t.Errorf("pod securityContext = %v", psc)
 	}
 	ctr := get(pod, "containers", 0)
+	for _, e := range toSlice(get(ctr, "env")) {
+		// TMPDIR and GOMAXPROCS are not the scorer's configuration: TMPDIR is for ORT and Go's temp
+		// files, GOMAXPROCS is a Go runtime variable the chart derives from the CPU request (the
+		// scorer's WORKERS=0/CPU_THREADS=0 follow it).
+		if name := toString(get(e, "name")); !vars[name] && name != "TMPDIR" && name != "GOMAXPROCS" {
+			t.Errorf("container env %s is neither documented in %s nor read by %s", name, designDoc, cmdConfig)
+		}
+	}
 	sc := get(ctr, "securityContext")
 	if get(sc, "allowPrivilegeEscalation") != false || get(sc, "readOnlyRootFilesystem") != true ||
 		get(sc, "runAsNonRoot") != true || toInt(get(sc, "runAsUser")) != nonRootUID ||
@@ -937,6 +1096,32 @@ func checkRendered(t *testing.T, vars map[string]bool, objs map[string]object, i
 		}
 	} else if so != nil {
 		t.Error("ScaledObject rendered without keda.enabled")
+	}
+}
+
+// checkGOMAXPROCS asserts the container sets GOMAXPROCS exactly once: from requests.cpu in whole
+// cores (explicit == ""), or to the explicit extraEnv value.
+func checkGOMAXPROCS(t *testing.T, objs map[string]object, explicit string) {
+	t.Helper()
+	var found []any
+	for _, e := range toSlice(get(objs["Deployment"], "spec", "template", "spec", "containers", 0, "env")) {
+		if get(e, "name") == "GOMAXPROCS" {
+			found = append(found, e)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("container env has %d GOMAXPROCS entries, want 1: %v", len(found), found)
+	}
+	e := found[0]
+	if explicit != "" {
+		if get(e, "value") != explicit || get(e, "valueFrom") != nil {
+			t.Errorf("GOMAXPROCS = %v, want the explicit value %q", e, explicit)
+		}
+		return
+	}
+	ref := get(e, "valueFrom", "resourceFieldRef")
+	if get(ref, "resource") != "requests.cpu" || toString(get(ref, "divisor")) != "1" {
+		t.Errorf("GOMAXPROCS = %v, want valueFrom.resourceFieldRef {resource: requests.cpu, divisor: \"1\"}", e)
 	}
 }
 

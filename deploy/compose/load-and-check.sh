@@ -2,8 +2,15 @@
 # Loads sample transcripts into the compose stack with `scorer produce` and polls Postgres until the
 # JDBC sink has written rows, printing counts as they grow.
 #
-# Usage (from anywhere, after `docker compose up -d` in deploy/compose):
-#   deploy/compose/load-and-check.sh [LIMIT]          # default LIMIT=20 transcripts
+# Usage (from anywhere):
+#   deploy/compose/load-and-check.sh --up [LIMIT]     # check host dirs, `docker compose up -d --build`, load
+#   deploy/compose/load-and-check.sh [LIMIT]          # stack already up; default LIMIT=20 transcripts
+#   deploy/compose/load-and-check.sh --check          # only check the host directories, then exit
+#
+# Before anything else it checks MODEL_HOST_DIR (must exist and hold config.json) and TRANSCRIPTS_DIR
+# (must hold transcripts.jsonl), taken from the environment, else from deploy/compose/.env, else
+# compose.yaml's defaults. Docker would silently create a missing bind-mount directory, empty, and the
+# scorer would restart-loop on the missing model, so check before the first `docker compose up`.
 # Environment:
 #   LIMIT        transcripts to send (default 20, or $1)
 #   TIMEOUT_S    give up after this many seconds (default 600)
@@ -16,12 +23,62 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
+mode=load
+case "${1:-}" in
+  --up) mode=up; shift ;;
+  --check) mode=check; shift ;;
+esac
 LIMIT=${1:-${LIMIT:-20}}
 TIMEOUT_S=${TIMEOUT_S:-600}
 FILE=${FILE:-/data/transcripts.jsonl}
 TABLE=score_rows
 
 compose() { docker compose -f "$here/compose.yaml" "$@"; }
+
+# host_dir VAR DEFAULT: the value compose will use for ${VAR:-DEFAULT}: the environment, then a
+# VAR=... line in .env next to compose.yaml, then the default. Relative paths are relative to this
+# directory (the compose project directory), which is the current directory here.
+host_dir() {
+  local name=$1 def=$2 val=${!1:-}
+  if [[ -z "$val" && -f "$here/.env" ]]; then
+    val=$(sed -n "s/^[[:space:]]*$name[[:space:]]*=[[:space:]]*//p" "$here/.env" | tail -n 1)
+    val=${val%\"}; val=${val#\"}; val=${val%\'}; val=${val#\'}
+  fi
+  printf '%s' "${val:-$def}"
+}
+
+check_host_dirs() {
+  local model data bad=0
+  model=$(host_dir MODEL_HOST_DIR ../../../shared/models/nli-unigram-small)
+  data=$(host_dir TRANSCRIPTS_DIR ../../../shared/data/transcripts)
+  if [[ ! -d "$model" ]]; then
+    echo "MODEL_HOST_DIR=$model (relative to $here) does not exist." >&2
+    echo "  Docker would create it empty and the scorer would restart-loop. Point MODEL_HOST_DIR at a model" >&2
+    echo "  directory (config.json, tokenizer.json, model.onnx), e.g. MODEL_HOST_DIR=/abs/path/nli-unigram-small." >&2
+    bad=1
+  elif [[ ! -f "$model/config.json" ]]; then
+    echo "MODEL_HOST_DIR=$model has no config.json: not a model directory (empty? created by an earlier" >&2
+    echo "  docker compose up with a wrong path?). Point MODEL_HOST_DIR at the model directory." >&2
+    bad=1
+  fi
+  if [[ -z "${SCORER_BIN:-}" && ! -f "$data/transcripts.jsonl" ]]; then
+    echo "TRANSCRIPTS_DIR=$data (relative to $here) has no transcripts.jsonl; set TRANSCRIPTS_DIR." >&2
+    bad=1
+  fi
+  if (( bad )); then
+    exit 2
+  fi
+  echo "== host directories OK: model $model, transcripts $data"
+}
+
+check_host_dirs
+case "$mode" in
+  check) exit 0 ;;
+  up)
+    echo "== docker compose up -d --build"
+    compose up -d --build
+    ;;
+esac
 
 psql_q() {
   if [[ "${PSQL_LOCAL:-0}" == 1 ]]; then

@@ -87,6 +87,23 @@ which must not be smaller than that sum (the kubelet's SIGKILL would cut the dra
 {{- end }}
 {{- end }}
 
+{{/*
+"true" when the Deployment sets GOMAXPROCS from requests.cpu: goMaxProcsFromCPURequest is on, a CPU
+request is set, and the user has not set GOMAXPROCS in extraEnv or config.
+*/}}
+{{- define "scorer.setGOMAXPROCS" -}}
+{{- $explicit := hasKey (default dict .Values.config) "GOMAXPROCS" }}
+{{- range .Values.extraEnv }}
+{{- if eq (toString .name) "GOMAXPROCS" }}
+{{- $explicit = true }}
+{{- end }}
+{{- end }}
+{{- $cpu := dig "requests" "cpu" "" (default dict .Values.resources) }}
+{{- if and .Values.goMaxProcsFromCPURequest $cpu (not $explicit) -}}
+true
+{{- end }}
+{{- end }}
+
 {{/* Checks that do not belong to one template. */}}
 {{- define "scorer.validate" -}}
 {{- $reserved := list "KAFKA_BROKERS" "KAFKA_INPUT_TOPIC" "KAFKA_OUTPUT_TOPIC" "KAFKA_DLQ_TOPIC" "OUTPUT_ROWS_TOPIC" "KAFKA_GROUP_ID" "KAFKA_CLIENT_ID" "MODEL_DIR" "METRICS_ADDR" "SHUTDOWN_TIMEOUT" "KAFKA_INPUT_PARTITIONS" "KAFKA_SASL_MECHANISM" "KAFKA_SASL_USERNAME" "KAFKA_SASL_PASSWORD" "KAFKA_SASL_PASSWORD_FILE" "KAFKA_TLS" "KAFKA_TLS_CA_FILE" "KAFKA_TLS_CERT_FILE" "KAFKA_TLS_KEY_FILE" "KAFKA_TLS_INSECURE_SKIP_VERIFY" }}
