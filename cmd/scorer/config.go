@@ -65,10 +65,11 @@ type Config struct {
 	CPUThreads     int      `env:"CPU_THREADS" help:"ONNX Runtime intra-op threads per CPU worker; 0 = cores / workers"`
 	Workers        int      `env:"WORKERS" help:"workers per device; 0 = auto (CPU: one per core up to 4; GPU: 2)"`
 
-	MetricsAddr     string        `env:"METRICS_ADDR" envDefault:":9464" help:"address of /metrics, /healthz and /readyz; off = no HTTP server"`
-	ShutdownTimeout time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" help:"bound on the whole stop after SIGTERM: drain, final commit, leaving the group (allow about 10s more before SIGKILL; the Helm chart adds 15s)"`
-	LogLevel        string        `env:"LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error"`
-	LogFormat       string        `env:"LOG_FORMAT" envDefault:"auto" help:"json, console, or auto (console on a terminal)"`
+	MetricsAddr          string        `env:"METRICS_ADDR" envDefault:":9464" help:"address of /metrics, /healthz and /readyz; off = no HTTP server"`
+	LivenessStallTimeout time.Duration `env:"LIVENESS_STALL_TIMEOUT" envDefault:"10m" help:"/healthz fails when records are in flight and no inference batch, publish or dead letter happened for this long; 0 = off"`
+	ShutdownTimeout      time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" help:"bound on the whole stop after SIGTERM: drain, final commit, leaving the group (allow about 10s more before SIGKILL; the Helm chart adds 15s)"`
+	LogLevel             string        `env:"LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error"`
+	LogFormat            string        `env:"LOG_FORMAT" envDefault:"auto" help:"json, console, or auto (console on a terminal)"`
 }
 
 // loadConfig reads the environment through getenv, then applies flags from
@@ -136,6 +137,7 @@ func (c *Config) validate() error {
 	check(c.CPUThreads >= 0, "CPU_THREADS must be >= 0")
 	check(c.Workers >= 0, "WORKERS must be >= 0")
 	check(c.ShutdownTimeout > 0, "SHUTDOWN_TIMEOUT must be > 0")
+	check(c.LivenessStallTimeout >= 0, "LIVENESS_STALL_TIMEOUT must be >= 0 (0 = off)")
 	check(c.InputPartitions > 0, "KAFKA_INPUT_PARTITIONS must be > 0")
 	check(c.TopicReplication > 0, "KAFKA_TOPIC_REPLICATION_FACTOR must be > 0")
 	check(c.SessionTimeout >= 6*time.Second, "KAFKA_SESSION_TIMEOUT must be >= 6s (brokers' group.min.session.timeout.ms)")

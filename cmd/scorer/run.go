@@ -123,6 +123,13 @@ func runService(ctx context.Context, e procEnv, args []string) error {
 	}
 	ready := cons.Ready
 	h.consumerReady.Store(&ready)
+	if cfg.LivenessStallTimeout > 0 {
+		h.progress.Store(&progressWatch{limit: cfg.LivenessStallTimeout, now: time.Now,
+			sample: func() (uint64, bool) {
+				cs, ps := cons.Stats(), stack.pool.Stats()
+				return cs.Published + cs.DeadLettered + ps.Batches, cs.Inflight > 0
+			}})
+	}
 
 	if *demoFile != "" {
 		go runDemo(ctx, demoOptions{file: *demoFile, limit: *demoLimit, cfg: cfg, sec: sec, out: e.stdout, stack: stack}, log)

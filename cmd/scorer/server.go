@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"sync/atomic"
@@ -26,6 +27,9 @@ type health struct {
 	// consumerReady reports broker reachable and group joined (an
 	// assignment received, possibly empty); nil until the consumer exists.
 	consumerReady atomic.Pointer[func() bool]
+	// progress fails /healthz when the pipeline is wedged; nil until the
+	// pipeline exists, or when LIVENESS_STALL_TIMEOUT is 0.
+	progress atomic.Pointer[progressWatch]
 }
 
 func newHealth(reg prometheus.Registerer) *health {
@@ -75,6 +79,17 @@ func startHTTP(addr string, reg *prometheus.Registry, h *health, log zerolog.Log
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
+		// A drain is bounded by SHUTDOWN_TIMEOUT already; only a running
+		// pipeline can be wedged.
+		if pw := h.progress.Load(); pw != nil && !h.shuttingDown.Load() {
+			if stalled, since := pw.stalled(); stalled {
+				log.Error().Dur("no_progress_for", since).Dur("limit", pw.limit).
+					Msg("liveness failing: records in flight and no inference, publish or dead letter")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = fmt.Fprintf(w, "stalled: records in flight and no progress for %s (limit %s)\n", since.Round(time.Second), pw.limit)
+				return
+			}
+		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {

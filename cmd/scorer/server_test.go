@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 )
@@ -48,4 +50,67 @@ func TestReadyGaugeAtScrape(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("/readyz = %d while shutting down, want 503", resp.StatusCode)
 	}
+}
+
+// TestHealthzFailsWhenStalled: /healthz turns 503 only when records are in
+// flight and nothing moved for longer than the limit; progress, an idle
+// pipeline and a shutdown keep it 200.
+func TestHealthzFailsWhenStalled(t *testing.T) {
+	reg := newRegistry()
+	h := newHealth(reg)
+	addr, stop, err := startHTTP("127.0.0.1:0", reg, h, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stop(context.Background()) })
+	var (
+		mu       sync.Mutex
+		now      = time.Unix(1_700_000_000, 0)
+		progress uint64
+		pending  bool
+	)
+	h.progress.Store(&progressWatch{limit: time.Minute,
+		now:    func() time.Time { mu.Lock(); defer mu.Unlock(); return now },
+		sample: func() (uint64, bool) { mu.Lock(); defer mu.Unlock(); return progress, pending }})
+	set := func(advance time.Duration, moved uint64, waiting bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		now, progress, pending = now.Add(advance), progress+moved, waiting
+	}
+	for _, step := range []struct {
+		name    string
+		advance time.Duration
+		moved   uint64
+		pending bool
+		want    int
+	}{
+		{"first look, work waiting", 0, 0, true, 200},
+		{"busy, progressing", 50 * time.Second, 3, true, 200},
+		{"no progress within the limit", 50 * time.Second, 0, true, 200},
+		{"no progress past the limit", 20 * time.Second, 0, true, 503},
+		{"still stuck", time.Hour, 0, true, 503},
+		{"a batch finished", time.Second, 1, true, 200},
+		{"idle for long", 2 * time.Hour, 0, false, 200},
+		{"work arrives after idling", time.Second, 0, true, 200},
+		{"stuck again past the limit", 61 * time.Second, 0, true, 503},
+	} {
+		set(step.advance, step.moved, step.pending)
+		if got := httpStatus(t, "http://"+addr+"/healthz"); got != step.want {
+			t.Errorf("%s: /healthz = %d, want %d", step.name, got, step.want)
+		}
+	}
+	h.shuttingDown.Store(true)
+	if got := httpStatus(t, "http://"+addr+"/healthz"); got != 200 {
+		t.Errorf("while draining: /healthz = %d, want 200 (the drain is bounded by SHUTDOWN_TIMEOUT)", got)
+	}
+}
+
+func httpStatus(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"sync"
+	"time"
+)
+
+// progressWatch tells a wedged pipeline from a busy one, for /healthz: work
+// is waiting (records in flight) and nothing has moved — no inference batch
+// finished, nothing published or dead-lettered — for longer than limit. A
+// hung run that ignored cancellation or a deadlock then fails liveness and
+// the orchestrator restarts the pod (the uncommitted records are
+// redelivered); a long transcript is not a stall, because its inference
+// batches keep finishing. An idle scorer is never stalled.
+type progressWatch struct {
+	limit time.Duration
+	// sample returns a counter that grows with any progress, and whether
+	// work is waiting.
+	sample func() (progress uint64, pending bool)
+	now    func() time.Time
+
+	mu       sync.Mutex
+	started  bool
+	last     uint64
+	lastMove time.Time
+}
+
+// stalled reports whether the pipeline has had work waiting and made no
+// progress for longer than the limit, and for how long. It is evaluated
+// at each call (the liveness probe's period), which is enough: any progress
+// between two calls shows as a changed counter.
+func (w *progressWatch) stalled() (bool, time.Duration) {
+	progress, pending := w.sample()
+	now := w.now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.started || progress != w.last || !pending {
+		w.started, w.last, w.lastMove = true, progress, now
+		return false, 0
+	}
+	since := now.Sub(w.lastMove)
+	return since > w.limit, since
+}
