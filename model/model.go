@@ -142,7 +142,7 @@ func loadGraph(opts LoadOptions) (*Model, int, error) {
 	if m.ONNXPath, err = findONNX(opts.Dir, opts.ONNXFile); err != nil {
 		return nil, 0, err
 	}
-	if m.SHA256, err = hashFile(m.ONNXPath); err != nil {
+	if m.SHA256, err = hashModel(m.ONNXPath); err != nil {
 		return nil, 0, err
 	}
 	if err := m.readGraph(); err != nil {
@@ -272,19 +272,42 @@ func findONNX(dir, name string) (string, error) {
 	return "", fmt.Errorf("model: %d ONNX files in %s, choose one: %s", len(cands), dir, strings.Join(rel, ", "))
 }
 
-// hashFile streams the file through SHA-256 so a multi-gigabyte graph is not
-// held in memory twice.
-func hashFile(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", fmt.Errorf("model: hashing ONNX file: %w", err)
-	}
-	defer f.Close()
+// externalDataSuffixes are the names exporters give the weights file of a
+// graph saved with external data (torch.onnx and optimum: model.onnx_data;
+// onnx.save_model's examples: model.onnx.data).
+var externalDataSuffixes = [...]string{"_data", ".data"}
+
+// hashModel is the model's version: the SHA-256 of the ONNX file, streamed
+// so a multi-gigabyte graph is not held in memory twice. When the export
+// keeps its weights in an external-data file beside the graph, that file
+// is hashed in after the graph: new weights under an unchanged graph must be
+// a new version. A graph without one hashes exactly as its file alone.
+func hashModel(path string) (string, error) {
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("model: hashing %s: %w", path, err)
+	if err := hashInto(h, path); err != nil {
+		return "", err
+	}
+	for _, suffix := range externalDataSuffixes {
+		data := path + suffix
+		if _, err := os.Stat(data); err == nil {
+			if err := hashInto(h, data); err != nil {
+				return "", err
+			}
+		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func hashInto(h io.Writer, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("model: hashing %s: %w", path, err)
+	}
+	defer f.Close()
+	if _, err := io.Copy(h, f); err != nil {
+		return fmt.Errorf("model: hashing %s: %w", path, err)
+	}
+	return nil
 }
 
 // readGraph fills InputNames and OutputName from the graph and checks that

@@ -289,3 +289,45 @@ func TestPickMaxLength(t *testing.T) {
 		}
 	}
 }
+
+// TestVersionCoversExternalData: a graph exported with its weights in an
+// external-data file beside it (model.onnx_data, model.onnx.data) gets a
+// version that covers those weights: changing only them changes the
+// version; the graph file alone still hashes as itself.
+func TestVersionCoversExternalData(t *testing.T) {
+	src := testenv.ModelDirs(t)[0]
+	plain := loadModel(t, LoadOptions{Dir: src}).SHA256
+	for _, name := range []string{"model.onnx_data", "model.onnx.data"} {
+		var versions []string
+		for _, weights := range []string{"weights v1", "weights v2"} {
+			dir := copyModelDir(t, src, func(map[string]any) {})
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(weights), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			versions = append(versions, loadModel(t, LoadOptions{Dir: dir}).SHA256)
+		}
+		if versions[0] == plain || versions[1] == plain || versions[0] == versions[1] {
+			t.Errorf("%s: versions graph-only %s, weights v1 %s, v2 %s: want three different", name, plain, versions[0], versions[1])
+		}
+	}
+	h := sha256.New()
+	for _, part := range [][]byte{mustRead(t, filepath.Join(src, "model.onnx")), []byte("weights v1")} {
+		h.Write(part)
+	}
+	dir := copyModelDir(t, src, func(map[string]any) {})
+	if err := os.WriteFile(filepath.Join(dir, "model.onnx_data"), []byte("weights v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := loadModel(t, LoadOptions{Dir: dir}).SHA256, hex.EncodeToString(h.Sum(nil)); got != want {
+		t.Errorf("version = %s, want SHA-256 of graph then weights %s", got, want)
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
