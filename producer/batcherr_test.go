@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/scorer/scorer/internal/kafkatest"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -50,19 +51,7 @@ func rejectProduce(c *kfake.Cluster, topic, marker string, code int16) {
 		if !hit {
 			return nil, nil, false
 		}
-		resp := preq.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range preq.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return kafkatest.ProduceError(preq, code), nil, true
 	})
 }
 
@@ -223,27 +212,19 @@ func TestDeadLetterInvalidTimestamp(t *testing.T) {
 	c.ControlKey(kmsg.Produce.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		preq := req.(*kmsg.ProduceRequest)
-		resp := preq.ResponseKind().(*kmsg.ProduceResponse)
 		old := false
 		for _, rt := range preq.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic = rt.Topic
 			for _, rp := range rt.Partitions {
 				var b kmsg.RecordBatch
 				if err := b.ReadFrom(rp.Records); err == nil && rt.Topic == dlq && b.FirstTimestamp < cutoff {
 					old = true
 				}
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = kerr.InvalidTimestamp.Code
-				st.Partitions = append(st.Partitions, sp)
 			}
-			resp.Topics = append(resp.Topics, st)
 		}
 		if !old {
 			return nil, nil, false
 		}
-		return resp, nil, true
+		return kafkatest.ProduceError(preq, kerr.InvalidTimestamp.Code), nil, true
 	})
 	cfg := testConfig(c)
 	cfg.DLQTopic = dlq

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/scorer/scorer/internal/kafkatest"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -293,20 +294,7 @@ func TestRetryAfterBrokerFault(t *testing.T) {
 			return nil, nil, false
 		}
 		failed.Add(1)
-		preq := req.(*kmsg.ProduceRequest)
-		resp := preq.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range preq.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = kerr.NotLeaderForPartition.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return kafkatest.ProduceError(req.(*kmsg.ProduceRequest), kerr.NotLeaderForPartition.Code), nil, true
 	})
 	cfg := testConfig(c)
 	cfg.RowsTopic = ""

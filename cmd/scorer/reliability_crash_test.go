@@ -31,11 +31,8 @@ func TestReliabilityCrashKill9(t *testing.T) {
 		group = "crash-drill"
 	)
 	start := time.Now()
-	file, ids := smallEvents(t, n, "CRASH")
 	broker := startBrokerProcess(t, 6)
-	if got := produceFile(t, broker, "transcripts", file); got != n {
-		t.Fatalf("produced %d of %d", got, n)
-	}
+	ids := produceSmallEvents(t, broker, n, "CRASH")
 	parts := partitionsOf(t, broker, "transcripts", nil)
 	out := watchTopic(t, broker, "transcripts.scored", nil)
 	env := relEnv(t, "KAFKA_BROKERS", broker, "KAFKA_GROUP_ID", group, "LABELS", "consumer weakness")
@@ -69,25 +66,10 @@ func TestReliabilityCrashKill9(t *testing.T) {
 	if err, d := signalAndWait(t, final, syscall.SIGTERM, 40*time.Second); err != nil {
 		t.Errorf("final scorer exited with %v after SIGTERM (%v)", err, d)
 	}
-	out.drain(t, nil, 30*time.Second)
 
-	msgs := out.snapshot()
-	bySrc, byCall := outputsBySource(t, msgs)
-	for _, id := range ids {
-		if byCall[id] == 0 {
-			t.Errorf("%s has no output", id)
-		}
-	}
+	msgs, bySrc, byCall := checkAllScored(t, broker, out, ids)
 	if len(byCall) != n {
 		t.Errorf("%d distinct call_ids in the output, want %d", len(byCall), n)
-	}
-	ends := endOffsets(t, broker, "transcripts", nil)
-	for p, end := range ends {
-		for o := int64(0); o < end; o++ {
-			if len(bySrc[sourceKey{p, o}]) == 0 {
-				t.Errorf("input %d/%d has no output", p, o)
-			}
-		}
 	}
 	// Duplicates: same call_id and source offset, scored again later, and
 	// only for offsets that were not committed at some kill.

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/scorer/scorer/internal/faultproxy"
+	"github.com/scorer/scorer/internal/kafkatest"
 )
 
 // startProxiedBroker is kfake in-process behind a faultproxy. kfake
@@ -63,33 +64,9 @@ func failRequests(c *kfake.Cluster, key int16, n int64, errCode int16) *atomic.I
 		failed.Add(1)
 		switch r := req.(type) {
 		case *kmsg.ProduceRequest:
-			resp := r.ResponseKind().(*kmsg.ProduceResponse)
-			for _, rt := range r.Topics {
-				st := kmsg.NewProduceResponseTopic()
-				st.Topic = rt.Topic
-				for _, rp := range rt.Partitions {
-					sp := kmsg.NewProduceResponseTopicPartition()
-					sp.Partition = rp.Partition
-					sp.ErrorCode = errCode
-					st.Partitions = append(st.Partitions, sp)
-				}
-				resp.Topics = append(resp.Topics, st)
-			}
-			return resp, nil, true
+			return kafkatest.ProduceError(r, errCode), nil, true
 		case *kmsg.OffsetCommitRequest:
-			resp := r.ResponseKind().(*kmsg.OffsetCommitResponse)
-			for _, rt := range r.Topics {
-				st := kmsg.NewOffsetCommitResponseTopic()
-				st.Topic = rt.Topic
-				for _, rp := range rt.Partitions {
-					sp := kmsg.NewOffsetCommitResponseTopicPartition()
-					sp.Partition = rp.Partition
-					sp.ErrorCode = errCode
-					st.Partitions = append(st.Partitions, sp)
-				}
-				resp.Topics = append(resp.Topics, st)
-			}
-			return resp, nil, true
+			return kafkatest.OffsetCommitError(r, errCode), nil, true
 		}
 		return nil, fmt.Errorf("unexpected request %T", req), true
 	})
@@ -113,10 +90,7 @@ func TestReliabilityBrokerFaults(t *testing.T) {
 	start := time.Now()
 	cluster, px := startProxiedBroker(t, 3)
 	broker := px.Addr()
-	file, ids := smallEvents(t, n, "FAULT")
-	if got := produceFile(t, broker, "transcripts", file); got != n {
-		t.Fatalf("produced %d of %d", got, n)
-	}
+	ids := produceSmallEvents(t, broker, n, "FAULT")
 	out := watchTopic(t, broker, "transcripts.scored", nil)
 	p := startScorerProcess(t, relEnv(t, "KAFKA_BROKERS", broker, "KAFKA_GROUP_ID", group, "LABELS", "consumer weakness",
 		"KAFKA_INPUT_PARTITIONS", "3"))
@@ -165,14 +139,7 @@ func TestReliabilityBrokerFaults(t *testing.T) {
 	if err, _ := signalAndWait(t, p, syscall.SIGTERM, 40*time.Second); err != nil {
 		t.Errorf("scorer exit after SIGTERM: %v", err)
 	}
-	out.drain(t, nil, 30*time.Second)
-	msgs := out.snapshot()
-	bySrc, byCall := outputsBySource(t, msgs)
-	for _, id := range ids {
-		if byCall[id] == 0 {
-			t.Errorf("%s has no output", id)
-		}
-	}
+	msgs, bySrc, _ := checkAllScored(t, broker, out, ids)
 	logText := p.log.String()
 	t.Logf("broker faults: %d inputs, %d outputs, %d duplicates, %v; scorer logged %d publish retries, %d commit failures, %d fetch retries, %d failed rejoins, %d generations",
 		n, len(msgs), len(msgs)-len(bySrc), time.Since(start).Round(time.Second),
@@ -208,8 +175,7 @@ func TestReliabilityBrokerDownAtStartup(t *testing.T) {
 	startBrokerProcessAt(t, addr, 3)
 	waitReady(t, metrics, 60*time.Second)
 	readyAfter := time.Since(brokerUp)
-	file, _ := smallEvents(t, 20, "LATE")
-	produceFile(t, addr, "transcripts", file)
+	produceSmallEvents(t, addr, 20, "LATE")
 	if got := readTopic(t, addr, "transcripts.scored", 20, 2*time.Minute); len(got) != 20 {
 		t.Fatalf("%d of 20 scored after the broker came up", len(got))
 	}

@@ -373,6 +373,40 @@ func outputsBySource(t testing.TB, msgs []kafka.Message) (map[sourceKey][]schema
 	return bySrc, byCall
 }
 
+// produceSmallEvents writes n smallEvents to the input topic and returns
+// their call_ids.
+func produceSmallEvents(t testing.TB, broker string, n int, prefix string) []string {
+	t.Helper()
+	file, ids := smallEvents(t, n, prefix)
+	if got := produceFile(t, broker, "transcripts", file); got != n {
+		t.Fatalf("produced %d of %d", got, n)
+	}
+	return ids
+}
+
+// checkAllScored drains out and fails the test for every call_id in ids and
+// every input offset without an output: the drills' no-loss check. It
+// returns the outputs, grouped by source offset and counted per call_id.
+func checkAllScored(t testing.TB, broker string, out *topicWatch, ids []string) ([]kafka.Message, map[sourceKey][]schema.ScoredTranscript, map[string]int) {
+	t.Helper()
+	out.drain(t, nil, 30*time.Second)
+	msgs := out.snapshot()
+	bySrc, byCall := outputsBySource(t, msgs)
+	for _, id := range ids {
+		if byCall[id] == 0 {
+			t.Errorf("%s has no output", id)
+		}
+	}
+	for p, end := range endOffsets(t, broker, "transcripts", nil) {
+		for o := int64(0); o < end; o++ {
+			if len(bySrc[sourceKey{p, o}]) == 0 {
+				t.Errorf("input %d/%d has no output", p, o)
+			}
+		}
+	}
+	return msgs, bySrc, byCall
+}
+
 // relEnv is baseEnv plus a metrics server on a free port: baseEnv's empty
 // METRICS_ADDR is read as unset (so the default :9464), which two scorer
 // processes on one machine cannot share.

@@ -23,11 +23,8 @@ func TestReliabilityRebalance(t *testing.T) {
 		group = "rebalance-drill"
 	)
 	start := time.Now()
-	file, ids := smallEvents(t, n, "REBAL")
 	broker := startBrokerProcess(t, 6)
-	if got := produceFile(t, broker, "transcripts", file); got != n {
-		t.Fatalf("produced %d of %d", got, n)
-	}
+	ids := produceSmallEvents(t, broker, n, "REBAL")
 	out := watchTopic(t, broker, "transcripts.scored", nil)
 	env := relEnv(t, "KAFKA_BROKERS", broker, "KAFKA_GROUP_ID", group, "LABELS", "consumer weakness", "CPU_THREADS", "1")
 
@@ -59,22 +56,8 @@ func TestReliabilityRebalance(t *testing.T) {
 			t.Errorf("member exited with %v after SIGTERM", err)
 		}
 	}
-	out.drain(t, nil, 30*time.Second)
-	msgs := out.snapshot()
-	bySrc, byCall := outputsBySource(t, msgs)
-	for _, id := range ids {
-		if byCall[id] == 0 {
-			t.Errorf("%s has no output", id)
-		}
-	}
+	msgs, bySrc, _ := checkAllScored(t, broker, out, ids)
 	dups := len(msgs) - len(bySrc)
-	for p, end := range endOffsets(t, broker, "transcripts", nil) {
-		for o := int64(0); o < end; o++ {
-			if len(bySrc[sourceKey{p, o}]) == 0 {
-				t.Errorf("input %d/%d has no output", p, o)
-			}
-		}
-	}
 	// Graceful leaves drain before they give partitions up, so redelivery
 	// is rare; a handful is allowed (a drain that overran RevokeTimeout).
 	if dups > 200 {
