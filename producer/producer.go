@@ -293,13 +293,19 @@ func (p *Producer) fullDeadLetter(d *schema.DeadLetter) (kafka.Message, error) {
 		return m, nil
 	}
 	m.Value = nil
-	m.Headers = append(m.Headers, kafka.Header{Key: HeaderDLQValueDropped, Value: []byte(strconv.Itoa(len(d.Value)))})
+	m.Headers = append(m.Headers, valueDropped(d))
 	if err := p.checkSize(m); err != nil {
 		return kafka.Message{}, err
 	}
 	p.log.Warn().Str("topic", d.Topic).Int("partition", d.Partition).Int64("offset", d.Offset).
 		Int("value_bytes", len(d.Value)).Msg("dead letter value too large for the DLQ; value dropped")
 	return m, nil
+}
+
+// valueDropped is the header that records the size of d's value when a
+// dead letter is written without it.
+func valueDropped(d *schema.DeadLetter) kafka.Header {
+	return kafka.Header{Key: HeaderDLQValueDropped, Value: []byte(strconv.Itoa(len(d.Value)))}
 }
 
 // minimalDeadLetter builds the smallest DLQ record that still says which
@@ -323,7 +329,7 @@ func (p *Producer) minimalDeadLetter(d *schema.DeadLetter, cause error) kafka.Me
 	}
 	if len(d.Value) > 0 {
 		dropped = append(dropped, "value")
-		hs = append(hs, kafka.Header{Key: HeaderDLQValueDropped, Value: []byte(strconv.Itoa(len(d.Value)))})
+		hs = append(hs, valueDropped(d))
 	}
 	if len(d.Headers) > 0 {
 		dropped = append(dropped, "headers")
