@@ -3,9 +3,14 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := build
 
 DEPS        := .deps
-ORT_VERSION := 1.30.0
-ORT_SHA256  := ffb75a925ba05e47b235bb66e3e3911714a80b328a9c9425539feb204aa32a23
+# ORT_VERSION/ORT_SHA256 are the core row of ORT_PINS (deploy tests keep them equal): one
+# CUDA-capable ONNX Runtime core that every test runs and both images ship.
+ORT_PINS    := deploy/ort/pins.txt
+ORT_VERSION := 1.29.0
+ORT_SHA256  := 89688f5cf51c7e31befbb7b9101bc027799009b18d1baa9a5b1146a72e69538d
 ORT_LIB     := $(abspath $(DEPS)/ort-$(ORT_VERSION)/libonnxruntime.so.1)
+ORT_CUDA_DIR := $(abspath $(DEPS)/ort-cuda)
+export ORT_CUDA_DIR
 SHARED      ?= $(abspath ../shared)
 MODEL_DIR   ?= $(SHARED)/models/nli-unigram-small
 TRANSCRIPTS ?= $(SHARED)/data/transcripts/transcripts.jsonl
@@ -22,17 +27,28 @@ HELM        := $(abspath $(DEPS)/bin/helm)
 export HELM
 FUZZTIME    ?= 15s
 
-.PHONY: build ort kcat helm test test-short fuzz vet fmt lint run bench golden image image-cuda clean
+.PHONY: build ort cuda-ort kcat helm test test-short fuzz vet fmt lint run bench golden image image-cuda clean
 
 build: $(BIN) ort
 
 $(BIN): $(GO_SOURCES)
 	$(GO) build -o $(BIN) ./cmd/scorer
 
-# ONNX Runtime's CPU library ships inside the onnxruntime-node npm package; we take only the .so.
+# ONNX Runtime's core library ships inside the onnxruntime-node npm package; we take only the .so.
 ort: $(ORT_LIB)
 $(ORT_LIB):
 	./scripts/fetch-ort.sh $(ORT_VERSION) $(ORT_SHA256) $(ORT_LIB)
+
+# The CUDA image's exact /opt/onnxruntime/lib (same names, same bytes): the core plus the CUDA
+# provider libraries of the same release, all from ORT_PINS. Built beside and renamed, so the
+# directory never holds a partial or stale set; the stamp beside it (not in it: the directory holds
+# only the image's files) records which pins it came from.
+cuda-ort: $(ORT_CUDA_DIR).pins
+$(ORT_CUDA_DIR).pins: $(ORT_PINS)
+	rm -rf $(ORT_CUDA_DIR).tmp
+	./scripts/fetch-ort.sh --pins $(ORT_PINS) cuda $(ORT_CUDA_DIR).tmp
+	rm -rf $(ORT_CUDA_DIR) && mv $(ORT_CUDA_DIR).tmp $(ORT_CUDA_DIR)
+	cp $(ORT_PINS) $@
 
 # kcat is the independent Kafka client the interop tests talk to: Debian's
 # package, installed system-wide when we may, else unpacked under .deps/kcat.
@@ -55,7 +71,7 @@ fmt:
 
 lint: fmt vet
 
-test: ort kcat helm lint
+test: ort cuda-ort kcat helm lint
 	$(GO) test -race -count=1 -timeout 45m ./...
 	$(MAKE) fuzz
 

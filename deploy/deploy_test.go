@@ -38,7 +38,8 @@ const (
 	chartDir       = "helm/scorer"
 	cmdConfig      = "../cmd/scorer/config.go"
 
-	wantORTVersion = "1.30.0"
+	wantORTVersion = "1.29.0"
+	ortPins        = "ort/pins.txt"
 	// kubeVersion passed to helm: a helm built with `go install` (no release ldflags) assumes
 	// Kubernetes v1.20, below the chart's kubeVersion constraint.
 	kubeVersion = "1.31.0"
@@ -645,8 +646,9 @@ func TestDockerfiles(t *testing.T) {
 		if env["NVIDIA_VISIBLE_DEVICES"] == "" {
 			t.Error("CUDA image sets no NVIDIA_VISIBLE_DEVICES")
 		}
-		// Every ORT file taken from the npm tarballs is checked against a pinned SHA-256 of the
-		// extracted file before it is installed.
+		// The ORT files come from the one pin list, installed by the same script as `make
+		// cuda-ort`, which checks every file's SHA-256 before installing any; the list's core is
+		// the Makefile's (and so the CPU image's and every test's) library.
 		var ort *stage
 		for i := range df.stages {
 			if df.stages[i].name == "ort" {
@@ -656,32 +658,65 @@ func TestDockerfiles(t *testing.T) {
 		if ort == nil {
 			t.Fatalf("%s: no ort stage", cudaDockerfile)
 		}
-		var run string
-		declared := map[string]bool{}
+		var run, copies string
 		for _, in := range ort.ins {
 			switch in.cmd {
 			case "RUN":
 				run += in.args + "\n"
-			case "ARG":
-				k, _, _ := strings.Cut(in.args, "=")
-				declared[k] = true
+			case "COPY":
+				copies += in.args + "\n"
 			}
 		}
-		if !regexp.MustCompile(`sha256sum (--strict )?-c`).MatchString(run) {
-			t.Errorf("%s: the ort stage does not verify the ORT files with sha256sum -c", cudaDockerfile)
+		if !strings.Contains(copies, "deploy/ort/pins.txt") || !strings.Contains(copies, "scripts/fetch-ort.sh") ||
+			!regexp.MustCompile(`fetch-ort\.sh --pins \S*pins\.txt cuda /opt/onnxruntime/lib\b`).MatchString(run) {
+			t.Errorf("%s: the ort stage does not install the cuda set of deploy/ort/pins.txt with scripts/fetch-ort.sh", cudaDockerfile)
+		}
+		if script, err := os.ReadFile("../scripts/fetch-ort.sh"); err != nil || !regexp.MustCompile(`sha256sum (--strict )?(--quiet )?-c`).Match(script) {
+			t.Errorf("scripts/fetch-ort.sh does not verify the ORT files with sha256sum -c (err %v)", err)
+		}
+		if v := df.globalArgs["ORT_VERSION"]; v != wantORTVersion {
+			t.Errorf("%s: ORT_VERSION = %q, want %s", cudaDockerfile, v, wantORTVersion)
+		}
+		pins, err := os.ReadFile(ortPins)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mk, err := os.ReadFile(makefile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		makeVar := func(name string) string {
+			m := regexp.MustCompile(`(?m)^` + name + `\s*:?=\s*(\S+)`).FindSubmatch(mk)
+			if m == nil {
+				return ""
+			}
+			return string(m[1])
 		}
 		sha256Re := regexp.MustCompile(`^[0-9a-f]{64}$`)
-		for arg, file := range map[string]string{
-			"ORT_CORE_SHA256":             "libonnxruntime.so",
-			"ORT_PROVIDERS_SHARED_SHA256": "libonnxruntime_providers_shared.so",
-			"ORT_PROVIDERS_CUDA_SHA256":   "libonnxruntime_providers_cuda.so",
-		} {
-			if !sha256Re.MatchString(df.globalArgs[arg]) {
-				t.Errorf("%s: ARG %s = %q, want the SHA-256 of %s", cudaDockerfile, arg, df.globalArgs[arg], file)
+		sets := map[string]int{}
+		for _, line := range strings.Split(string(pins), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+				continue
 			}
-			if !declared[arg] || !regexp.MustCompile(`"\$\{`+arg+`\}"\s+\S*/`+regexp.QuoteMeta(file)+`\s`).MatchString(run) {
-				t.Errorf("%s: the ort stage does not check %s against ${%s}", cudaDockerfile, file, arg)
+			if len(f) != 5 || !sha256Re.MatchString(f[4]) {
+				t.Errorf("%s: row %q: want set, package@version, path, name, SHA-256", ortPins, line)
+				continue
 			}
+			sets[f[0]]++
+			if f[0] == "core" {
+				if f[1] != "onnxruntime-node@"+makeVar("ORT_VERSION") || f[4] != makeVar("ORT_SHA256") ||
+					f[2] != "package/bin/napi-v6/linux/x64/libonnxruntime.so.1" || f[3] != "libonnxruntime.so.1" {
+					t.Errorf("%s: core row %q is not the Makefile's onnxruntime-node@%s libonnxruntime.so.1 %s",
+						ortPins, line, makeVar("ORT_VERSION"), makeVar("ORT_SHA256"))
+				}
+			}
+		}
+		if sets["core"] != 1 || sets["cuda"] < 2 {
+			t.Errorf("%s: %d core rows and %d cuda rows, want 1 and the provider libraries", ortPins, sets["core"], sets["cuda"])
+		}
+		if makeVar("ORT_PINS") != "deploy/"+ortPins {
+			t.Errorf("Makefile ORT_PINS = %q, want deploy/%s", makeVar("ORT_PINS"), ortPins)
 		}
 		checkEntrypoint(t, cudaDockerfile, fin, env)
 	})

@@ -34,6 +34,12 @@ type SessionConfig struct {
 	// GPUMemLimit is an explicit gpu_mem_limit in bytes; it wins over
 	// GPUMemFraction and GPUMemMargin.
 	GPUMemLimit uint64
+	// TF32 lets CUDA use TF32 tensor cores for float32 matrix products
+	// (the provider's use_tf32). Off by default: on Ampere and later GPUs
+	// it moves scores by more than 1e-4 against the CPU, enough to flip a
+	// decision near THRESHOLD; on it is faster. `scorer doctor` measures
+	// the difference on the host's GPU.
+	TF32 bool
 	// CUDAOptions are extra CUDA provider options, applied last (see ORT's
 	// CUDA execution provider documentation for keys).
 	CUDAOptions map[string]string
@@ -56,29 +62,57 @@ func SessionFactory(m *model.Model, cfg SessionConfig) EngineFactory {
 			}
 		case CUDA:
 			cudaOpts := cudaProviderOptions(dev, cfg)
-			opts.Configure = func(so *ort.SessionOptions) error {
-				po, err := ort.NewCUDAProviderOptions()
-				if err != nil {
-					return fmt.Errorf("gpupool: CUDA provider options: %w", err)
-				}
-				defer po.Destroy()
-				if err := po.Update(cudaOpts); err != nil {
-					return fmt.Errorf("gpupool: setting CUDA provider options %v: %w", cudaOpts, err)
-				}
-				if err := so.AppendExecutionProviderCUDA(po); err != nil {
-					return fmt.Errorf("gpupool: appending CUDA execution provider: %w", err)
-				}
-				return nil
-			}
+			opts.Configure = func(so *ort.SessionOptions) error { return appendCUDA(so, cudaOpts) }
+			// Memory patterns pre-plan one block per input shape from its
+			// first run; a shape's second run then asks the arena for one
+			// block of the whole peak that the first run's blocks cannot
+			// serve, doubling its footprint. Admission's memory model
+			// assumes a run allocates its activations as it goes.
+			opts.DisableMemPattern = true
+			opts.ShrinkArenas = fmt.Sprintf("gpu:%d", dev.Index)
 		default:
 			return nil, fmt.Errorf("gpupool: unknown device kind %v", dev.Kind)
 		}
 		s, err := m.NewSession(opts)
 		if err != nil {
-			return nil, fmt.Errorf("gpupool: opening %s session: %w", dev.Kind, err)
+			return nil, fmt.Errorf("gpupool: opening %s session: %w", dev.Kind, explain(err))
 		}
 		return s, nil
 	}
+}
+
+// appendCUDA adds the CUDA execution provider with opts to so. ORT loads
+// the provider libraries while the options are updated, so that step's
+// error is the one naming a missing file; both are diagnosed.
+func appendCUDA(so *ort.SessionOptions, opts map[string]string) error {
+	po, err := ort.NewCUDAProviderOptions()
+	if err != nil {
+		return fmt.Errorf("gpupool: CUDA provider options: %w", explain(err))
+	}
+	defer po.Destroy()
+	if err := po.Update(opts); err != nil {
+		return fmt.Errorf("gpupool: setting CUDA provider options: %w", explain(err))
+	}
+	if err := so.AppendExecutionProviderCUDA(po); err != nil {
+		return fmt.Errorf("gpupool: appending CUDA execution provider: %w", explain(err))
+	}
+	return nil
+}
+
+// CheckCUDA appends the CUDA execution provider for dev to throwaway
+// session options, exactly as SessionFactory does, without loading a model.
+// A nil error means ORT's CUDA provider loaded with its libraries, the CUDA
+// runtime and the driver; otherwise the error is a *CUDAProblem where the
+// cause is known (errors.As). The ORT environment must exist
+// (model.InitRuntime). Startup, `scorer doctor` and the packaging test use
+// it to say why the GPU path cannot work.
+func CheckCUDA(dev Device, cfg SessionConfig) error {
+	so, err := ort.NewSessionOptions()
+	if err != nil {
+		return fmt.Errorf("gpupool: creating session options: %w", err)
+	}
+	defer so.Destroy()
+	return appendCUDA(so, cudaProviderOptions(dev, cfg))
 }
 
 // DefaultGPUMemMargin is the least GPUMemMargin: 512 MiB covers a CUDA
@@ -92,6 +126,10 @@ func cudaProviderOptions(dev Device, cfg SessionConfig) map[string]string {
 	o := map[string]string{
 		"device_id":             strconv.Itoa(dev.Index),
 		"arena_extend_strategy": "kSameAsRequested",
+		"use_tf32":              "0",
+	}
+	if cfg.TF32 {
+		o["use_tf32"] = "1"
 	}
 	limit := cfg.GPUMemLimit
 	if limit == 0 && cfg.GPUMemFraction > 0 && dev.TotalMemory > 0 {

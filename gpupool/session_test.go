@@ -181,8 +181,11 @@ func TestCUDAProviderOptions(t *testing.T) {
 			t.Errorf("%s = %q, want %q", k, o[k], v)
 		}
 	}
-	if o := cudaProviderOptions(dev, SessionConfig{}); o["gpu_mem_limit"] != "" {
-		t.Errorf("no fraction or limit set, gpu_mem_limit = %q", o["gpu_mem_limit"])
+	if o := cudaProviderOptions(dev, SessionConfig{}); o["gpu_mem_limit"] != "" || o["use_tf32"] != "0" {
+		t.Errorf("no fraction or limit set: gpu_mem_limit = %q, use_tf32 = %q (want unset, 0: TF32 off by default)", o["gpu_mem_limit"], o["use_tf32"])
+	}
+	if o := cudaProviderOptions(dev, SessionConfig{TF32: true}); o["use_tf32"] != "1" {
+		t.Errorf("TF32 on: use_tf32 = %q", o["use_tf32"])
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 func TestMain(m *testing.M) {
 	lib := os.Getenv("ORT_LIB")
 	if lib == "" {
-		lib = filepath.Join(testenv.RepoRoot(), ".deps", "ort-1.30.0", "libonnxruntime.so.1")
+		lib = filepath.Join(testenv.RepoRoot(), ".deps", "ort-1.29.0", "libonnxruntime.so.1")
 	}
 	shutdown, err := InitRuntime(lib)
 	if err != nil {

@@ -1,9 +1,12 @@
 package model
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	ort "github.com/yalue/onnxruntime_go"
 
 	"github.com/scorer/scorer/internal/testenv"
 )
@@ -31,5 +34,30 @@ func TestInitRuntimeErrors(t *testing.T) {
 				t.Errorf("InitRuntime(%q) = %v, want a model: error mentioning %q", tc.lib, err, tc.want)
 			}
 		})
+	}
+}
+
+// TestProbeRuntime asks the real library for its providers through the C
+// API: the core every build ships is CUDA-capable, and a file that is not
+// ONNX Runtime is refused by name, not crashed on.
+func TestProbeRuntime(t *testing.T) {
+	info, err := ProbeRuntime(testenv.ORTLib(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.HasProvider("CUDAExecutionProvider") || !info.HasProvider("CPUExecutionProvider") {
+		t.Errorf("providers %v, want CUDAExecutionProvider and CPUExecutionProvider", info.Providers)
+	}
+	if info.Version != ort.GetVersion() {
+		t.Errorf("probe says version %q, the loaded environment %q", info.Version, ort.GetVersion())
+	}
+	notORT := filepath.Join(t.TempDir(), "libnot.so")
+	if err := os.WriteFile(notORT, []byte("not a library"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, lib := range []string{"", notORT, filepath.Join(t.TempDir(), "missing.so")} {
+		if _, err := ProbeRuntime(lib); err == nil || !strings.HasPrefix(err.Error(), "model: probing ONNX Runtime") {
+			t.Errorf("ProbeRuntime(%q) = %v, want a model: probing error", lib, err)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package model
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -21,6 +22,15 @@ type SessionOptions struct {
 	// created. It is how gpupool adds the CUDA execution provider without
 	// this package knowing about GPUs.
 	Configure func(*ort.SessionOptions) error
+	// DisableMemPattern turns off ORT's memory-pattern planning, which
+	// allocates one block of a shape's whole peak on its second run; a
+	// caller modelling device memory per batch (gpupool, for CUDA) needs
+	// allocations to follow the run.
+	DisableMemPattern bool
+	// ShrinkArenas is ORT's memory.enable_memory_arena_shrinkage run option
+	// value ("gpu:0", "cpu:0;gpu:0") used by ReleaseArena; empty means
+	// ReleaseArena is not supported.
+	ShrinkArenas string
 }
 
 // Session runs a Model's graph on one device. It is safe for concurrent use:
@@ -28,8 +38,9 @@ type SessionOptions struct {
 // tensors. Create one per device and keep it for the life of the process;
 // ORT does not return a destroyed session's memory reliably.
 type Session struct {
-	m    *Model
-	sess *ort.DynamicAdvancedSession
+	m      *Model
+	sess   *ort.DynamicAdvancedSession
+	shrink string // ShrinkArenas
 
 	// mu is read-held by every Run and write-held by Close, so Close waits
 	// for calls in flight and no call starts on a destroyed session.
@@ -57,6 +68,11 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 			return nil, fmt.Errorf("model: setting inter-op threads to %d: %w", opts.InterOpThreads, err)
 		}
 	}
+	if opts.DisableMemPattern {
+		if err := so.SetMemPattern(false); err != nil {
+			return nil, fmt.Errorf("model: disabling memory patterns: %w", err)
+		}
+	}
 	if opts.Configure != nil {
 		if err := opts.Configure(so); err != nil {
 			return nil, fmt.Errorf("model: configuring session for %s: %w", m.Name, err)
@@ -69,7 +85,47 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 		}
 		return nil, fmt.Errorf("model: creating session for %s: %w", m.ONNXPath, err)
 	}
-	return &Session{m: m, sess: sess}, nil
+	return &Session{m: m, sess: sess, shrink: opts.ShrinkArenas}, nil
+}
+
+// ErrNoArenaShrink is returned by ReleaseArena on a session created without
+// SessionOptions.ShrinkArenas.
+var ErrNoArenaShrink = errors.New("model: session has no arena to shrink")
+
+// ReleaseArena runs one minimal batch with ORT's arena-shrinkage run option,
+// so the device arena hands every region no tensor holds back to the device
+// at the end of the run. gpupool's calibration calls it between shapes so
+// each shape's memory is measured from an empty arena, not on top of the
+// previous shape's high-water mark.
+func (s *Session) ReleaseArena(ctx context.Context) error {
+	if s.shrink == "" {
+		return ErrNoArenaShrink
+	}
+	pairs := []Pair{{IDs: []int32{int32(s.m.Tokenizer.PadID())}, TypeIDs: []int32{0}}}
+	feeds, rows, length, err := s.buildInputs(pairs)
+	if err != nil {
+		return err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return ErrSessionClosed
+	}
+	inputs := make([]ort.Value, len(s.m.InputNames))
+	for i, name := range s.m.InputNames {
+		t, err := ort.NewTensor(ort.NewShape(int64(rows), int64(length)), feeds[name])
+		if err != nil {
+			return fmt.Errorf("model: creating %s tensor: %w", name, err)
+		}
+		defer t.Destroy()
+		inputs[i] = t
+	}
+	outputs := []ort.Value{nil}
+	if err := s.runWith(ctx, inputs, outputs, rows, length, map[string]string{"memory.enable_memory_arena_shrinkage": s.shrink}); err != nil {
+		return fmt.Errorf("model: releasing arena (%s): %w", s.shrink, err)
+	}
+	outputs[0].Destroy()
+	return nil
 }
 
 // Model is the model this session runs.
@@ -149,11 +205,21 @@ func (s *Session) Logits(ctx context.Context, pairs []Pair) ([][]float32, error)
 // when ctx ends: ORT's Run ignores Go contexts. run returns only after Run
 // has returned, so the caller may free the tensors.
 func (s *Session) run(ctx context.Context, inputs, outputs []ort.Value, rows, length int) error {
+	return s.runWith(ctx, inputs, outputs, rows, length, nil)
+}
+
+// runWith is run with extra run config entries (ORT's run option keys).
+func (s *Session) runWith(ctx context.Context, inputs, outputs []ort.Value, rows, length int, entries map[string]string) error {
 	ro, err := ort.NewRunOptions()
 	if err != nil {
 		return fmt.Errorf("model: creating run options: %w", err)
 	}
 	defer ro.Destroy()
+	for k, v := range entries {
+		if err := ro.AddRunConfigEntry(k, v); err != nil {
+			return fmt.Errorf("model: run option %s=%s: %w", k, v, err)
+		}
+	}
 
 	terminated := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {

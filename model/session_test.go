@@ -408,3 +408,39 @@ func TestNewSessionOptions(t *testing.T) {
 	}
 	s.Close()
 }
+
+// TestReleaseArenaAndMemPattern runs the options gpupool gives CUDA sessions
+// on the CPU: memory patterns off, and ReleaseArena's shrinkage run (with
+// the CPU arena as its target here) both leave scores unchanged, and a
+// session without ShrinkArenas says it cannot shrink.
+func TestReleaseArenaAndMemPattern(t *testing.T) {
+	m := loadModel(t, LoadOptions{Dir: testenv.ModelDirs(t)[0]})
+	plain := newSession(t, m)
+	s, err := m.NewSession(SessionOptions{IntraOpThreads: 1, DisableMemPattern: true, ShrinkArenas: "cpu:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	pairs := realPairs(t, m, sampleSentences...)
+	want, err := plain.ScorePairs(t.Context(), pairs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := range 2 {
+		got, err := s.ScorePairs(t.Context(), pairs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range want {
+			if d := math.Abs(float64(got[i] - want[i])); d > 1e-5 {
+				t.Errorf("round %d pair %d: %v, plain session %v", round, i, got[i], want[i])
+			}
+		}
+		if err := s.ReleaseArena(t.Context()); err != nil {
+			t.Fatalf("ReleaseArena: %v", err)
+		}
+	}
+	if err := plain.ReleaseArena(t.Context()); !errors.Is(err, ErrNoArenaShrink) {
+		t.Errorf("ReleaseArena without ShrinkArenas = %v, want ErrNoArenaShrink", err)
+	}
+}

@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
-# Fetches ONNX Runtime's CPU shared library out of the onnxruntime-node npm
-# package and installs it at the given path, checked against a pinned SHA-256.
+# Fetches ONNX Runtime's shared libraries out of npm packages, checks each
+# against a pinned SHA-256 and installs it. Two forms:
 #
 #   scripts/fetch-ort.sh VERSION SHA256 DEST
+#       the core library only: package/bin/napi-v6/linux/x64/libonnxruntime.so.1
+#       out of onnxruntime-node@VERSION, installed at DEST (the CPU image).
+#   scripts/fetch-ort.sh --pins PINS SET DESTDIR
+#       every row of the pin list PINS (deploy/ort/pins.txt) whose set is
+#       "core" or SET, installed in DESTDIR under its installed name; DESTDIR
+#       then holds exactly those files (`make ort`, `make cuda-ort`, the CUDA
+#       image).
 #
 # Registry fetches sometimes stall (npm's default fetch timeout is five
 # minutes, and a stalled 110 MB download once failed a CI run that way), so
@@ -10,47 +17,94 @@
 # whole fetch is retried with backoff. npm's own errors stay visible.
 set -euo pipefail
 
-version=${1:?version}
-want_sha=${2:?sha256}
-dest=${3:?destination path}
 attempts=${ORT_FETCH_ATTEMPTS:-5}
-inner=package/bin/napi-v6/linux/x64/libonnxruntime.so.1
-
 work=$(mktemp -d "${TMPDIR:-/tmp}/scorer-ort.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-fetch() {
+# rows: "package@version inner-path installed-name sha256", one per line.
+rows=()
+if [[ ${1:-} == --pins ]]; then
+	pins=${2:?pin list}
+	set_name=${3:?set (core or cuda)}
+	destdir=${4:?destination directory}
+	while read -r set spec inner name sha; do
+		[[ -z $set || $set == \#* ]] && continue
+		if [[ -z $sha || ! $sha =~ ^[0-9a-f]{64}$ ]]; then
+			echo "fetch-ort: $pins: bad row: $set $spec $inner $name $sha" >&2
+			exit 1
+		fi
+		if [[ $set == core || $set == "$set_name" ]]; then
+			rows+=("$spec $inner $name $sha")
+		fi
+	done <"$pins"
+	if ((${#rows[@]} == 0)); then
+		echo "fetch-ort: $pins has no row for set $set_name" >&2
+		exit 1
+	fi
+else
+	version=${1:?version}
+	want_sha=${2:?sha256}
+	dest=${3:?destination path}
+	destdir=$(dirname "$dest")
+	rows+=("onnxruntime-node@$version package/bin/napi-v6/linux/x64/libonnxruntime.so.1 $(basename "$dest") $want_sha")
+fi
+
+pack() {
+	local spec=$1 dir=$2
 	# A private cache keeps a half-written entry from a killed attempt (or a
 	# read-only home directory) from breaking the next one.
-	rm -rf "$work/pkg" "$work/cache"
-	mkdir -p "$work/pkg"
-	(cd "$work/pkg" && timeout 300 npm pack "onnxruntime-node@$version" \
+	rm -rf "$dir" "$work/cache"
+	mkdir -p "$dir"
+	(cd "$dir" && timeout 300 npm pack "$spec" \
 		--cache "$work/cache" --prefer-online --no-audit --no-fund --loglevel=warn \
 		--fetch-timeout=60000 --fetch-retries=2 \
 		--fetch-retry-mintimeout=2000 --fetch-retry-maxtimeout=15000 >/dev/null)
 }
 
-for ((i = 1; i <= attempts; i++)); do
-	if fetch; then
-		break
-	fi
-	if ((i == attempts)); then
-		echo "fetch-ort: npm pack onnxruntime-node@$version failed $attempts times" >&2
-		exit 1
-	fi
-	echo "fetch-ort: attempt $i of $attempts failed; retrying in $((i * 5)) s" >&2
-	sleep $((i * 5))
-done
+fetch() {
+	local spec=$1 dir=$2
+	for ((i = 1; i <= attempts; i++)); do
+		if pack "$spec" "$dir"; then
+			return 0
+		fi
+		if ((i == attempts)); then
+			echo "fetch-ort: npm pack $spec failed $attempts times" >&2
+			exit 1
+		fi
+		echo "fetch-ort: attempt $i of $attempts for $spec failed; retrying in $((i * 5)) s" >&2
+		sleep $((i * 5))
+	done
+}
 
-tar -xzf "$work/pkg/onnxruntime-node-$version.tgz" -C "$work" "$inner"
-got_sha=$(sha256sum "$work/$inner" | cut -d' ' -f1)
-if [[ $got_sha != "$want_sha" ]]; then
-	echo "fetch-ort: $inner has SHA-256 $got_sha, want $want_sha" >&2
+# Fetch each package once, extract and check every file before installing
+# any, so a bad pin never leaves a half-updated directory.
+declare -A packed
+sums=$work/SHA256SUMS
+: >"$sums"
+for row in "${rows[@]}"; do
+	read -r spec inner name sha <<<"$row"
+	dir=$work/pkg-${spec//[^A-Za-z0-9._-]/_}
+	if [[ -z ${packed[$spec]:-} ]]; then
+		fetch "$spec" "$dir"
+		packed[$spec]=$dir
+	fi
+	mkdir -p "$work/out"
+	tar -xzf "$dir"/*.tgz -C "$dir" "$inner"
+	mv "$dir/$inner" "$work/out/$name"
+	printf '%s  %s\n' "$sha" "$work/out/$name" >>"$sums"
+done
+if ! sha256sum --strict --quiet -c "$sums" >&2; then
+	echo "fetch-ort: SHA-256 mismatch against the pins (got below)" >&2
+	(cd "$work/out" && sha256sum -- *) >&2
 	exit 1
 fi
-mkdir -p "$(dirname "$dest")"
+mkdir -p "$destdir"
 # Rename within the destination directory so an interrupted install never
 # leaves a truncated library where make would take it as done.
-cp "$work/$inner" "$dest.tmp"
-mv "$dest.tmp" "$dest"
-echo "fetch-ort: installed ONNX Runtime $version at $dest"
+for f in "$work"/out/*; do
+	name=$(basename "$f")
+	cp "$f" "$destdir/$name.tmp"
+	chmod 0644 "$destdir/$name.tmp"
+	mv "$destdir/$name.tmp" "$destdir/$name"
+	echo "fetch-ort: installed $name at $destdir"
+done

@@ -65,10 +65,25 @@ func ORTLib(t testing.TB) string {
 	t.Helper()
 	lib := os.Getenv("ORT_LIB")
 	if lib == "" {
-		lib = filepath.Join(RepoRoot(), ".deps", "ort-1.30.0", "libonnxruntime.so.1")
+		lib = filepath.Join(RepoRoot(), ".deps", "ort-1.29.0", "libonnxruntime.so.1")
 	}
 	if _, err := os.Stat(lib); err != nil {
 		t.Fatalf("ONNX Runtime library not found at %s (run `make ort` or set ORT_LIB): %v", lib, err)
 	}
 	return lib
+}
+
+// ORTCUDADir is the CUDA image's ONNX Runtime directory, the core and its
+// CUDA provider libraries: $ORT_CUDA_DIR, or the one `make cuda-ort` puts
+// under .deps.
+func ORTCUDADir(t testing.TB) string {
+	t.Helper()
+	dir := os.Getenv("ORT_CUDA_DIR")
+	if dir == "" {
+		dir = filepath.Join(RepoRoot(), ".deps", "ort-cuda")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "libonnxruntime.so.1")); err != nil {
+		t.Fatalf("CUDA ONNX Runtime files not found in %s (run `make cuda-ort` or set ORT_CUDA_DIR): %v", dir, err)
+	}
+	return dir
 }
