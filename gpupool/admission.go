@@ -4,15 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/scorer/scorer/model"
 )
 
 // memEstimate is a GPU's memory model: running a batch of rows × len padded
-// tokens needs about base + perToken·rows·len bytes beyond the weights.
+// tokens needs about base + perToken·rows·len + perTokenLen·rows·len² bytes
+// beyond the weights. The len² term is attention: every layer holds
+// rows·heads·len² scores (and their softmax) at once, which for long pairs
+// outgrows everything linear in the tokens.
 type memEstimate struct {
-	base, perToken float64
+	base, perToken, perTokenLen float64
 	// weights is what opening the engine took; usedBase is device memory
 	// in use right after that, before any batch ran.
 	weights, usedBase uint64
@@ -22,8 +26,28 @@ type memEstimate struct {
 	calibrated bool
 }
 
-func (e memEstimate) bytes(tokens int) float64 {
-	return max(0, e.base+e.perToken*float64(tokens))
+// fragmentationMargin is added to every estimate: a BFC arena serves a
+// request from a free chunk at least as large, so a run can need more than
+// its tensors' sum when the free space is split (kSameAsRequested growth
+// keeps this small, not zero).
+const fragmentationMargin = 0.10
+
+// bytes is what a rows × length batch needs, margin included.
+func (e memEstimate) bytes(rows, length int) float64 {
+	r, l := float64(rows), float64(length)
+	return max(0, e.base+e.perToken*r*l+e.perTokenLen*r*l*l) * (1 + fragmentationMargin)
+}
+
+// maxRows is the most rows of length tokens whose estimate fits in room
+// bytes; 0 when not even one row does.
+func (e memEstimate) maxRows(length int, room float64) int {
+	l := float64(length)
+	per := (e.perToken*l + e.perTokenLen*l*l) * (1 + fragmentationMargin)
+	avail := room - max(0, e.base)*(1+fragmentationMargin)
+	if per <= 0 || avail <= 0 {
+		return 0
+	}
+	return int(min(avail/per, 1<<30))
 }
 
 // admission is one admission decision.
@@ -53,8 +77,8 @@ func (a admission) decision() string {
 // included, once) plus the need stays under MemFraction of total. Probe
 // errors other than a lost GPU admit: the run itself is the better judge,
 // and an OOM there splits the batch anyway.
-func (p *Pool) admit(d *device, tokens int) admission {
-	est := d.est.bytes(tokens)
+func (p *Pool) admit(d *device, rows, length int) admission {
+	est := d.est.bytes(rows, length)
 	if p.probe == nil {
 		return p.reserve(d, admission{ok: true, reason: "no_probe", est: est})
 	}
@@ -71,13 +95,14 @@ func (p *Pool) admit(d *device, tokens int) admission {
 	p.m.gpuMemUsed.WithLabelValues(label).Set(float64(used))
 	limit := p.cfg.memFraction * float64(total)
 	head := float64(p.cfg.headroom)
-	// Other tenants come and go, so only our own weights count against
-	// what the device could ever give a batch.
-	if float64(d.est.weights)+est+head > limit {
-		return admission{reason: "too_large", est: est, neverFits: true}
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	budget := p.budgetLocked(d)
+	// Other tenants come and go, so only our own weights count against
+	// what the device could ever give a batch.
+	if float64(d.est.weights)+est+head > min(limit, budget) {
+		return admission{reason: "too_large", est: est, neverFits: true}
+	}
 	// What our arena holds: growth since the engine opened, but never more
 	// than the largest footprint we caused, since other tenants grow too.
 	held := min(max(0, float64(used)-float64(d.est.usedBase)), d.arenaPeak)
@@ -85,10 +110,16 @@ func (p *Pool) admit(d *device, tokens int) admission {
 	// (held less what running batches reserve) is credited here, so the
 	// checks below count those bytes once, inside used.
 	need := max(0, est-max(0, held-d.reserved))
+	// Our own footprint after admitting: weights plus an arena at least as
+	// large as every batch running at once. It must stay in our budget
+	// whatever the device has free, so a neighbour keeps its share.
+	own := float64(d.est.weights) + max(d.arenaPeak, d.reserved+est)
 	switch {
 	case need == 0:
 		d.reserved += est
 		return admission{ok: true, reason: "arena", est: est}
+	case own > budget:
+		return admission{reason: "mem_limit", est: est}
 	case float64(free) < need+head:
 		return admission{reason: "free_memory", est: est}
 	case float64(used)+need > limit:
@@ -97,6 +128,17 @@ func (p *Pool) admit(d *device, tokens int) admission {
 	d.reserved += est
 	d.arenaPeak = max(d.arenaPeak, d.reserved)
 	return admission{ok: true, reason: "fits", est: est}
+}
+
+// budgetLocked is this process's memory budget on d: GPU_MEM_LIMIT, or
+// MemFraction of the device when no limit is set, and never above
+// MemFraction.
+func (p *Pool) budgetLocked(d *device) float64 {
+	limit := p.cfg.memFraction * float64(d.dev.TotalMemory)
+	if b := p.cfg.memLimit.Of(d.dev.TotalMemory); b > 0 {
+		return min(float64(b), limit)
+	}
+	return limit
 }
 
 func (p *Pool) reserve(d *device, a admission) admission {
@@ -131,26 +173,50 @@ func (p *Pool) updateHeat(d *device) {
 	}
 }
 
-// defaultShapes is the calibration ladder: one small batch, then a batch
-// filling the token budget at several lengths up to maxLen, in increasing
-// size so the arena's growth after each is that batch's footprint.
+// defaultShapes is the calibration ladder: lengths from 32 to maxLen at
+// the row count that fills the token budget at maxLen (so the len² term is
+// seen apart from the linear one), and row counts from 1 to the budget's at
+// a fixed 128 tokens (so per-row cost is seen apart from the intercept). In
+// increasing size, so an engine that cannot release its arena between
+// shapes still reads each shape's own footprint as its growth.
 func defaultShapes(maxTokens, maxRows, maxLen int) []Shape {
-	out := []Shape{{Rows: 1, Len: min(32, maxLen)}}
-	for _, l := range []int{64, 128, 256, maxLen} {
-		if l > maxLen {
-			continue
+	rowsAtMax := max(1, min(maxRows, maxTokens/maxLen))
+	var out []Shape
+	for _, l := range []int{32, 64, 128, 256, maxLen} {
+		if l <= maxLen {
+			out = append(out, Shape{Rows: rowsAtMax, Len: l})
 		}
-		rows := max(1, min(maxRows, maxTokens/l))
-		out = append(out, Shape{Rows: rows, Len: l})
 	}
-	slices.SortStableFunc(out, func(a, b Shape) int { return a.Rows*a.Len - b.Rows*b.Len })
+	l0 := min(128, maxLen)
+	full := max(1, min(maxRows, maxTokens/l0))
+	for _, r := range []int{1, max(1, full/4), full} {
+		out = append(out, Shape{Rows: r, Len: l0})
+	}
+	slices.SortStableFunc(out, func(a, b Shape) int {
+		if c := a.Rows*a.Len - b.Rows*b.Len; c != 0 {
+			return c
+		}
+		return a.Len - b.Len
+	})
 	return slices.Compact(out)
 }
 
-// calibrate learns dev's memory model by running warm-up batches of rising
-// size and fitting bytes ≈ a + b·tokens by least squares to the growth of
-// used memory after each. Without a usable fit it keeps the configured
-// fallback estimate and says so. An error other than OOM means the engine
+// ArenaReleaser is an optional Engine extension: ReleaseArena returns the
+// memory the engine's arena holds but no tensor uses to the device
+// (model.Session does it with ORT's arena-shrinkage run option).
+// Calibration calls it before each shape so every shape is measured from
+// an empty arena rather than on top of the largest shape before it.
+type ArenaReleaser interface {
+	ReleaseArena(ctx context.Context) error
+}
+
+// calibrate learns dev's memory model: after one small run that absorbs
+// CUDA's one-off initialisation, it runs each calibration shape from an
+// emptied arena (ArenaReleaser; otherwise in rising size, reading the
+// arena's high-water mark) and fits bytes ≈ a + b·rows·len + c·rows·len² by
+// least squares to the memory each shape added. A shape that runs out of
+// memory is left out. Without a usable fit it keeps the configured fallback
+// estimate and says so. An error other than OOM means the engine
 // cannot run on this device, so the device is not used.
 //
 // Memory is measured per process where the probe can (ProcessMemoryReader
@@ -198,14 +264,34 @@ func (p *Pool) calibrate(ctx context.Context, dev Device, eng Engine, usedBefore
 	if len(shapes) == 0 {
 		shapes = defaultShapes(p.cfg.maxBatchTokens, p.cfg.maxBatchRows, maxLen)
 	}
-	var xs, ys []float64
+	rel, canRelease := eng.(ArenaReleaser)
+	if canRelease {
+		// One small run first: CUDA's lazy initialisation (cuBLAS handles,
+		// kernels) costs memory once, and must not land in the intercept
+		// of every batch.
+		warm := Shape{Rows: 1, Len: min(8, maxLen)}
+		if _, err := eng.ScorePairs(ctx, syntheticPairs(warm, cal.TokenID)); err != nil {
+			return est, fmt.Errorf("gpupool: %s: calibration warm-up: %w", dev.Label(), err)
+		}
+	}
+	var pts []memPoint
+	var peak float64
 	for _, s := range shapes {
+		start := base
+		if canRelease {
+			if err := rel.ReleaseArena(ctx); err != nil {
+				p.log.Warn().Err(err).Str("device", dev.Label()).Msg("gpupool: cannot release the arena between calibration shapes; readings are high-water marks")
+				canRelease = false
+			} else if start, err = read(); err != nil {
+				break
+			}
+		}
 		pairs := syntheticPairs(s, cal.TokenID)
 		if _, err := eng.ScorePairs(ctx, pairs); err != nil {
 			if errors.Is(err, model.ErrOutOfMemory) {
 				p.log.Warn().Err(err).Str("device", dev.Label()).Int("rows", s.Rows).Int("len", s.Len).
-					Msg("gpupool: calibration batch ran out of memory; fitting the smaller ones")
-				break
+					Msg("gpupool: calibration batch ran out of memory; fitting the others")
+				continue
 			}
 			return est, fmt.Errorf("gpupool: %s: calibration batch %dx%d: %w", dev.Label(), s.Rows, s.Len, err)
 		}
@@ -213,18 +299,100 @@ func (p *Pool) calibrate(ctx context.Context, dev Device, eng Engine, usedBefore
 		if err != nil {
 			break
 		}
-		xs = append(xs, float64(s.Rows*s.Len))
-		ys = append(ys, float64(used)-float64(base))
+		y := float64(used) - float64(start)
+		peak = max(peak, float64(used)-float64(base))
+		pts = append(pts, memPoint{rows: s.Rows, length: s.Len, bytes: y})
 	}
-	a, b, ok := fitLine(xs, ys)
-	if !ok || b <= 0 {
-		p.log.Warn().Str("device", dev.Label()).Int("points", len(xs)).
+	a, b, c, ok := fitMemory(pts)
+	if !ok {
+		p.log.Warn().Str("device", dev.Label()).Int("points", len(pts)).
 			Msg("gpupool: calibration gave no usable fit, using fallback memory estimate")
 		return est, nil
 	}
-	est.base, est.perToken, est.calibrated = max(0, a), b, true
-	est.arena = slices.Max(ys)
+	est.base, est.perToken, est.perTokenLen, est.calibrated = max(0, a), b, c, true
+	if canRelease {
+		// The arena was emptied before the last shape; it now holds that
+		// shape's footprint only.
+		if used, err := read(); err == nil {
+			peak = max(0, float64(used)-float64(base))
+		}
+	}
+	est.arena = peak
 	return est, nil
+}
+
+// memPoint is one calibration reading: a rows × length batch needed bytes.
+type memPoint struct {
+	rows, length int
+	bytes        float64
+}
+
+// fitMemory fits bytes ≈ a + b·rows·len + c·rows·len² by least squares.
+// A negative c (no visible quadratic growth, or noise) falls back to the
+// line a + b·rows·len; ok is false when even that has no positive slope.
+func fitMemory(pts []memPoint) (a, b, c float64, ok bool) {
+	xs := make([]float64, len(pts))
+	qs := make([]float64, len(pts))
+	ys := make([]float64, len(pts))
+	lens := map[int]bool{}
+	for i, pt := range pts {
+		r, l := float64(pt.rows), float64(pt.length)
+		xs[i], qs[i], ys[i] = r*l, r*l*l, pt.bytes
+		lens[pt.length] = true
+	}
+	if len(lens) >= 3 {
+		if a, b, c, ok := fitPlane(xs, qs, ys); ok && c >= 0 && b >= 0 && (b > 0 || c > 0) {
+			return a, b, c, true
+		}
+	}
+	a, b, ok = fitLine(xs, ys)
+	if !ok || b <= 0 {
+		return 0, 0, 0, false
+	}
+	return a, b, 0, true
+}
+
+// fitPlane is least squares for y = a + b·x + c·q, solved on centred and
+// scaled columns (x reaches 1e4 and q 1e7, so raw normal equations lose
+// precision); ok is false when the columns are degenerate.
+func fitPlane(xs, qs, ys []float64) (a, b, c float64, ok bool) {
+	n := float64(len(xs))
+	if len(xs) < 3 {
+		return 0, 0, 0, false
+	}
+	mean := func(v []float64) float64 {
+		s := 0.0
+		for _, x := range v {
+			s += x
+		}
+		return s / n
+	}
+	mx, mq, my := mean(xs), mean(qs), mean(ys)
+	var sx, sq float64
+	for i := range xs {
+		sx = max(sx, math.Abs(xs[i]-mx))
+		sq = max(sq, math.Abs(qs[i]-mq))
+	}
+	if sx == 0 || sq == 0 {
+		return 0, 0, 0, false
+	}
+	var sxx, sxq, sqq, sxy, sqy float64
+	for i := range xs {
+		x, q, y := (xs[i]-mx)/sx, (qs[i]-mq)/sq, ys[i]-my
+		sxx += x * x
+		sxq += x * q
+		sqq += q * q
+		sxy += x * y
+		sqy += q * y
+	}
+	det := sxx*sqq - sxq*sxq
+	if math.Abs(det) < 1e-12*sxx*sqq {
+		return 0, 0, 0, false
+	}
+	b = (sxy*sqq - sqy*sxq) / det / sx
+	c = (sqy*sxx - sxy*sxq) / det / sq
+	a = my - b*mx - c*mq
+	return a, b, c, true
 }
 
 // processMemory returns the probe's per-process reader and this process's

@@ -204,19 +204,19 @@ func TestAdmissionArenaCoveredBatchIgnoresFraction(t *testing.T) {
 	}
 	// Our context and workspaces push used past the limit: 900 MiB.
 	probe.set(0, func(g *fakeGPU) { g.used = 900 << 20 })
-	small := p.admit(d, 1024) // about 52 MiB, inside the arena
+	small := p.admit(d, 4, 256) // about 52 MiB, inside the arena
 	if !small.ok || small.reason != "arena" {
 		t.Fatalf("batch inside the arena: %+v, want admitted (arena)", small)
 	}
 	// A second such batch while the first runs still fits the arena.
-	second := p.admit(d, 1024)
+	second := p.admit(d, 4, 256)
 	if !second.ok {
 		t.Fatalf("second batch inside the arena: %+v", second)
 	}
 	p.mu.Lock()
 	d.reserved -= small.est + second.est
 	p.mu.Unlock()
-	big := p.admit(d, 16384+8192) // beyond the arena: needs new memory
+	big := p.admit(d, 96, 256) // beyond the arena: needs new memory
 	if big.ok || big.reason != "mem_fraction" || big.neverFits {
 		t.Fatalf("batch beyond the arena: %+v, want refused on mem_fraction", big)
 	}

@@ -3,6 +3,8 @@ package gpupool
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,8 +42,11 @@ type Shape struct{ Rows, Len int }
 
 // Calibration configures how the pool learns each GPU's memory cost per
 // batch. At start every CUDA device runs a few warm-up batches of different
-// shapes, measures device memory after each, and fits bytes ≈ a + b·rows·len;
-// admission then asks for that much free memory before each batch. The zero
+// shapes (lengths varied at fixed rows, rows varied at fixed length), each
+// measured from an emptied arena where the engine can release it
+// (ArenaReleaser), and fits bytes ≈ a + b·rows·len + c·rows·len²; admission
+// then asks for that much (plus a 10% fragmentation margin) before each
+// batch, and the planner caps rows per batch so long pairs fit. The zero
 // value means "calibrate with the default shapes".
 type Calibration struct {
 	// Disabled skips the warm-up runs; admission then uses FallbackBase and
@@ -60,7 +65,8 @@ type Calibration struct {
 	TokenID int32
 	// FallbackBase and FallbackPerToken are the estimate used when
 	// calibration is disabled or fails (defaults 64 MiB and 256 KiB: a
-	// generous guess for base-sized encoders).
+	// generous guess for base-sized encoders; it has no len² term, so
+	// calibrate for models with long inputs).
 	FallbackBase, FallbackPerToken uint64
 }
 
@@ -94,6 +100,8 @@ type cfg struct {
 	hotUtilization    uint32
 	coolUtilization   uint32
 	afterCUDAInit     func()
+	memLimit          MemLimit
+	probation         time.Duration
 }
 
 func defaultCfg() cfg {
@@ -111,6 +119,7 @@ func defaultCfg() cfg {
 		admissionBackoff:  20 * time.Millisecond,
 		hotUtilization:    95,
 		coolUtilization:   80,
+		probation:         5 * time.Minute,
 	}
 }
 
@@ -150,6 +159,12 @@ func (c *cfg) validate() error {
 	}
 	if c.maxAttempts < 1 {
 		errs = append(errs, fmt.Errorf("MaxAttempts %d < 1", c.maxAttempts))
+	}
+	if err := c.memLimit.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.probation <= 0 {
+		errs = append(errs, fmt.Errorf("Probation %v <= 0", c.probation))
 	}
 	if c.admissionBackoff <= 0 {
 		errs = append(errs, fmt.Errorf("AdmissionBackoff %v <= 0", c.admissionBackoff))
@@ -291,3 +306,79 @@ func UtilizationHysteresis(cool, hot uint32) Option {
 // for anything cmd/scorer must redo at that point (handlers for other
 // signals it owns, or a check that shutdown signals still arrive).
 func AfterCUDAInit(fn func()) Option { return optFunc(func(c *cfg) { c.afterCUDAInit = fn }) }
+
+// MemLimit is this process's share of each GPU's memory: Bytes, or a
+// Fraction of the device's total; the zero value means no per-process
+// limit (MemFraction alone bounds the device).
+type MemLimit struct {
+	Bytes    uint64
+	Fraction float64
+}
+
+// ParseMemLimit reads GPU_MEM_LIMIT: "" or "0" for none, a fraction of the
+// device in (0, 1] ("0.45"), or bytes with an optional binary or decimal
+// unit ("12GiB", "12G", "12884901888").
+func ParseMemLimit(s string) (MemLimit, error) {
+	s = strings.TrimSpace(s)
+	if s == "" || s == "0" {
+		return MemLimit{}, nil
+	}
+	if strings.Contains(s, ".") && strings.Trim(s, "0123456789.") == "" {
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil || !(f > 0 && f <= 1) {
+			return MemLimit{}, fmt.Errorf("gpupool: GPU memory limit %q: a fraction must be in (0, 1]", s)
+		}
+		return MemLimit{Fraction: f}, nil
+	}
+	num := strings.TrimRight(s, "KMGTiBkmgtb")
+	unit := strings.ToUpper(strings.TrimSpace(s[len(num):]))
+	mult := map[string]uint64{"": 1, "B": 1, "K": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9, "T": 1e12, "TB": 1e12,
+		"KI": 1 << 10, "KIB": 1 << 10, "MI": 1 << 20, "MIB": 1 << 20, "GI": 1 << 30, "GIB": 1 << 30, "TI": 1 << 40, "TIB": 1 << 40}[unit]
+	n, err := strconv.ParseUint(strings.TrimSpace(num), 10, 64)
+	if err != nil || mult == 0 || n == 0 {
+		return MemLimit{}, fmt.Errorf("gpupool: GPU memory limit %q: want bytes (12GiB, 12884901888) or a fraction (0.45)", s)
+	}
+	return MemLimit{Bytes: n * mult}, nil
+}
+
+func (m MemLimit) validate() error {
+	if m.Bytes > 0 && m.Fraction > 0 {
+		return errors.New("MemLimit: both Bytes and Fraction set")
+	}
+	if m.Fraction < 0 || m.Fraction > 1 {
+		return fmt.Errorf("MemLimit fraction %v not in [0, 1]", m.Fraction)
+	}
+	return nil
+}
+
+// Of is the limit on a device of total bytes; 0 means none.
+func (m MemLimit) Of(total uint64) uint64 {
+	if m.Bytes > 0 {
+		return m.Bytes
+	}
+	return uint64(m.Fraction * float64(total))
+}
+
+// String prints the limit as configured.
+func (m MemLimit) String() string {
+	switch {
+	case m.Bytes > 0:
+		return strconv.FormatUint(m.Bytes, 10)
+	case m.Fraction > 0:
+		return strconv.FormatFloat(m.Fraction, 'g', -1, 64)
+	}
+	return "0"
+}
+
+// GPUMemLimit sets this process's memory budget on each GPU (default none):
+// admission keeps our weights, arena and running batches within it, as well
+// as within MemFraction of the device and its free memory, so two scorers
+// sharing a GPU each stay in their share. SessionFactory callers pass the
+// same value as SessionConfig.GPUMemBudget, which caps ORT's arena under it.
+func GPUMemLimit(l MemLimit) Option { return optFunc(func(c *cfg) { c.memLimit = l }) }
+
+// Probation is how long a degraded GPU rests before the pool tries it again
+// with a one-pair batch (default 5m); on success it takes work again. A lost
+// GPU (NVML says so) is re-probed the same way, and stays out while NVML
+// still reports it lost.
+func Probation(d time.Duration) Option { return optFunc(func(c *cfg) { c.probation = d }) }

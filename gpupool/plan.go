@@ -14,8 +14,11 @@ import (
 // stretched over very different lengths just because the budget allows it,
 // nor cut into slivers that waste per-run overhead. A pair longer than
 // maxTokens on its own becomes a batch of one: it cannot be made smaller and
-// must still be scored. Each batch lists indices into pairs, shortest first.
-func planBatches(pairs []model.Pair, maxTokens, maxRows, overhead int) [][]int {
+// must still be scored. rowCap, when not nil, further caps the rows of a
+// batch whose longest pair has the given length (the GPU memory model's
+// answer); it must not grow with length. Each batch lists indices into
+// pairs, shortest first.
+func planBatches(pairs []model.Pair, maxTokens, maxRows, overhead int, rowCap func(length int) int) [][]int {
 	n := len(pairs)
 	if n == 0 {
 		return nil
@@ -34,8 +37,12 @@ func planBatches(pairs []model.Pair, maxTokens, maxRows, overhead int) [][]int {
 	cut := make([]int, n+1)
 	for j := 1; j <= n; j++ {
 		l := length(j - 1)
+		limit := maxRows
+		if rowCap != nil {
+			limit = max(1, min(limit, rowCap(l)))
+		}
 		cost[j] = -1
-		for i := j - 1; i >= 0 && j-i <= maxRows; i-- {
+		for i := j - 1; i >= 0 && j-i <= limit; i-- {
 			rows := j - i
 			if rows > 1 && rows*l > maxTokens {
 				break

@@ -24,7 +24,7 @@ func TestPlanBatchesRespectsBudgetAndCoversEveryPair(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			pairs := makePairs(tc.lens)
-			batches := planBatches(pairs, tc.maxTokens, tc.maxRow, 64)
+			batches := planBatches(pairs, tc.maxTokens, tc.maxRow, 64, nil)
 			var seen []int
 			for _, b := range batches {
 				rows, maxLen, _ := shape(pairs, b)
@@ -91,7 +91,7 @@ func TestPlanBatchesPaddingEfficiency(t *testing.T) {
 			}
 			return float64(real) / float64(padded)
 		}
-		planned := planBatches(pairs, 16384, 256, 16384/32)
+		planned := planBatches(pairs, 16384, 256, 16384/32, nil)
 		// The naive plan: input order, fixed rows of 64.
 		var naive [][]int
 		for i := 0; i < n; i += 64 {
@@ -109,5 +109,30 @@ func TestPlanBatchesPaddingEfficiency(t *testing.T) {
 		if got <= base {
 			t.Errorf("n=%d: planned efficiency %.3f not better than naive %.3f", n, got, base)
 		}
+	}
+}
+
+// The memory model's row cap binds where the token budget would allow
+// more: long pairs go in batches no larger than the cap, short ones are
+// unaffected.
+func TestPlanBatchesRowCap(t *testing.T) {
+	lens := append(slices.Repeat([]int{40}, 300), slices.Repeat([]int{400}, 100)...)
+	pairs := makePairs(lens)
+	rowCap := func(l int) int {
+		if l > 100 {
+			return 7
+		}
+		return 1 << 20
+	}
+	sawShortFull := false
+	for _, b := range planBatches(pairs, 16384, 256, 512, rowCap) {
+		rows, maxLen, _ := shape(pairs, b)
+		if maxLen > 100 && rows > 7 {
+			t.Errorf("batch of %d rows at length %d, cap 7", rows, maxLen)
+		}
+		sawShortFull = sawShortFull || (maxLen <= 100 && rows > 7)
+	}
+	if !sawShortFull {
+		t.Error("short pairs were capped too")
 	}
 }

@@ -182,9 +182,10 @@ type DeviceStats struct {
 	Batches, Pairs uint64
 	Degraded, Hot  bool
 	Fallback       bool
-	// EstimateBase and EstimatePerToken are the calibrated memory model
-	// bytes ≈ base + perToken·rows·len (zero on the CPU).
-	EstimateBase, EstimatePerToken float64
+	// EstimateBase, EstimatePerToken and EstimatePerTokenLen are the
+	// calibrated memory model bytes ≈ base + perToken·rows·len +
+	// perTokenLen·rows·len² (zero on the CPU).
+	EstimateBase, EstimatePerToken, EstimatePerTokenLen float64
 }
 
 // PaddingEfficiency is RealTokens / PaddedTokens: 1 means no padding.
@@ -348,6 +349,7 @@ func (p *Pool) openGPUs(ctx context.Context) error {
 		p.log.Info().Str("device", dev.Label()).Str("uuid", dev.UUID).Str("name", dev.Name).
 			Uint64("total_bytes", dev.TotalMemory).Uint64("weights_bytes", est.weights).
 			Float64("estimate_base_bytes", est.base).Float64("estimate_bytes_per_token", est.perToken).
+			Float64("estimate_bytes_per_token_len", est.perTokenLen).Float64("arena_bytes", est.arena).
 			Bool("calibrated", est.calibrated).Msg("gpupool: GPU ready")
 		p.addDeviceLocked(dev, eng, est, false)
 	}
@@ -439,7 +441,8 @@ func (p *Pool) Stats() Stats {
 	s.Devices = make([]DeviceStats, len(p.devices))
 	for i, d := range p.devices {
 		s.Devices[i] = DeviceStats{Device: d.dev, Workers: d.workers, Batches: d.batches, Pairs: d.pairs, Degraded: d.degraded,
-			Hot: d.hot, Fallback: d.fallback, EstimateBase: d.est.base, EstimatePerToken: d.est.perToken}
+			Hot: d.hot, Fallback: d.fallback, EstimateBase: d.est.base, EstimatePerToken: d.est.perToken,
+			EstimatePerTokenLen: d.est.perTokenLen}
 	}
 	return s
 }
@@ -471,7 +474,7 @@ func (p *Pool) ScorePairs(ctx context.Context, pairs []model.Pair) ([]float32, e
 		return []float32{}, nil
 	}
 	req := &request{ctx: ctx, pairs: pairs, out: make([]float32, len(pairs)), remaining: len(pairs), done: make(chan struct{})}
-	for _, idx := range planBatches(pairs, p.cfg.maxBatchTokens, p.cfg.maxBatchRows, p.cfg.batchOverhead) {
+	for _, idx := range planBatches(pairs, p.cfg.maxBatchTokens, p.cfg.maxBatchRows, p.cfg.batchOverhead, p.rowCapFunc()) {
 		if err := p.enqueue(req, &batch{req: req, idx: idx}); err != nil {
 			return nil, err
 		}
@@ -488,6 +491,37 @@ func (p *Pool) ScorePairs(ctx context.Context, pairs []model.Pair) ([]float32, e
 		return nil, req.err
 	}
 	return req.out, nil
+}
+
+// rowCapFunc returns the most rows of a given length one batch may have so
+// that the roomiest GPU's memory model admits it on an otherwise idle
+// device: the planner cuts long pairs into fewer rows than the token budget
+// allows, because attention memory grows with len². It snapshots the
+// estimates once per plan. Without a calibrated GPU it is nil (no cap: the
+// CPU has no such limit worth planning around).
+func (p *Pool) rowCapFunc() func(length int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	type dev struct {
+		est  memEstimate
+		room float64
+	}
+	var devs []dev
+	for _, d := range p.devices {
+		if d.dev.Kind == CUDA && d.est.calibrated && !d.degraded {
+			devs = append(devs, dev{d.est, p.budgetLocked(d) - float64(d.est.weights) - float64(p.cfg.headroom)})
+		}
+	}
+	if len(devs) == 0 {
+		return nil
+	}
+	return func(length int) int {
+		best := 1
+		for _, d := range devs {
+			best = max(best, d.est.maxRows(length, d.room))
+		}
+		return best
+	}
 }
 
 // validatePairs rejects, with ErrInvalidInput, what every engine would

@@ -122,7 +122,7 @@ func (p *Pool) process(d *device, b *batch) {
 
 	var reserved float64 // admitted memory estimate, returned after the run
 	if d.dev.Kind == CUDA {
-		dec := p.admit(d, rows*max(maxLen, 1))
+		dec := p.admit(d, rows, max(maxLen, 1))
 		if !dec.ok {
 			p.refused(d, b, dec) // counts the refusal with its final reason
 			return

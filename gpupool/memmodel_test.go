@@ -1,0 +1,326 @@
+package gpupool
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/scorer/scorer/model"
+)
+
+// transformerMem is a transformer encoder's device memory per batch: a
+// fixed workspace, activations linear in the tokens, and attention scores
+// growing with rows·heads·len² (several such tensors live at once, folded
+// into perScore).
+type transformerMem struct {
+	weights, workspace uint64
+	perToken           float64 // bytes per token of activations
+	heads              int
+	perScore           float64 // bytes per attention score element
+}
+
+func (m transformerMem) footprint(rows, length int) uint64 {
+	r, l := float64(rows), float64(length)
+	return m.workspace + uint64(r*l*m.perToken+r*float64(m.heads)*l*l*m.perScore)
+}
+
+// fakeDevice is one GPU's memory shared by every engine on it (one per
+// fake process): it records the most ever used and refuses, as an OOM, any
+// allocation past its total.
+type fakeDevice struct {
+	mu          sync.Mutex
+	total, used uint64
+	maxUsed     uint64
+}
+
+func (d *fakeDevice) alloc(n uint64) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.used+n > d.total {
+		return false
+	}
+	d.used += n
+	d.maxUsed = max(d.maxUsed, d.used)
+	return true
+}
+
+func (d *fakeDevice) free(n uint64) {
+	d.mu.Lock()
+	d.used -= n
+	d.mu.Unlock()
+}
+
+// deviceProbe reports a fakeDevice through the Probe interface.
+type deviceProbe struct{ dev *fakeDevice }
+
+func (p deviceProbe) Devices() ([]DeviceInfo, error) {
+	return []DeviceInfo{{Index: 0, UUID: "GPU-fake-shared", Name: "Fake GPU", TotalMemory: p.dev.total}}, nil
+}
+
+func (p deviceProbe) MemoryInfo(int) (free, used, total uint64, err error) {
+	p.dev.mu.Lock()
+	defer p.dev.mu.Unlock()
+	return p.dev.total - p.dev.used, p.dev.used, p.dev.total, nil
+}
+
+func (deviceProbe) Utilization(int) (uint32, error) { return 50, nil }
+func (deviceProbe) Throttled(int) (uint64, error)   { return 0, nil }
+
+// arenaEngine is a fake CUDA session: weights allocated at open, and a BFC
+// arena that grows (in 2 MiB chunks, as ORT's does) when the batches
+// running at once need more than it holds, never gives memory back except
+// on ReleaseArena (ORT's shrinkage run), and fails with an OOM past its cap
+// (ORT's gpu_mem_limit) or when the device is full.
+type arenaEngine struct {
+	dev   *fakeDevice
+	mem   transformerMem
+	cap   uint64 // arena cap; 0 = none
+	delay func(rows, length int) time.Duration
+
+	mu          sync.Mutex
+	arena, busy uint64
+	ooms        int
+	closed      bool
+}
+
+const arenaChunk = 2 << 20
+
+func newArenaEngine(dev *fakeDevice, mem transformerMem, arenaCap uint64) (*arenaEngine, error) {
+	if !dev.alloc(mem.weights) {
+		return nil, fmt.Errorf("fake: weights: %w", model.ErrOutOfMemory)
+	}
+	return &arenaEngine{dev: dev, mem: mem, cap: arenaCap, delay: func(rows, length int) time.Duration {
+		return time.Duration(rows*length/64) * time.Microsecond
+	}}, nil
+}
+
+func (e *arenaEngine) ScorePairs(ctx context.Context, pairs []model.Pair) ([]float32, error) {
+	length := 0
+	for _, p := range pairs {
+		length = max(length, p.Len())
+	}
+	need := e.mem.footprint(len(pairs), length)
+	e.mu.Lock()
+	if e.busy+need > e.arena {
+		grow := (e.busy + need - e.arena + arenaChunk - 1) / arenaChunk * arenaChunk
+		if (e.cap > 0 && e.arena+grow > e.cap) || !e.dev.alloc(grow) {
+			e.ooms++
+			e.mu.Unlock()
+			return nil, fmt.Errorf("fake: %d×%d batch: %w", len(pairs), length, model.ErrOutOfMemory)
+		}
+		e.arena += grow
+	}
+	e.busy += need
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.busy -= need
+		e.mu.Unlock()
+	}()
+	select {
+	case <-time.After(e.delay(len(pairs), length)):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	out := make([]float32, len(pairs))
+	for i, p := range pairs {
+		out[i] = float32(p.IDs[0])
+	}
+	return out, nil
+}
+
+// ReleaseArena gives back every chunk no running batch uses.
+func (e *arenaEngine) ReleaseArena(context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	keep := (e.busy + arenaChunk - 1) / arenaChunk * arenaChunk
+	if e.arena > keep {
+		e.dev.free(e.arena - keep)
+		e.arena = keep
+	}
+	return nil
+}
+
+func (e *arenaEngine) MaxLength() int { return 512 }
+
+func (e *arenaEngine) Close() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.closed {
+		e.closed = true
+		e.dev.free(e.arena + e.mem.weights)
+	}
+	return nil
+}
+
+func (e *arenaEngine) oomCount() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.ooms
+}
+
+// mixedLengths is a transcript-like workload with a heavy tail: most pairs
+// are sentence-sized, a third are long paragraphs up to the model's 512.
+func mixedLengths(r *rand.Rand, n int) []int {
+	lens := make([]int, n)
+	for i := range lens {
+		if r.IntN(3) == 0 {
+			lens[i] = 200 + r.IntN(313)
+		} else {
+			lens[i] = min(512, 12+int(36*r.ExpFloat64()))
+		}
+	}
+	return lens
+}
+
+// deberta is roughly deberta-v3-large in fp32 on a GPU: 1.7 GB of weights,
+// 100 KiB of live activations per token, 16 heads and about six live
+// float32 tensors per attention score.
+var deberta = transformerMem{weights: 1700 << 20, workspace: 64 << 20, perToken: 100 << 10, heads: 16, perScore: 24}
+
+// TestCalibrationFitsTransformerMemory: calibration measures each shape
+// from an empty arena and recovers the linear and the len² cost, so the
+// estimate neither misses long batches' attention memory nor overcharges
+// short ones.
+func TestCalibrationFitsTransformerMemory(t *testing.T) {
+	dev := &fakeDevice{total: 80 << 30}
+	probe := deviceProbe{dev}
+	factory := func(Device) (Engine, error) { return newArenaEngine(dev, deberta, 0) }
+	p, err := New(testCtx(t), factory, Mode(ModeCUDA), WithProbe(probe), MaxBatchTokens(16384))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	est := p.devices[0].est
+	wantC := float64(deberta.heads) * deberta.perScore
+	if !est.calibrated || rel(est.perToken, deberta.perToken) > 0.05 || rel(est.perTokenLen, wantC) > 0.05 {
+		t.Fatalf("fit base %.3g, per token %.4g (want %.4g), per token·len %.4g (want %.4g)",
+			est.base, est.perToken, deberta.perToken, est.perTokenLen, wantC)
+	}
+	if est.weights != deberta.weights {
+		t.Errorf("weights %d, want %d", est.weights, deberta.weights)
+	}
+	// Every shape is covered with the margin, and no shape is overcharged
+	// by more than the margin plus chunk rounding.
+	for _, s := range []Shape{{1, 8}, {256, 64}, {128, 128}, {64, 256}, {32, 512}, {8, 512}} {
+		truth := float64(deberta.footprint(s.Rows, s.Len))
+		got := est.bytes(s.Rows, s.Len)
+		if got < truth || got > truth*1.2+4*arenaChunk {
+			t.Errorf("%d×%d: estimate %.0f MiB, true %.0f MiB", s.Rows, s.Len, got/(1<<20), truth/(1<<20))
+		}
+	}
+}
+
+func rel(got, want float64) float64 {
+	if want == 0 {
+		return got
+	}
+	d := (got - want) / want
+	if d < 0 {
+		return -d
+	}
+	return d
+}
+
+// TestTransformerWorkloadStaysInMemory drives a randomized transcript
+// workload (a third long pairs) at a GPU too small for the token budget's
+// long batches: the device never passes the admission limit, nothing runs
+// out of memory, and the average batch stays within 15% of the best any
+// admission could do (the planner given the true memory cost).
+func TestTransformerWorkloadStaysInMemory(t *testing.T) {
+	const (
+		total    = 8 << 30
+		fraction = 0.8
+		headroom = 256 << 20
+	)
+	limit := uint64(total) * 4 / 5 // fraction
+	dev := &fakeDevice{total: total}
+	var eng *arenaEngine
+	factory := func(d Device) (Engine, error) {
+		e, err := newArenaEngine(dev, deberta, arenaLimit(fraction*float64(d.TotalMemory), DefaultGPUMemMargin))
+		eng = e
+		return e, err
+	}
+	p, err := New(testCtx(t), factory, Mode(ModeCUDA), WithProbe(deviceProbe{dev}), MemFraction(fraction),
+		Headroom(headroom), MaxBatchTokens(32768), MaxBatchRows(256), AdmissionBackoff(2*time.Millisecond), CPUFallback(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	calOOMs := eng.oomCount() // calibration may probe past the arena cap; that is its job
+
+	r := rand.New(rand.NewPCG(12, 1))
+	var calls [][]model.Pair
+	for range 40 {
+		calls = append(calls, makePairs(mixedLengths(r, 50+r.IntN(400))))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(calls))
+	for _, pairs := range calls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			scores, err := p.ScorePairs(testCtx(t), pairs)
+			if err == nil {
+				err = checkScores(pairs, scores)
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := p.Stats()
+	if n := eng.oomCount() - calOOMs; n != 0 || st.OOMRetries != 0 {
+		t.Errorf("%d OOMs in the engine (%d retries): admission let too much run", n, st.OOMRetries)
+	}
+	if dev.maxUsed > limit {
+		t.Errorf("device used %d MiB at most, limit %d MiB", dev.maxUsed>>20, limit>>20)
+	}
+	// The best possible: the planner cutting every call with the true
+	// memory cost of an idle device (no margin, no estimate).
+	room := float64(limit) - float64(deberta.weights) - headroom
+	truth := func(length int) int {
+		per := deberta.perToken*float64(length) + float64(deberta.heads)*deberta.perScore*float64(length*length)
+		return max(1, int((room-float64(deberta.workspace))/per))
+	}
+	var bestBatches, pairs int
+	for _, c := range calls {
+		bestBatches += len(planBatches(c, 32768, 256, 32768/32, truth))
+		pairs += len(c)
+	}
+	best := float64(pairs) / float64(bestBatches)
+	got := float64(st.Pairs) / float64(st.Batches)
+	t.Logf("average batch %.1f pairs, best %.1f; %d refusals, %d splits; device peak %d of %d MiB",
+		got, best, st.Refusals, st.Splits, dev.maxUsed>>20, limit>>20)
+	if got < 0.85*best {
+		t.Errorf("average batch %.1f pairs, want within 15%% of the best %.1f", got, best)
+	}
+}
+
+func TestParseMemLimit(t *testing.T) {
+	for in, want := range map[string]MemLimit{
+		"": {}, "0": {}, "0.45": {Fraction: 0.45}, "1.0": {Fraction: 1}, "12GiB": {Bytes: 12 << 30},
+		"12G": {Bytes: 12e9}, "512MiB": {Bytes: 512 << 20}, "12884901888": {Bytes: 12884901888}, " 2 gib ": {Bytes: 2 << 30},
+	} {
+		got, err := ParseMemLimit(in)
+		if err != nil || got != want {
+			t.Errorf("ParseMemLimit(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"1.5", "0.0", "-1", "12XB", "GiB", "abc", "-0.5"} {
+		if got, err := ParseMemLimit(in); err == nil {
+			t.Errorf("ParseMemLimit(%q) = %+v, want an error", in, got)
+		}
+	}
+	if got := (MemLimit{Fraction: 0.25}).Of(8 << 30); got != 2<<30 {
+		t.Errorf("0.25 of 8 GiB = %d", got)
+	}
+}
