@@ -4,9 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/scorer/scorer/model"
 )
@@ -323,4 +327,162 @@ func TestParseMemLimit(t *testing.T) {
 	if got := (MemLimit{Fraction: 0.25}).Of(8 << 30); got != 2<<30 {
 		t.Errorf("0.25 of 8 GiB = %d", got)
 	}
+}
+
+// flakyEngine fails every run while failing is set, as a GPU does through
+// a transient fault, and works again once it is cleared.
+type flakyEngine struct {
+	fakeEngine
+	failing atomic.Bool
+}
+
+func (e *flakyEngine) ScorePairs(ctx context.Context, pairs []model.Pair) ([]float32, error) {
+	if e.failing.Load() {
+		return nil, errFakeCUDA
+	}
+	return e.fakeEngine.ScorePairs(ctx, pairs)
+}
+
+// A GPU degraded by failures is not lost until restart: after its
+// probation a re-probe that fails keeps it out, one that passes brings it
+// back with workers, and scorer_gpu_degraded follows.
+func TestDegradedGPUReprobedAfterProbation(t *testing.T) {
+	probe := newFakeProbe(&fakeGPU{total: 80 << 30})
+	gpu := &flakyEngine{}
+	factory := func(d Device) (Engine, error) {
+		if d.Kind == CUDA {
+			return gpu, nil
+		}
+		return &fakeEngine{delay: 20 * time.Millisecond}, nil // the slow fallback
+	}
+	reg := prometheus.NewRegistry()
+	p, err := New(testCtx(t), factory, Mode(ModeCUDA), WithProbe(probe), Calibrate(Calibration{Disabled: true}),
+		Probation(100*time.Millisecond), MaxAttempts(100), Registerer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	degraded := func() float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "scorer_gpu_degraded" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "device" && l.GetValue() == "cuda:0" {
+						return m.GetGauge().GetValue()
+					}
+				}
+			}
+		}
+		t.Fatal("no scorer_gpu_degraded{device=cuda:0} series")
+		return 0
+	}
+	gpu.failing.Store(true)
+	mustScore(t, p, makePairs([]int{10, 12, 14})) // fails over to the CPU fallback
+	if st := p.Stats(); !st.Devices[0].Degraded || degraded() != 1 {
+		t.Fatalf("after failures: degraded %v, gauge %v; want degraded, 1", st.Devices[0].Degraded, degraded())
+	}
+	time.Sleep(250 * time.Millisecond) // at least one failed re-probe
+	if !p.Stats().Devices[0].Degraded {
+		t.Fatal("a GPU still failing passed its re-probe")
+	}
+	gpu.failing.Store(false)
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Stats().Devices[0].Degraded {
+		if time.Now().After(deadline) {
+			t.Fatal("the recovered GPU was not brought back")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if degraded() != 0 {
+		t.Errorf("gauge %v after recovery, want 0", degraded())
+	}
+	before := p.Stats().Devices[0].Batches
+	for range 20 {
+		mustScore(t, p, makePairs([]int{10, 12, 14}))
+	}
+	if st := p.Stats(); st.Devices[0].Batches == before {
+		t.Errorf("the recovered GPU took no work: %+v", st)
+	}
+}
+
+// Two scorers share one GPU, each with GPU_MEM_LIMIT=0.45: under a backlog
+// in both, each keeps its footprint in its share, so together they never
+// pass the device, nothing runs out of memory, and both keep the GPU
+// (neither degrades to the CPU).
+func TestTwoPoolsShareOneGPU(t *testing.T) {
+	const total = 16 << 30
+	dev := &fakeDevice{total: total}
+	share := MemLimit{Fraction: 0.45}
+	var engines []*arenaEngine
+	var mu sync.Mutex
+	open := func() *Pool {
+		factory := func(d Device) (Engine, error) {
+			cfg := SessionConfig{GPUMemFraction: 0.9, GPUMemBudget: share}
+			cap, _ := strconv.ParseUint(cudaProviderOptions(d, cfg)["gpu_mem_limit"], 10, 64)
+			e, err := newArenaEngine(dev, deberta, cap)
+			mu.Lock()
+			engines = append(engines, e)
+			mu.Unlock()
+			return e, err
+		}
+		p, err := New(testCtx(t), factory, Mode(ModeCUDA), WithProbe(deviceProbe{dev}), MemFraction(0.9), GPUMemLimit(share),
+			MaxBatchTokens(32768), AdmissionBackoff(2*time.Millisecond), CPUFallback(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close(context.Background()) })
+		return p
+	}
+	pools := []*Pool{open(), open()}
+	calOOMs := 0
+	for _, e := range engines {
+		calOOMs += e.oomCount()
+	}
+	r := rand.New(rand.NewPCG(7, 3))
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 32 {
+		pairs := makePairs(mixedLengths(r, 100+r.IntN(300)))
+		p := pools[i%2]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			scores, err := p.ScorePairs(testCtx(t), pairs)
+			if err == nil {
+				err = checkScores(pairs, scores)
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	ooms := -calOOMs
+	for _, e := range engines {
+		ooms += e.oomCount()
+	}
+	for i, p := range pools {
+		st := p.Stats()
+		if st.Devices[0].Degraded || st.Devices[0].Batches == 0 || len(st.Devices) != 1 {
+			t.Errorf("pool %d: %+v, want its GPU in use and no fallback", i, st)
+		}
+		t.Logf("pool %d: %d batches, %.1f pairs each, %d refusals, %d splits", i, st.Batches, float64(st.Pairs)/float64(st.Batches), st.Refusals, st.Splits)
+	}
+	if ooms != 0 {
+		t.Errorf("%d OOMs after start", ooms)
+	}
+	if limit := uint64(total) / 10 * 9; dev.maxUsed > limit {
+		t.Errorf("device peak %d MiB, over the %d MiB the two may use", dev.maxUsed>>20, limit>>20)
+	}
+	t.Logf("device peak %d of %d MiB", dev.maxUsed>>20, uint64(total)>>20)
 }

@@ -22,6 +22,7 @@ type metrics struct {
 	admission    *prometheus.CounterVec
 	fallbacks    prometheus.Counter
 	oomRetries   *prometheus.CounterVec
+	gpuDegraded  *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -63,13 +64,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		oomRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "scorer_oom_retries_total", Help: "Batches split and retried after running out of memory.",
 		}, []string{"device"}),
+		gpuDegraded: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "scorer_gpu_degraded", Help: "1 while a GPU is degraded (out of service, on probation until a re-probe passes), else 0.",
+		}, []string{"device"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
 	var errs []error
 	for _, c := range []prometheus.Collector{m.pairsScored, m.batchRows, m.batchTokens, m.paddingRatio,
-		m.queueDepth, m.inference, m.gpuMemFree, m.gpuMemUsed, m.admission, m.fallbacks, m.oomRetries} {
+		m.queueDepth, m.inference, m.gpuMemFree, m.gpuMemUsed, m.admission, m.fallbacks, m.oomRetries, m.gpuDegraded} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
 		}

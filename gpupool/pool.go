@@ -73,7 +73,8 @@ type Pool struct {
 	abortCtx context.Context
 	abort    context.CancelFunc
 
-	wg          sync.WaitGroup // workers
+	wg          sync.WaitGroup // workers and probation timers
+	closing     chan struct{}  // closed when Close begins: probations stop
 	closeOnce   sync.Once      // starts the closer
 	workersDone chan struct{}  // closed after workers exit and engines close
 	closeErr    error          // engine/probe close errors, set before workersDone closes
@@ -222,6 +223,7 @@ func New(ctx context.Context, factory EngineFactory, opts ...Option) (*Pool, err
 		log:         c.logger,
 		m:           m,
 		workersDone: make(chan struct{}),
+		closing:     make(chan struct{}),
 		work:        make(chan struct{}),
 		space:       make(chan struct{}),
 		closeGrace:  defaultCloseGrace,
@@ -299,6 +301,9 @@ func (p *Pool) addDeviceLocked(dev Device, eng Engine, est memEstimate, fallback
 		w = 1 // the CPU session already spreads one batch over every core
 	}
 	d := &device{slot: len(p.devices), dev: dev, engine: eng, workers: w, fallback: fallback, est: est, arenaPeak: est.arena}
+	if dev.Kind == CUDA {
+		p.m.gpuDegraded.WithLabelValues(dev.Label()).Set(0) // the series exists before anything goes wrong
+	}
 	p.devices = append(p.devices, d)
 	return d
 }
@@ -649,6 +654,7 @@ func (p *Pool) Close(ctx context.Context) error {
 	p.closeOnce.Do(func() {
 		p.mu.Lock()
 		p.closed = true
+		close(p.closing)
 		p.wakeWorkersLocked()
 		close(p.space)
 		p.space = make(chan struct{})

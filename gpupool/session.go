@@ -32,8 +32,13 @@ type SessionConfig struct {
 	// DefaultGPUMemMargin are raised to it.
 	GPUMemMargin uint64
 	// GPUMemLimit is an explicit gpu_mem_limit in bytes; it wins over
-	// GPUMemFraction and GPUMemMargin.
+	// GPUMemFraction, GPUMemBudget and GPUMemMargin.
 	GPUMemLimit uint64
+	// GPUMemBudget is this process's share of the device (the pool's
+	// GPUMemLimit option, GPU_MEM_LIMIT): the arena cap sits GPUMemMargin
+	// below it, or below GPUMemFraction × total if that is smaller, so
+	// two scorers sharing a GPU cannot grow into each other's share.
+	GPUMemBudget MemLimit
 	// TF32 lets CUDA use TF32 tensor cores for float32 matrix products
 	// (the provider's use_tf32). Off by default: on Ampere and later GPUs
 	// it moves scores by more than 1e-4 against the CPU, enough to flip a
@@ -132,8 +137,14 @@ func cudaProviderOptions(dev Device, cfg SessionConfig) map[string]string {
 		o["use_tf32"] = "1"
 	}
 	limit := cfg.GPUMemLimit
-	if limit == 0 && cfg.GPUMemFraction > 0 && dev.TotalMemory > 0 {
-		limit = arenaLimit(cfg.GPUMemFraction*float64(dev.TotalMemory), max(cfg.GPUMemMargin, DefaultGPUMemMargin))
+	if limit == 0 && dev.TotalMemory > 0 {
+		budget := cfg.GPUMemFraction * float64(dev.TotalMemory)
+		if b := cfg.GPUMemBudget.Of(dev.TotalMemory); b > 0 && (budget == 0 || float64(b) < budget) {
+			budget = float64(b)
+		}
+		if budget > 0 {
+			limit = arenaLimit(budget, max(cfg.GPUMemMargin, DefaultGPUMemMargin))
+		}
 	}
 	if limit > 0 {
 		o["gpu_mem_limit"] = strconv.FormatUint(limit, 10)

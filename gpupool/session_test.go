@@ -206,6 +206,9 @@ func TestGPUMemLimitBelowAdmissionLimit(t *testing.T) {
 		{"whole GPU", 16 * gib, SessionConfig{GPUMemFraction: 1}, 16*gib - DefaultGPUMemMargin},
 		{"GPU too small for the margin: half the budget", 1 * gib, SessionConfig{GPUMemFraction: 0.5}, 256 << 20},
 		{"explicit limit wins", 80 * gib, SessionConfig{GPUMemFraction: 0.8, GPUMemLimit: 7 * gib}, 7 * gib},
+		{"process budget in bytes", 80 * gib, SessionConfig{GPUMemFraction: 0.8, GPUMemBudget: MemLimit{Bytes: 20 * gib}}, 20*gib - DefaultGPUMemMargin},
+		{"process budget as a fraction", 80 * gib, SessionConfig{GPUMemFraction: 0.8, GPUMemBudget: MemLimit{Fraction: 0.25}}, 20*gib - DefaultGPUMemMargin},
+		{"budget above the fraction", 80 * gib, SessionConfig{GPUMemFraction: 0.5, GPUMemBudget: MemLimit{Bytes: 60 * gib}}, 40*gib - DefaultGPUMemMargin},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := cudaProviderOptions(Device{Kind: CUDA, TotalMemory: tc.total}, tc.cfg)
