@@ -245,7 +245,8 @@ func (p *Pool) calibrate(ctx context.Context, dev Device, eng Engine, usedBefore
 		return used, err
 	}
 	base := used0
-	if pr, mine, ok := p.processMemory(dev); ok {
+	pr, mine, perProcess := p.processMemory(dev)
+	if perProcess {
 		// All this process holds on the GPU is what opening the engine
 		// took (more only if it already used the GPU: the safe side).
 		read = func() (uint64, error) { return pr.ProcessMemory(dev.Index) }
@@ -274,34 +275,56 @@ func (p *Pool) calibrate(ctx context.Context, dev Device, eng Engine, usedBefore
 			return est, fmt.Errorf("gpupool: %s: calibration warm-up: %w", dev.Label(), err)
 		}
 	}
-	var pts []memPoint
-	var peak float64
-	for _, s := range shapes {
+	// measure runs one shape from an emptied arena (where the engine can
+	// release it) and returns the memory it added and used memory after.
+	measure := func(s Shape) (y float64, used uint64, err error) {
 		start := base
 		if canRelease {
 			if err := rel.ReleaseArena(ctx); err != nil {
 				p.log.Warn().Err(err).Str("device", dev.Label()).Msg("gpupool: cannot release the arena between calibration shapes; readings are high-water marks")
 				canRelease = false
 			} else if start, err = read(); err != nil {
-				break
+				return 0, 0, errNoReading
 			}
 		}
-		pairs := syntheticPairs(s, cal.TokenID)
-		if _, err := eng.ScorePairs(ctx, pairs); err != nil {
-			if errors.Is(err, model.ErrOutOfMemory) {
+		if _, err := eng.ScorePairs(ctx, syntheticPairs(s, cal.TokenID)); err != nil {
+			return 0, 0, err
+		}
+		if used, err = read(); err != nil {
+			return 0, 0, errNoReading
+		}
+		return float64(used) - float64(start), used, nil
+	}
+	// Device-wide readings include every other process: a neighbour that
+	// allocates or frees while a shape runs moves that reading. Three
+	// readings per shape and their median ignore one such event, so a
+	// neighbour's burst neither inflates nor (worse) shrinks the fit.
+	reps := 1
+	if !perProcess && canRelease {
+		reps = 3
+	}
+	var pts []memPoint
+	var peak float64
+shapes:
+	for _, s := range shapes {
+		var ys []float64
+		for range reps {
+			y, used, err := measure(s)
+			switch {
+			case errors.Is(err, errNoReading):
+				break shapes
+			case errors.Is(err, model.ErrOutOfMemory):
 				p.log.Warn().Err(err).Str("device", dev.Label()).Int("rows", s.Rows).Int("len", s.Len).
 					Msg("gpupool: calibration batch ran out of memory; fitting the others")
-				continue
+				continue shapes
+			case err != nil:
+				return est, fmt.Errorf("gpupool: %s: calibration batch %dx%d: %w", dev.Label(), s.Rows, s.Len, err)
 			}
-			return est, fmt.Errorf("gpupool: %s: calibration batch %dx%d: %w", dev.Label(), s.Rows, s.Len, err)
+			ys = append(ys, y)
+			peak = max(peak, float64(used)-float64(base))
 		}
-		used, err := read()
-		if err != nil {
-			break
-		}
-		y := float64(used) - float64(start)
-		peak = max(peak, float64(used)-float64(base))
-		pts = append(pts, memPoint{rows: s.Rows, length: s.Len, bytes: y})
+		slices.Sort(ys)
+		pts = append(pts, memPoint{rows: s.Rows, length: s.Len, bytes: ys[len(ys)/2]})
 	}
 	a, b, c, ok := fitMemory(pts)
 	if !ok {
@@ -320,6 +343,9 @@ func (p *Pool) calibrate(ctx context.Context, dev Device, eng Engine, usedBefore
 	est.arena = peak
 	return est, nil
 }
+
+// errNoReading stops calibration when memory can no longer be read.
+var errNoReading = errors.New("gpupool: memory reading failed during calibration")
 
 // memPoint is one calibration reading: a rows × length batch needed bytes.
 type memPoint struct {

@@ -486,3 +486,53 @@ func TestTwoPoolsShareOneGPU(t *testing.T) {
 	}
 	t.Logf("device peak %d of %d MiB", dev.maxUsed>>20, uint64(total)>>20)
 }
+
+// neighbourEngine is an arenaEngine on a GPU where another process
+// allocates and later frees memory while we calibrate: during given runs
+// (counted from 1) it takes or returns bytes.
+type neighbourEngine struct {
+	*arenaEngine
+	mu     sync.Mutex
+	runs   int
+	events map[int]int64 // run number → bytes the neighbour allocates (<0: frees)
+}
+
+func (e *neighbourEngine) ScorePairs(ctx context.Context, pairs []model.Pair) ([]float32, error) {
+	e.mu.Lock()
+	e.runs++
+	if n, ok := e.events[e.runs]; ok {
+		if n > 0 {
+			e.dev.alloc(uint64(n))
+		} else {
+			e.dev.free(uint64(-n))
+		}
+	}
+	e.mu.Unlock()
+	return e.arenaEngine.ScorePairs(ctx, pairs)
+}
+
+// A neighbour's allocations and frees during our calibration (device-wide
+// readings: NVML cannot list our PID in a container) do not skew the fit.
+func TestCalibrationIgnoresNeighbour(t *testing.T) {
+	for _, events := range []map[int]int64{
+		{4: 3 << 30, 14: -(3 << 30)},             // a burst that comes and goes
+		{3: 2 << 30, 9: -(2 << 30), 20: 1 << 30}, // several
+	} {
+		dev := &fakeDevice{total: 80 << 30}
+		factory := func(Device) (Engine, error) {
+			e, err := newArenaEngine(dev, deberta, 0)
+			return &neighbourEngine{arenaEngine: e, events: events}, err
+		}
+		p, err := New(testCtx(t), factory, Mode(ModeCUDA), WithProbe(deviceProbe{dev}), MaxBatchTokens(16384))
+		if err != nil {
+			t.Fatal(err)
+		}
+		est := p.devices[0].est
+		p.Close(context.Background())
+		wantC := float64(deberta.heads) * deberta.perScore
+		if rel(est.perToken, deberta.perToken) > 0.05 || rel(est.perTokenLen, wantC) > 0.05 {
+			t.Errorf("neighbour events %v: fit per token %.4g (want %.4g), per token·len %.4g (want %.4g)",
+				events, est.perToken, deberta.perToken, est.perTokenLen, wantC)
+		}
+	}
+}
