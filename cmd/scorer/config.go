@@ -65,6 +65,10 @@ type Config struct {
 	CPUThreads     int      `env:"CPU_THREADS" help:"ONNX Runtime intra-op threads per CPU worker; 0 = cores / workers"`
 	Workers        int      `env:"WORKERS" help:"workers per device; 0 = auto (CPU: one per core up to 4; GPU: 2)"`
 
+	GPUMemLimit  string        `env:"GPU_MEM_LIMIT" envDefault:"0" help:"this process's memory budget on each GPU (arena cap and admission): bytes (12GiB) or a fraction of the device (0.45); 0 = GPU_MEM_FRACTION alone"`
+	GPUTF32      bool          `env:"GPU_TF32" envDefault:"false" help:"let CUDA use TF32 tensor cores for float32 matrix products: faster, but scores move by more than 1e-4 against the CPU"`
+	GPUProbation time.Duration `env:"GPU_PROBATION" envDefault:"5m" help:"a degraded GPU is re-probed after this and rejoins when it passes"`
+
 	MetricsAddr          string        `env:"METRICS_ADDR" envDefault:":9464" help:"address of /metrics, /healthz and /readyz; off = no HTTP server"`
 	LivenessStallTimeout time.Duration `env:"LIVENESS_STALL_TIMEOUT" envDefault:"10m" help:"/healthz fails when records are in flight and no inference batch, publish or dead letter happened for this long; 0 = off"`
 	ShutdownTimeout      time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" help:"bound on the whole stop after SIGTERM: drain, final commit, leaving the group (allow about 10s more before SIGKILL; the Helm chart adds 15s)"`
@@ -134,6 +138,7 @@ func (c *Config) validate() error {
 	check(c.MaxBatchRows > 0, "MAX_BATCH_ROWS must be > 0")
 	check(c.Device == "auto" || c.Device == "cpu" || c.Device == "cuda", "DEVICE must be auto, cpu or cuda, got %q", c.Device)
 	check(c.GPUMemFraction > 0 && c.GPUMemFraction <= 1, "GPU_MEM_FRACTION must be in (0, 1]")
+	check(c.GPUProbation > 0, "GPU_PROBATION must be > 0")
 	check(c.CPUThreads >= 0, "CPU_THREADS must be >= 0")
 	check(c.Workers >= 0, "WORKERS must be >= 0")
 	check(c.ShutdownTimeout > 0, "SHUTDOWN_TIMEOUT must be > 0")

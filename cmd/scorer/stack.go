@@ -159,10 +159,13 @@ func cpuPlan(cfg Config) (workers, threads int) {
 // also counts the CUDA context and cuBLAS/cuDNN workspaces, and an arena
 // allowed to reach the admission limit itself would keep used memory above
 // it for good.
+// GPU_MEM_LIMIT, when set, lowers the cap to this process's budget the same
+// way, so scorers sharing a GPU cannot grow into each other's share.
 func sessionConfig(cfg Config) gpupool.SessionConfig {
 	_, threads := cpuPlan(cfg)
+	budget, _ := gpupool.ParseMemLimit(cfg.GPUMemLimit) // newPool refuses a bad value before any session opens
 	return gpupool.SessionConfig{IntraOpThreads: threads, GPUMemFraction: cfg.GPUMemFraction,
-		GPUMemMargin: gpupool.DefaultGPUMemMargin}
+		GPUMemMargin: gpupool.DefaultGPUMemMargin, GPUMemBudget: budget, TF32: cfg.GPUTF32}
 }
 
 // newPool starts NVML (unless DEVICE=cpu) and the device pool over factory.
@@ -173,11 +176,17 @@ func newPool(ctx context.Context, cfg Config, m *model.Model, log zerolog.Logger
 	if err != nil {
 		return nil, nil, err
 	}
+	memLimit, err := gpupool.ParseMemLimit(cfg.GPUMemLimit)
+	if err != nil {
+		return nil, nil, fmt.Errorf("GPU_MEM_LIMIT: %w", err)
+	}
 	opts := []gpupool.Option{
 		gpupool.Mode(devMode),
 		gpupool.MaxBatchTokens(cfg.MaxBatchTokens),
 		gpupool.MaxBatchRows(cfg.MaxBatchRows),
 		gpupool.MemFraction(cfg.GPUMemFraction),
+		gpupool.GPUMemLimit(memLimit),
+		gpupool.Probation(cfg.GPUProbation),
 		// Calibration pairs longer than the model's maximum would be
 		// rejected, and a rejected calibration drops the GPU.
 		gpupool.Calibrate(gpupool.Calibration{MaxLen: m.MaxLength}),
