@@ -85,7 +85,8 @@ func TestAutoModeFallsBackToCPUWithOneWarning(t *testing.T) {
 			warns = append(warns, line)
 		}
 	}
-	if len(warns) != 1 || !strings.Contains(warns[0], "no usable GPU, scoring on CPU") || !strings.Contains(warns[0], "no GPU") {
+	if len(warns) != 1 || !strings.Contains(warns[0], "no usable GPU, scoring on CPU") || !strings.Contains(warns[0], "no GPU") ||
+		!strings.Contains(warns[0], `"problem":"no_driver"`) || !strings.Contains(warns[0], `"remedy":`) {
 		t.Fatalf("want exactly one warning naming the reason, got logs:\n%s", logs.String())
 	}
 	if cudaInit != 0 {
@@ -101,8 +102,9 @@ func TestCUDAModeFailsWithoutGPU(t *testing.T) {
 	requireNoNVML(t)
 	f := newFakeFactory(nil)
 	_, err := New(testCtx(t), f.factory, Mode(ModeCUDA))
-	if !errors.Is(err, ErrNoGPU) || !strings.Contains(err.Error(), "mode cuda but no GPU works") {
-		t.Fatalf("err = %v, want a clear mode-cuda/no-GPU error", err)
+	if !errors.Is(err, ErrNoGPU) || !strings.Contains(err.Error(), "mode cuda but no GPU works: no NVIDIA driver") ||
+		!strings.Contains(err.Error(), "remedy: install an NVIDIA driver") {
+		t.Fatalf("err = %v, want a clear mode-cuda/no-GPU error with cause and remedy", err)
 	}
 	if len(f.made) != 0 {
 		t.Errorf("factory opened %d engines; none should be opened", len(f.made))
@@ -168,6 +170,13 @@ func mockNVML(t *testing.T, v2 bool, env map[string]string, gpus ...*mockGPU) *n
 			return g.uuid, nvml.SUCCESS
 		},
 		DeviceGetNameFunc: func(d nvml.Device) (string, nvml.Return) { return byHandle[d].name, nvml.SUCCESS },
+		DeviceGetPciInfoFunc: func(d nvml.Device) (nvml.PciInfo, nvml.Return) {
+			var pci nvml.PciInfo
+			for i, c := range fmt.Sprintf("00000000:%02X:00.0", 0x17+slices.Index(handles, d.(*mock.Device))) {
+				pci.BusId[i] = int8(c)
+			}
+			return pci, nvml.SUCCESS
+		},
 		DeviceGetMemoryInfo_v2Func: func(d nvml.Device) (nvml.Memory_v2, nvml.Return) {
 			g := byHandle[d]
 			if g.memV2Ret != nvml.SUCCESS {

@@ -274,9 +274,18 @@ func (p *Pool) openDevices(ctx context.Context) error {
 		p.probeShutdown = nil
 	}
 	if p.cfg.mode == ModeCUDA {
+		if pr, ok := DiagnoseCUDA(reason); ok {
+			// The cause and its remedy lead, so the one line a failed start
+			// leaves says what to do; the details follow.
+			return fmt.Errorf("gpupool: mode cuda but no GPU works: %s; remedy: %s: %w", pr.Cause, pr.Remedy, reason)
+		}
 		return fmt.Errorf("gpupool: mode cuda but no GPU works: %w", reason)
 	}
-	p.log.Warn().Err(reason).Msg("gpupool: no usable GPU, scoring on CPU")
+	ev := p.log.Warn().Err(reason)
+	if pr, ok := DiagnoseCUDA(reason); ok {
+		ev = ev.Str("problem", pr.Kind).Str("cause", pr.Cause).Str("remedy", pr.Remedy)
+	}
+	ev.Msg("gpupool: no usable GPU, scoring on CPU")
 	return p.openCPU(false)
 }
 

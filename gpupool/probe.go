@@ -26,6 +26,12 @@ type DeviceInfo struct {
 	NVMLIndex   int
 	UUID, Name  string
 	TotalMemory uint64
+	// PCIBusID is the GPU's PCI address ("00000000:17:00.0"), the order
+	// CUDA_DEVICE_ORDER=PCI_BUS_ID numbers by; empty when unknown.
+	PCIBusID string
+	// MIG is set for a MIG instance: UUID is then the instance's "MIG-…"
+	// and TotalMemory its own share.
+	MIG bool
 }
 
 // Probe is the pool's narrow view of NVML: listing GPUs and reading the
@@ -255,6 +261,8 @@ type nvmlGPU struct {
 	handle     nvml.Device
 	uuid, name string
 	total      uint64
+	pciBusID   string
+	mig        bool
 	err        error
 }
 
@@ -288,7 +296,8 @@ func (p *nvmlProbe) Devices() ([]DeviceInfo, error) {
 			continue
 		}
 		ordinals[ordinal] = g.handle
-		out = append(out, DeviceInfo{Index: ordinal, NVMLIndex: g.index, UUID: g.uuid, Name: g.name, TotalMemory: g.total})
+		out = append(out, DeviceInfo{Index: ordinal, NVMLIndex: g.index, UUID: g.uuid, Name: g.name, TotalMemory: g.total,
+			PCIBusID: g.pciBusID, MIG: g.mig})
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("gpupool: none of %d visible GPUs is usable: %w", len(visible),
@@ -329,8 +338,23 @@ func (p *nvmlProbe) readGPU(i int) nvmlGPU {
 		g.err = nvmlError(fmt.Sprintf("device %d name", i), ret)
 		return g
 	}
+	if pci, ret := p.lib.DeviceGetPciInfo(h); ret == nvml.SUCCESS {
+		g.pciBusID = busID(pci.BusId[:])
+	}
 	_, _, g.total, g.err = p.memoryInfo(h, i)
 	return g
+}
+
+// busID reads NVML's NUL-terminated PCI bus id.
+func busID(raw []int8) string {
+	b := make([]byte, 0, len(raw))
+	for _, c := range raw {
+		if c == 0 {
+			break
+		}
+		b = append(b, byte(c))
+	}
+	return string(b)
 }
 
 // MemoryInfo prefers the v2 query, whose "used" excludes driver-reserved
@@ -495,6 +519,34 @@ func orderWarning(gs []nvmlGPU, lookupEnv func(string) (string, bool)) []error {
 		}
 	}
 	return nil
+}
+
+// SystemInfo is what the NVIDIA driver says about itself.
+type SystemInfo struct {
+	// DriverVersion is the kernel driver's version, e.g. "580.65.06".
+	DriverVersion string
+	// CUDADriverVersion is the newest CUDA the driver supports, as CUDA
+	// encodes it (13000 = 13.0); the CUDA 13 providers need >= 13000.
+	CUDADriverVersion int
+}
+
+// SystemReporter is an optional Probe extension for diagnostics (`scorer
+// doctor`): the driver's versions.
+type SystemReporter interface {
+	System() (SystemInfo, error)
+}
+
+// System implements SystemReporter.
+func (p *nvmlProbe) System() (SystemInfo, error) {
+	v, ret := p.lib.SystemGetDriverVersion()
+	if err := nvmlError("driver version", ret); err != nil {
+		return SystemInfo{}, err
+	}
+	c, ret := p.lib.SystemGetCudaDriverVersion()
+	if err := nvmlError("CUDA driver version", ret); err != nil {
+		return SystemInfo{DriverVersion: v}, err
+	}
+	return SystemInfo{DriverVersion: v, CUDADriverVersion: c}, nil
 }
 
 // Utilization reads the GPU busy percentage.

@@ -153,6 +153,13 @@ func cudaProviderOptions(dev Device, cfg SessionConfig) map[string]string {
 	return o
 }
 
+// ArenaLimit is the gpu_mem_limit SessionFactory gives dev's CUDA arena
+// under cfg (0: none), for reports such as `scorer doctor`.
+func ArenaLimit(dev Device, cfg SessionConfig) uint64 {
+	n, _ := strconv.ParseUint(cudaProviderOptions(dev, cfg)["gpu_mem_limit"], 10, 64)
+	return n
+}
+
 // arenaLimit is the arena cap under an admission limit of budget bytes: the
 // budget less margin, or half the budget on a GPU too small for the margin.
 func arenaLimit(budget float64, margin uint64) uint64 {

@@ -212,6 +212,9 @@ func newPool(ctx context.Context, cfg Config, m *model.Model, log zerolog.Logger
 			closeNVML, probe = shutdown, pr
 			opts = append(opts, gpupool.WithProbe(pr))
 		case devMode == gpupool.ModeCUDA:
+			if pr, ok := gpupool.DiagnoseCUDA(perr); ok {
+				return nil, nil, fmt.Errorf("DEVICE=cuda: %s; remedy: %s: %w", pr.Cause, pr.Remedy, perr)
+			}
 			return nil, nil, fmt.Errorf("DEVICE=cuda: %w", perr)
 		default:
 			// The pool logs the CPU fallback once, with its own reason.

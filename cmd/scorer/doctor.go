@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/doctor"
+	"github.com/scorer/scorer/model"
+)
+
+// runDoctor is `scorer doctor`: it parses the service's configuration plus
+// its own flags and hands the check to internal/doctor. It exits 0 when the
+// configured DEVICE works here as configured (auto on a CPU-only host
+// included) and 1, with the cause, when it does not.
+func runDoctor(ctx context.Context, e procEnv, args []string) error {
+	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	duration := fs.Duration("duration", 3*time.Second, "length of each device's throughput run")
+	cfg, err := loadConfig(e.getenv, fs, args)
+	if err != nil {
+		return usageOr(err)
+	}
+	if *duration <= 0 {
+		return usageError{"doctor: --duration must be > 0"}
+	}
+	// The pool's own lines would interleave with the report; warnings show.
+	log, err := newLogger(e.stderr, "warn", cfg.LogFormat)
+	if err != nil {
+		return err
+	}
+	lib, err := resolvePath(cfg.ORTLib)
+	if err != nil {
+		return fmt.Errorf("doctor: ORT_LIB: %w (run `make` to fetch ONNX Runtime, or point ORT_LIB at libonnxruntime.so.1)", err)
+	}
+	dir, err := resolvePath(cfg.ModelDir)
+	if err != nil {
+		return fmt.Errorf("doctor: MODEL_DIR: %w", err)
+	}
+	mode, err := model.ParseScoreMode(cfg.ScoreMode)
+	if err != nil {
+		return err
+	}
+	lo := model.LoadOptions{Dir: dir, ONNXFile: cfg.ModelFile, ScoreMode: mode}
+	if cfg.EntailmentIndex >= 0 {
+		idx := cfg.EntailmentIndex
+		lo.EntailmentIndex = &idx
+	}
+	devMode, err := gpupool.ParseDeviceMode(cfg.Device)
+	if err != nil {
+		return err
+	}
+	memLimit, err := gpupool.ParseMemLimit(cfg.GPUMemLimit)
+	if err != nil {
+		return fmt.Errorf("GPU_MEM_LIMIT: %w", err)
+	}
+	workers, threads := cpuPlan(cfg)
+	rep, err := doctor.Run(ctx, doctor.Options{
+		ORTLib: lib, Model: lo, Device: devMode, GPUIDs: cfg.GPUIDs,
+		MemFraction: cfg.GPUMemFraction, MemLimit: memLimit, TF32: cfg.GPUTF32,
+		Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold,
+		MaxBatchTokens: cfg.MaxBatchTokens, MaxBatchRows: cfg.MaxBatchRows,
+		CPUWorkers: workers, CPUThreads: threads, Duration: *duration,
+		// CUDA reads the real environment, so the mapping must too.
+		LookupEnv: os.LookupEnv, Log: log,
+	})
+	if err != nil {
+		return fmt.Errorf("doctor: %w", err)
+	}
+	if ctx.Err() != nil {
+		return errInterrupted
+	}
+	if *asJSON {
+		err = doctor.WriteJSON(e.stdout, rep)
+	} else {
+		err = doctor.WriteText(e.stdout, rep)
+	}
+	if err != nil {
+		return err
+	}
+	if !rep.OK {
+		return fmt.Errorf("%w: %s", doctor.ErrNotOK, rep.Verdict)
+	}
+	return nil
+}

@@ -1,0 +1,557 @@
+// Package doctor is `scorer doctor`: the check a user runs on their own host
+// to see whether, and how well, the configured DEVICE works there. No CI
+// machine of this project has a GPU, so the GPU path is proven on the CPU
+// only as far as physics allows (the packaging and memory-model tests); this
+// report is what shows it on real hardware: ONNX Runtime's providers, the
+// driver and its GPUs (MIG included) as CUDA will number them, a CUDA session
+// per GPU, CPU-vs-GPU parity on a sample, the calibrated memory model, a
+// short throughput run, and the settings it recommends. Without a GPU it
+// reports the CPU path and why there is no GPU. docs/gpu.md explains every
+// line.
+package doctor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/model"
+)
+
+// Options is what the doctor checks: the service's own settings.
+type Options struct {
+	// ORTLib is the ONNX Runtime core library (ORT_LIB), resolved.
+	ORTLib string
+	// Model is how to load MODEL_DIR.
+	Model model.LoadOptions
+	// Device is the configured DEVICE; the verdict is about it.
+	Device gpupool.DeviceMode
+	// GPUIDs restricts the GPUs checked (GPU_IDS).
+	GPUIDs []string
+	// MemFraction, MemLimit and TF32 are GPU_MEM_FRACTION, GPU_MEM_LIMIT
+	// and GPU_TF32.
+	MemFraction float64
+	MemLimit    gpupool.MemLimit
+	TF32        bool
+	// Template, Labels and Threshold build the sample's hypotheses and
+	// decide agreement (HYPOTHESIS_TEMPLATE, LABELS, THRESHOLD).
+	Template  string
+	Labels    []string
+	Threshold float64
+	// MaxBatchTokens and MaxBatchRows are the batch limits in use.
+	MaxBatchTokens, MaxBatchRows int
+	// CPUWorkers and CPUThreads are the CPU plan in use (WORKERS,
+	// CPU_THREADS after defaults).
+	CPUWorkers, CPUThreads int
+	// Duration is each throughput run's length (default 3s).
+	Duration time.Duration
+	// LookupEnv reads CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER (default:
+	// none set).
+	LookupEnv func(string) (string, bool)
+	// Log receives the pool's own logs (default: none).
+	Log zerolog.Logger
+}
+
+// Problem is a diagnosed failure: one line of cause, one of remedy.
+type Problem struct {
+	Kind   string `json:"kind,omitempty"`
+	Cause  string `json:"cause"`
+	Remedy string `json:"remedy,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+func problemOf(err error) *Problem {
+	if err == nil {
+		return nil
+	}
+	if p, ok := gpupool.DiagnoseCUDA(err); ok {
+		return &Problem{Kind: p.Kind, Cause: p.Cause, Remedy: p.Remedy, Error: err.Error()}
+	}
+	return &Problem{Cause: firstLine(err.Error()), Error: err.Error()}
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
+
+// Report is the doctor's finding; JSON field names are stable.
+type Report struct {
+	// Device is the configured DEVICE, OK whether it works as configured
+	// here, and Path where scoring would run: "cuda" or "cpu".
+	Device string `json:"device"`
+	OK     bool   `json:"ok"`
+	Path   string `json:"path"`
+	// Verdict is one line; Problem is why not OK (or, when OK on the CPU
+	// under auto, why there is no GPU).
+	Verdict string   `json:"verdict"`
+	Problem *Problem `json:"problem,omitempty"`
+
+	ORT       ORTReport        `json:"onnxruntime"`
+	NVML      NVMLReport       `json:"nvml"`
+	CPU       *DeviceCheck     `json:"cpu,omitempty"`
+	GPUs      []DeviceCheck    `json:"gpus,omitempty"`
+	Recommend Recommendation   `json:"recommend"`
+	Sample    SampleDescriptor `json:"sample"`
+}
+
+// ORTReport is what the ONNX Runtime library offers.
+type ORTReport struct {
+	Library   string   `json:"library"`
+	Version   string   `json:"version"`
+	Providers []string `json:"providers"`
+	// CUDA is nil when the CUDA provider loads with its libraries, the
+	// CUDA runtime and the driver; else why not.
+	CUDA *Problem `json:"cuda_problem,omitempty"`
+}
+
+// NVMLReport is what the driver says.
+type NVMLReport struct {
+	Available         bool     `json:"available"`
+	Problem           *Problem `json:"problem,omitempty"`
+	DriverVersion     string   `json:"driver_version,omitempty"`
+	CUDADriverVersion int      `json:"cuda_driver_version,omitempty"`
+	// CUDAVisibleDevices and CUDADeviceOrder are the variables as set
+	// ("(unset)" otherwise); GPUs lists the devices CUDA will see, each
+	// under its CUDA ordinal with the NVML index it maps to.
+	CUDAVisibleDevices string    `json:"cuda_visible_devices"`
+	CUDADeviceOrder    string    `json:"cuda_device_order"`
+	GPUs               []GPUInfo `json:"gpus,omitempty"`
+	Warnings           []string  `json:"warnings,omitempty"`
+}
+
+// GPUInfo is one GPU (or MIG instance) as CUDA will number it.
+type GPUInfo struct {
+	CUDAIndex   int    `json:"cuda_index"`
+	NVMLIndex   int    `json:"nvml_index"`
+	UUID        string `json:"uuid"`
+	Name        string `json:"name"`
+	TotalMemory uint64 `json:"total_memory_bytes"`
+	PCIBusID    string `json:"pci_bus_id,omitempty"`
+	MIG         bool   `json:"mig,omitempty"`
+}
+
+// DeviceCheck is one device's session, parity, memory model and speed.
+type DeviceCheck struct {
+	Device  string   `json:"device"`
+	UUID    string   `json:"uuid,omitempty"`
+	OK      bool     `json:"ok"`
+	Problem *Problem `json:"problem,omitempty"`
+	// MaxAbsDelta is the largest |p_gpu − p_cpu| over the sample and
+	// Agreement the share of pairs on the same side of THRESHOLD (GPU
+	// only); TF32MaxAbsDelta is the same delta with TF32 on (or off, when
+	// GPU_TF32 is on): what the setting costs in fidelity.
+	MaxAbsDelta     *float64 `json:"max_abs_delta,omitempty"`
+	Agreement       *float64 `json:"agreement,omitempty"`
+	TF32MaxAbsDelta *float64 `json:"tf32_max_abs_delta,omitempty"`
+	// Memory is the calibrated model (GPU only).
+	Memory *MemoryModel `json:"memory,omitempty"`
+	// PairsPerSecond is the throughput of the short run, with its batch
+	// shapes.
+	PairsPerSecond float64 `json:"pairs_per_second"`
+	Batches        uint64  `json:"batches"`
+	MeanBatchRows  float64 `json:"mean_batch_rows"`
+	Padding        float64 `json:"padding_efficiency"`
+}
+
+// MemoryModel is the calibrated bytes ≈ base + perToken·rows·len +
+// perTokenLen·rows·len², the arena cap and the budget admission uses.
+type MemoryModel struct {
+	BaseBytes         float64 `json:"base_bytes"`
+	PerTokenBytes     float64 `json:"per_token_bytes"`
+	PerTokenLenBytes  float64 `json:"per_token_len_bytes"`
+	ArenaLimitBytes   uint64  `json:"arena_limit_bytes"`
+	MaxRowsAtModelMax int     `json:"max_rows_at_max_length"`
+}
+
+// Recommendation is the settings the doctor suggests for this host.
+type Recommendation struct {
+	Device         string `json:"DEVICE"`
+	MaxBatchTokens int    `json:"MAX_BATCH_TOKENS"`
+	Workers        int    `json:"WORKERS"`
+	CPUThreads     int    `json:"CPU_THREADS,omitempty"`
+	GPUMemLimit    string `json:"GPU_MEM_LIMIT"`
+	Note           string `json:"note,omitempty"`
+}
+
+// SampleDescriptor says what the parity and throughput runs scored.
+type SampleDescriptor struct {
+	Pairs     int     `json:"pairs"`
+	Threshold float64 `json:"threshold"`
+}
+
+// sampleSentences are earnings-call sentences of mixed length: short ones,
+// and long ones so padding and attention cost show.
+var sampleSentences = []string{
+	"Consumers pulled back sharply on discretionary purchases this quarter.",
+	"Revenue grew 12%.",
+	"We saw strong demand across all of our retail channels, with traffic up double digits and average ticket higher than a year ago, which gives us confidence in the outlook.",
+	"Thank you.",
+	"Inventory levels remain elevated as shoppers trade down to private label and delay big-ticket items, and we expect that pressure to persist through the holiday season and into the first half of next year.",
+	"Same-store sales declined 3% as lower-income households cut back on non-essential spending.",
+	"Our premium segment continued to outperform, and we are raising full-year guidance.",
+	"Promotional activity increased across the industry, compressing gross margin by 150 basis points, while freight and labor costs stayed stubbornly high and the consumer remained cautious about anything beyond everyday needs.",
+	"Traffic was flat, but conversion improved.",
+	"We are seeing customers stretch their budgets, buy smaller pack sizes and wait for promotions before they commit to larger purchases.",
+	"Credit card delinquencies ticked up modestly from last year's historically low levels.",
+	"Travel bookings for the summer are running ahead of last year at higher average fares.",
+}
+
+// Run checks the host and returns the report. err is only for a doctor
+// that could not run at all (ONNX Runtime or the model failing to load);
+// a GPU that does not work is a finding, in the report.
+func Run(ctx context.Context, o Options) (Report, error) {
+	if o.Duration <= 0 {
+		o.Duration = 3 * time.Second
+	}
+	if o.LookupEnv == nil {
+		o.LookupEnv = func(string) (string, bool) { return "", false }
+	}
+	if o.Device == "" {
+		o.Device = gpupool.ModeAuto
+	}
+	rep := Report{Device: string(o.Device), Sample: SampleDescriptor{Threshold: o.Threshold}}
+
+	rep.ORT.Library = o.ORTLib
+	info, err := model.ProbeRuntime(o.ORTLib)
+	if err != nil {
+		return rep, err
+	}
+	rep.ORT.Version, rep.ORT.Providers = info.Version, info.Providers
+	shutdown, err := model.InitRuntime(o.ORTLib)
+	if err != nil {
+		return rep, err
+	}
+	defer shutdown()
+	if !info.HasProvider("CUDAExecutionProvider") {
+		rep.ORT.CUDA = problemOf(fmt.Errorf("CUDA execution provider is not enabled in this build (%s lists %v)", o.ORTLib, info.Providers))
+	} else {
+		rep.ORT.CUDA = problemOf(gpupool.CheckCUDA(gpupool.Device{Kind: gpupool.CUDA}, gpupool.SessionConfig{}))
+	}
+
+	m, err := model.Load(o.Model)
+	if err != nil {
+		return rep, err
+	}
+	pairs, err := samplePairs(m, o)
+	if err != nil {
+		return rep, err
+	}
+	rep.Sample.Pairs = len(pairs)
+
+	cpu, cpuScores := checkCPU(ctx, m, o, pairs)
+	rep.CPU = &cpu
+
+	var gpuProblem *Problem
+	if o.Device != gpupool.ModeCPU {
+		gpuProblem = checkGPUs(ctx, m, o, pairs, cpuScores, &rep)
+	}
+	recommend(m, o, &rep)
+	verdict(o, &rep, gpuProblem)
+	return rep, nil
+}
+
+// samplePairs encodes every sample sentence against every label's
+// hypothesis, as the service does.
+func samplePairs(m *model.Model, o Options) ([]model.Pair, error) {
+	labels := model.LabelConfig{Template: o.Template, Labels: o.Labels, Threshold: o.Threshold}
+	var hyps [][]int32
+	for _, h := range labels.Hypotheses() {
+		ids, err := m.Tokenizer.Encode(h)
+		if err != nil {
+			return nil, fmt.Errorf("doctor: encoding hypothesis %q: %w", h, err)
+		}
+		hyps = append(hyps, ids)
+	}
+	var pairs []model.Pair
+	for _, s := range sampleSentences {
+		prem, err := m.Tokenizer.Encode(s)
+		if err != nil {
+			return nil, fmt.Errorf("doctor: encoding sample: %w", err)
+		}
+		for _, h := range hyps {
+			pairs = append(pairs, m.Tokenizer.EncodePair(prem, h, m.MaxLength))
+		}
+	}
+	return pairs, nil
+}
+
+// checkCPU scores the sample on a CPU pool (the reference for parity) and
+// measures its throughput.
+func checkCPU(ctx context.Context, m *model.Model, o Options, pairs []model.Pair) (DeviceCheck, []float32) {
+	c := DeviceCheck{Device: "cpu"}
+	threads := max(1, o.CPUThreads)
+	pool, err := gpupool.New(ctx, gpupool.SessionFactory(m, gpupool.SessionConfig{IntraOpThreads: threads}),
+		gpupool.Mode(gpupool.ModeCPU), gpupool.CPUWorkers(max(1, o.CPUWorkers)),
+		gpupool.MaxBatchTokens(o.MaxBatchTokens), gpupool.MaxBatchRows(o.MaxBatchRows), gpupool.Logger(o.Log))
+	if err != nil {
+		c.Problem = problemOf(err)
+		return c, nil
+	}
+	defer pool.Close(context.Background())
+	scores, err := pool.ScorePairs(ctx, pairs)
+	if err != nil {
+		c.Problem = problemOf(err)
+		return c, nil
+	}
+	c.OK = true
+	throughput(ctx, pool, pairs, o.Duration, &c)
+	return c, scores
+}
+
+// throughput scores the sample repeatedly for d in calls of the size a
+// consumer batch produces, and records pairs/s and the batch shapes used.
+func throughput(ctx context.Context, pool *gpupool.Pool, pairs []model.Pair, d time.Duration, c *DeviceCheck) {
+	call := make([]model.Pair, 0, len(pairs)*8)
+	for range 8 {
+		call = append(call, pairs...)
+	}
+	before := pool.Stats()
+	start := time.Now()
+	n := 0
+	for time.Since(start) < d && ctx.Err() == nil {
+		if _, err := pool.ScorePairs(ctx, call); err != nil {
+			c.OK, c.Problem = false, problemOf(fmt.Errorf("throughput run: %w", err))
+			return
+		}
+		n += len(call)
+	}
+	after := pool.Stats()
+	c.PairsPerSecond = float64(n) / time.Since(start).Seconds()
+	c.Batches = after.Batches - before.Batches
+	if c.Batches > 0 {
+		c.MeanBatchRows = float64(after.Pairs-before.Pairs) / float64(c.Batches)
+	}
+	if pt := after.PaddedTokens - before.PaddedTokens; pt > 0 {
+		c.Padding = float64(after.RealTokens-before.RealTokens) / float64(pt)
+	}
+}
+
+// checkGPUs reads NVML and runs every selected GPU; it returns why no GPU
+// works, or nil when at least one does.
+func checkGPUs(ctx context.Context, m *model.Model, o Options, pairs []model.Pair, cpuScores []float32, rep *Report) *Problem {
+	n := &rep.NVML
+	n.CUDAVisibleDevices, n.CUDADeviceOrder = envOr(o.LookupEnv, "CUDA_VISIBLE_DEVICES"), envOr(o.LookupEnv, "CUDA_DEVICE_ORDER")
+	probe, shutdown, err := gpupool.NewNVMLProbe(ctx, gpupool.NVMLLookupEnv(o.LookupEnv))
+	if err != nil {
+		n.Problem = problemOf(err)
+		return n.Problem
+	}
+	defer shutdown()
+	n.Available = true
+	if sr, ok := probe.(gpupool.SystemReporter); ok {
+		if si, err := sr.System(); err == nil {
+			n.DriverVersion, n.CUDADriverVersion = si.DriverVersion, si.CUDADriverVersion
+		}
+	}
+	devs, err := probe.Devices()
+	if r, ok := probe.(gpupool.DeviceReporter); ok {
+		for _, w := range r.DeviceWarnings() {
+			n.Warnings = append(n.Warnings, w.Error())
+		}
+	}
+	if err != nil {
+		n.Problem = problemOf(err)
+		return n.Problem
+	}
+	for _, d := range devs {
+		n.GPUs = append(n.GPUs, GPUInfo{CUDAIndex: d.Index, NVMLIndex: d.NVMLIndex, UUID: d.UUID, Name: d.Name,
+			TotalMemory: d.TotalMemory, PCIBusID: d.PCIBusID, MIG: d.MIG})
+	}
+	if rep.ORT.CUDA != nil {
+		// NVML sees GPUs, but ORT cannot drive them: that is the cause.
+		return rep.ORT.CUDA
+	}
+	var first *Problem
+	for _, d := range devs {
+		if len(o.GPUIDs) > 0 && !selected(o.GPUIDs, d) {
+			continue
+		}
+		c := checkGPU(ctx, m, o, probe, d, pairs, cpuScores)
+		rep.GPUs = append(rep.GPUs, c)
+		if !c.OK && first == nil {
+			first = c.Problem
+		}
+	}
+	for _, c := range rep.GPUs {
+		if c.OK {
+			return nil
+		}
+	}
+	if first == nil {
+		first = &Problem{Cause: fmt.Sprintf("GPU_IDS %v selects none of the %d GPUs", o.GPUIDs, len(devs)),
+			Remedy: "fix GPU_IDS (CUDA indexes or UUIDs, as listed above)"}
+	}
+	return first
+}
+
+func selected(ids []string, d gpupool.DeviceInfo) bool {
+	for _, id := range ids {
+		id = strings.TrimSpace(id)
+		if id == fmt.Sprint(d.Index) || strings.EqualFold(id, d.UUID) {
+			return true
+		}
+	}
+	return false
+}
+
+func envOr(lookup func(string) (string, bool), k string) string {
+	if v, ok := lookup(k); ok {
+		return v
+	}
+	return "(unset)"
+}
+
+// checkGPU opens a calibrated one-GPU pool exactly as the service would,
+// compares its scores with the CPU's, measures the TF32 alternative, and
+// runs the throughput check.
+func checkGPU(ctx context.Context, m *model.Model, o Options, probe gpupool.Probe, d gpupool.DeviceInfo, pairs []model.Pair, cpuScores []float32) DeviceCheck {
+	dev := gpupool.Device{Kind: gpupool.CUDA, Index: d.Index, UUID: d.UUID, Name: d.Name, TotalMemory: d.TotalMemory}
+	c := DeviceCheck{Device: dev.Label(), UUID: d.UUID}
+	scfg := gpupool.SessionConfig{GPUMemFraction: o.MemFraction, GPUMemMargin: gpupool.DefaultGPUMemMargin,
+		GPUMemBudget: o.MemLimit, TF32: o.TF32}
+	pool, err := gpupool.New(ctx, gpupool.SessionFactory(m, scfg), gpupool.Mode(gpupool.ModeCUDA), gpupool.WithProbe(probe),
+		gpupool.GPUIDs(d.UUID), gpupool.MemFraction(o.MemFraction), gpupool.GPUMemLimit(o.MemLimit),
+		gpupool.MaxBatchTokens(o.MaxBatchTokens), gpupool.MaxBatchRows(o.MaxBatchRows), gpupool.CPUFallback(false),
+		gpupool.Calibrate(gpupool.Calibration{MaxLen: m.MaxLength}), gpupool.Logger(o.Log))
+	if err != nil {
+		c.Problem = problemOf(err)
+		return c
+	}
+	defer pool.Close(context.Background())
+	st := pool.Stats().Devices[0]
+	budget := o.MemFraction * float64(d.TotalMemory)
+	if b := o.MemLimit.Of(d.TotalMemory); b > 0 {
+		budget = math.Min(budget, float64(b))
+	}
+	c.Memory = &MemoryModel{BaseBytes: st.EstimateBase, PerTokenBytes: st.EstimatePerToken, PerTokenLenBytes: st.EstimatePerTokenLen,
+		ArenaLimitBytes: gpupool.ArenaLimit(dev, scfg)}
+	l := float64(m.MaxLength)
+	if per := (st.EstimatePerToken*l + st.EstimatePerTokenLen*l*l) * 1.1; per > 0 {
+		c.Memory.MaxRowsAtModelMax = max(0, int((budget-st.EstimateBase*1.1)/per))
+	}
+	scores, err := pool.ScorePairs(ctx, pairs)
+	if err != nil {
+		c.Problem = problemOf(err)
+		return c
+	}
+	if cpuScores != nil {
+		delta, agree := compare(scores, cpuScores, o.Threshold)
+		c.MaxAbsDelta, c.Agreement = &delta, &agree
+		alt := scfg
+		alt.TF32 = !o.TF32
+		if eng, err := gpupool.SessionFactory(m, alt)(dev); err == nil {
+			if s, err := eng.ScorePairs(ctx, pairs); err == nil {
+				var d float64
+				if o.TF32 {
+					d = delta // the configured run already has TF32 on
+					if dd, _ := compare(s, cpuScores, o.Threshold); dd > 0 {
+						c.MaxAbsDelta = &dd
+					}
+				} else {
+					d, _ = compare(s, cpuScores, o.Threshold)
+				}
+				c.TF32MaxAbsDelta = &d
+			}
+			_ = eng.Close()
+		}
+	}
+	c.OK = true
+	throughput(ctx, pool, pairs, o.Duration, &c)
+	return c
+}
+
+// compare returns the largest |a−b| and the share of pairs on the same
+// side of threshold.
+func compare(a, b []float32, threshold float64) (maxDelta, agreement float64) {
+	same := 0
+	for i := range a {
+		maxDelta = math.Max(maxDelta, math.Abs(float64(a[i])-float64(b[i])))
+		if (float64(a[i]) > threshold) == (float64(b[i]) > threshold) {
+			same++
+		}
+	}
+	if len(a) == 0 {
+		return 0, 1
+	}
+	return maxDelta, float64(same) / float64(len(a))
+}
+
+// recommend suggests settings from what ran.
+func recommend(m *model.Model, o Options, rep *Report) {
+	r := &rep.Recommend
+	r.MaxBatchTokens = o.MaxBatchTokens
+	r.GPUMemLimit = o.MemLimit.String()
+	var best *DeviceCheck
+	for i := range rep.GPUs {
+		if rep.GPUs[i].OK && (best == nil || rep.GPUs[i].PairsPerSecond > best.PairsPerSecond) {
+			best = &rep.GPUs[i]
+		}
+	}
+	if best == nil {
+		n := runtime.GOMAXPROCS(0)
+		r.Device = "cpu"
+		r.Workers = min(n, 4)
+		r.CPUThreads = max(1, n/r.Workers)
+		r.Note = "no usable GPU: DEVICE=cpu skips the GPU probe at start; WORKERS × CPU_THREADS = the cores this process may use"
+		return
+	}
+	r.Device = "cuda"
+	r.Workers = 2
+	if mm := best.Memory; mm != nil && mm.MaxRowsAtModelMax > 0 {
+		// The token budget should let a batch of the longest pairs fill the
+		// memory the model leaves, no more (the planner caps rows anyway).
+		tokens := mm.MaxRowsAtModelMax * m.MaxLength
+		r.MaxBatchTokens = max(1024, min(65536, 1<<int(math.Floor(math.Log2(float64(tokens))))))
+	}
+	r.Note = "DEVICE=cuda fails loudly if the GPU goes missing; GPU_MEM_LIMIT: leave 0 alone on a GPU, else give each scorer its share (e.g. 0.4 for two)"
+}
+
+// verdict decides OK for the configured DEVICE and writes the one line.
+func verdict(o Options, rep *Report, gpuProblem *Problem) {
+	cpuOK := rep.CPU != nil && rep.CPU.OK
+	gpuOK := false
+	for _, g := range rep.GPUs {
+		gpuOK = gpuOK || g.OK
+	}
+	switch {
+	case o.Device == gpupool.ModeCPU:
+		rep.Path, rep.OK = "cpu", cpuOK
+		if !cpuOK {
+			rep.Problem = rep.CPU.Problem
+		}
+	case gpuOK:
+		rep.Path, rep.OK = "cuda", true
+	case o.Device == gpupool.ModeCUDA:
+		rep.Path, rep.OK, rep.Problem = "none", false, gpuProblem
+	default: // auto without a GPU: the CPU path, with the reason
+		rep.Path, rep.OK, rep.Problem = "cpu", cpuOK, gpuProblem
+		if !cpuOK {
+			rep.Problem = rep.CPU.Problem
+		}
+	}
+	if rep.Problem == nil && !rep.OK {
+		rep.Problem = &Problem{Cause: "unknown"}
+	}
+	switch {
+	case rep.OK && rep.Path == "cuda":
+		rep.Verdict = fmt.Sprintf("OK: DEVICE=%s scores on the GPU here", o.Device)
+	case rep.OK && o.Device == gpupool.ModeAuto:
+		rep.Verdict = "OK: DEVICE=auto scores on the CPU here (no usable GPU: " + rep.Problem.Cause + ")"
+	case rep.OK:
+		rep.Verdict = "OK: DEVICE=cpu scores on the CPU here"
+	default:
+		rep.Verdict = fmt.Sprintf("FAIL: DEVICE=%s cannot work here: %s", o.Device, rep.Problem.Cause)
+	}
+}
+
+// ErrNotOK is what a caller returns when the report's verdict is not OK,
+// so the process exits non-zero with the cause.
+var ErrNotOK = errors.New("doctor: the configured DEVICE cannot work on this host")

@@ -1,0 +1,111 @@
+package doctor
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/testenv"
+	"github.com/scorer/scorer/model"
+)
+
+// noGPUHere skips on a machine where NVML works: these tests pin down the
+// report of a host without a GPU (this project's CI).
+func noGPUHere(t *testing.T) {
+	t.Helper()
+	probe, shutdown, err := gpupool.NewNVMLProbe(t.Context())
+	if err == nil {
+		defer shutdown()
+		if _, err := probe.Devices(); err == nil {
+			t.Skip("this machine has a GPU; run `scorer doctor` to see its report")
+		}
+	}
+}
+
+func options(t *testing.T, device gpupool.DeviceMode) Options {
+	return Options{
+		ORTLib: testenv.ORTLib(t), Model: model.LoadOptions{Dir: testenv.ModelDir(t, "nli-unigram-small")},
+		Device: device, MemFraction: 0.8, Template: "This text is about {}.",
+		Labels: []string{"consumer strength", "consumer weakness"}, Threshold: 0.91,
+		MaxBatchTokens: 16384, MaxBatchRows: 256, CPUWorkers: 1, CPUThreads: 1, Duration: 100 * time.Millisecond,
+	}
+}
+
+// On a host without a GPU, the doctor runs the real model on the real
+// library: auto (and cpu) pass on the CPU path and say why there is no GPU;
+// cuda fails with the cause. The shipped core lists the CUDA provider, and
+// without its provider files beside it the report names the missing file.
+func TestDoctorWithoutGPU(t *testing.T) {
+	noGPUHere(t)
+	for _, tc := range []struct {
+		device gpupool.DeviceMode
+		ok     bool
+		path   string
+	}{
+		{gpupool.ModeAuto, true, "cpu"},
+		{gpupool.ModeCPU, true, "cpu"},
+		{gpupool.ModeCUDA, false, "none"},
+	} {
+		t.Run(string(tc.device), func(t *testing.T) {
+			rep, err := Run(t.Context(), options(t, tc.device))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.OK != tc.ok || rep.Path != tc.path {
+				t.Fatalf("ok %v path %q (%s), want %v %q", rep.OK, rep.Path, rep.Verdict, tc.ok, tc.path)
+			}
+			if !slicesContain(rep.ORT.Providers, "CUDAExecutionProvider") || rep.ORT.Version == "" {
+				t.Errorf("ORT report %+v: want the version and the CUDA provider listed", rep.ORT)
+			}
+			if p := rep.ORT.CUDA; p == nil || p.Kind != gpupool.ProblemProviderFiles || !strings.Contains(p.Cause, "libonnxruntime_providers_shared.so") {
+				t.Errorf("CUDA provider problem %+v, want the missing provider file named", p)
+			}
+			if rep.CPU == nil || !rep.CPU.OK || rep.CPU.PairsPerSecond <= 0 || rep.CPU.Batches == 0 || rep.Sample.Pairs != 24 {
+				t.Errorf("CPU check %+v (sample %d pairs): want a working session with a throughput", rep.CPU, rep.Sample.Pairs)
+			}
+			if tc.device != gpupool.ModeCPU {
+				if rep.Problem == nil || rep.Problem.Kind != gpupool.ProblemNoDriver || rep.Problem.Remedy == "" {
+					t.Errorf("problem %+v, want no_driver with a remedy", rep.Problem)
+				}
+				if !strings.Contains(rep.Verdict, rep.Problem.Cause) {
+					t.Errorf("verdict %q does not give the cause", rep.Verdict)
+				}
+			}
+			var text, js bytes.Buffer
+			if err := WriteText(&text, rep); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{"onnxruntime    1.29", "cuda provider  unusable", "verdict        " + rep.Verdict, "recommend      DEVICE=cpu"} {
+				if !strings.Contains(text.String(), want) {
+					t.Errorf("text report lacks %q:\n%s", want, text.String())
+				}
+			}
+			if err := WriteJSON(&js, rep); err != nil {
+				t.Fatal(err)
+			}
+			var back Report
+			if err := json.Unmarshal(js.Bytes(), &back); err != nil || back.OK != rep.OK || back.Verdict != rep.Verdict || back.CPU.PairsPerSecond != rep.CPU.PairsPerSecond {
+				t.Errorf("JSON round trip: %v\n%s", err, js.String())
+			}
+		})
+	}
+}
+
+func slicesContain(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func TestCompare(t *testing.T) {
+	d, agree := compare([]float32{0.1, 0.95, 0.92, 0.5}, []float32{0.1, 0.96, 0.90, 0.5}, 0.91)
+	if d < 0.0199 || d > 0.0201 || agree != 0.75 {
+		t.Errorf("compare = %v, %v; want 0.02, 0.75", d, agree)
+	}
+}
