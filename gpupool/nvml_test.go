@@ -132,6 +132,11 @@ type mockGPU struct {
 	procs       []nvml.ProcessInfo
 	procsRet    nvml.Return
 	v1Calls     int
+	// migMode puts the GPU in MIG mode; migs are its instances by slot
+	// (nil: a slot NVML refuses or that is empty).
+	migMode bool
+	migs    []*mockGPU
+	pci     string // PCI bus id; default from the NVML index
 }
 
 // mockNVML builds a probe over a mocked NVML with gpus (in NVML order),
@@ -140,9 +145,16 @@ func mockNVML(t *testing.T, v2 bool, env map[string]string, gpus ...*mockGPU) *n
 	t.Helper()
 	handles := make([]*mock.Device, len(gpus))
 	byHandle := map[nvml.Device]*mockGPU{}
+	migHandles := map[*mockGPU]nvml.Device{}
 	for i, g := range gpus {
 		handles[i] = &mock.Device{}
 		byHandle[handles[i]] = g
+		for _, m := range g.migs {
+			if m != nil {
+				h := &mock.Device{}
+				byHandle[h], migHandles[m] = m, h
+			}
+		}
 	}
 	lib := &mock.Interface{
 		InitFunc:     func() nvml.Return { return nvml.SUCCESS },
@@ -170,9 +182,27 @@ func mockNVML(t *testing.T, v2 bool, env map[string]string, gpus ...*mockGPU) *n
 			return g.uuid, nvml.SUCCESS
 		},
 		DeviceGetNameFunc: func(d nvml.Device) (string, nvml.Return) { return byHandle[d].name, nvml.SUCCESS },
+		DeviceGetMigModeFunc: func(d nvml.Device) (int, int, nvml.Return) {
+			if byHandle[d].migMode {
+				return nvml.DEVICE_MIG_ENABLE, nvml.DEVICE_MIG_ENABLE, nvml.SUCCESS
+			}
+			return nvml.DEVICE_MIG_DISABLE, nvml.DEVICE_MIG_DISABLE, nvml.SUCCESS
+		},
+		DeviceGetMaxMigDeviceCountFunc: func(nvml.Device) (int, nvml.Return) { return 7, nvml.SUCCESS },
+		DeviceGetMigDeviceHandleByIndexFunc: func(d nvml.Device, k int) (nvml.Device, nvml.Return) {
+			g := byHandle[d]
+			if k >= len(g.migs) || g.migs[k] == nil {
+				return nil, nvml.ERROR_NOT_FOUND
+			}
+			return migHandles[g.migs[k]], nvml.SUCCESS
+		},
 		DeviceGetPciInfoFunc: func(d nvml.Device) (nvml.PciInfo, nvml.Return) {
 			var pci nvml.PciInfo
-			for i, c := range fmt.Sprintf("00000000:%02X:00.0", 0x17+slices.Index(handles, d.(*mock.Device))) {
+			id := byHandle[d].pci
+			if id == "" {
+				id = fmt.Sprintf("00000000:%02X:00.0", 0x17+slices.Index(handles, d.(*mock.Device)))
+			}
+			for i, c := range id {
 				pci.BusId[i] = int8(c)
 			}
 			return pci, nvml.SUCCESS
@@ -368,8 +398,8 @@ func TestVisibleGPUs(t *testing.T) {
 		{name: "trailing comma", env: map[string]string{"CUDA_VISIBLE_DEVICES": "1,"}, want: []int{1}},
 		{name: "empty hides every GPU", env: map[string]string{"CUDA_VISIBLE_DEVICES": ""}, err: "makes no GPU visible"},
 		{name: "-1 hides every GPU", env: map[string]string{"CUDA_VISIBLE_DEVICES": "-1"}, err: "makes no GPU visible"},
-		{name: "MIG device", env: map[string]string{"CUDA_VISIBLE_DEVICES": "MIG-5a8c9c8e-0a37-5f55-9c1e-5a0c3d0e2f11"}, err: "MIG device"},
-		{name: "old MIG form", env: map[string]string{"CUDA_VISIBLE_DEVICES": "0,MIG-GPU-8932f937/1/0"}, err: "MIG device"},
+		{name: "MIG device", env: map[string]string{"CUDA_VISIBLE_DEVICES": "MIG-5a8c9c8e-0a37-5f55-9c1e-5a0c3d0e2f11"}, err: "MIG instance"},
+		{name: "old MIG form", env: map[string]string{"CUDA_VISIBLE_DEVICES": "0,MIG-GPU-8932f937/1/0"}, err: "MIG instance"},
 		{name: "ambiguous UUID prefix", env: map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-1111"}, err: "more than one GPU"},
 		{name: "UUID and a GPU whose UUID is unreadable", env: map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-ffff"},
 			gpus: []nvmlGPU{{index: 0, uuid: "GPU-aaaa"}, {index: 1, err: ErrGPULost}}, err: "UUID NVML can read"},
@@ -432,7 +462,7 @@ func TestPoolMapsCUDAVisibleDevices(t *testing.T) {
 
 	mig := map[string]string{"CUDA_VISIBLE_DEVICES": "MIG-5a8c9c8e-0a37-5f55-9c1e-5a0c3d0e2f11"}
 	_, err := New(testCtx(t), f.factory, gpuOpts(nil, WithProbe(mockNVML(t, true, mig, gpuN(0))))...)
-	if err == nil || !strings.Contains(err.Error(), "mode cuda but no GPU works") || !strings.Contains(err.Error(), "MIG device") {
+	if err == nil || !strings.Contains(err.Error(), "mode cuda but no GPU works") || !strings.Contains(err.Error(), "MIG instance") {
 		t.Fatalf("cuda mode with a MIG device: err = %v, want a clear error", err)
 	}
 	var logs bytes.Buffer
@@ -440,7 +470,71 @@ func TestPoolMapsCUDAVisibleDevices(t *testing.T) {
 	if devs := auto.Devices(); len(devs) != 1 || devs[0].Kind != CPU {
 		t.Fatalf("auto mode with a MIG device: %+v, want the CPU", devs)
 	}
-	if !strings.Contains(logs.String(), "no usable GPU, scoring on CPU") || !strings.Contains(logs.String(), "MIG device") {
+	if !strings.Contains(logs.String(), "no usable GPU, scoring on CPU") || !strings.Contains(logs.String(), "MIG instance") {
 		t.Errorf("auto mode's warning lacks the MIG reason:\n%s", logs.String())
+	}
+}
+
+// MIG: in a container given one MIG instance, NVML lists the parent GPU
+// (whose memory query answers NO_PERMISSION) in MIG mode; the pool uses the
+// instance's handle for memory, its UUID, and CUDA ordinal 0, and maps a
+// MIG UUID in CUDA_VISIBLE_DEVICES to it. With no readable instance the
+// cause is MIG permission. CUDA uses one instance per process.
+func TestNVMLMIG(t *testing.T) {
+	inst := func(n int) *mockGPU {
+		return &mockGPU{uuid: fmt.Sprintf("MIG-%d5a8c9c8-0a37-5f55-9c1e-5a0c3d0e2f11", n), name: "ignored", total: 10 << 30, used: 1 << 30}
+	}
+	parent := func(migs ...*mockGPU) *mockGPU {
+		g := gpuN(0)
+		g.migMode, g.migs = true, migs
+		g.memV2Ret, g.memV1Ret = nvml.ERROR_NO_PERMISSION, nvml.ERROR_NO_PERMISSION
+		return g
+	}
+	one := inst(1)
+	for _, env := range []map[string]string{{}, {"CUDA_VISIBLE_DEVICES": one.uuid}, {"CUDA_VISIBLE_DEVICES": one.uuid[:12]}} {
+		p := mockNVML(t, true, env, parent(nil, nil, one))
+		devs, err := p.Devices()
+		if err != nil {
+			t.Fatalf("env %v: %v", env, err)
+		}
+		if len(devs) != 1 || !devs[0].MIG || devs[0].UUID != one.uuid || devs[0].Index != 0 || devs[0].TotalMemory != 10<<30 {
+			t.Fatalf("env %v: Devices() = %+v, want the MIG instance as CUDA 0 with its 10 GiB", env, devs)
+		}
+		if _, used, total, err := p.MemoryInfo(0); err != nil || used != one.used || total != one.total {
+			t.Errorf("env %v: MemoryInfo = %d/%d, %v; want the instance's readings", env, used, total, err)
+		}
+	}
+
+	p := mockNVML(t, true, nil, parent(inst(1), inst(2)))
+	devs, err := p.Devices()
+	if err != nil || len(devs) != 1 || len(p.DeviceWarnings()) != 1 {
+		t.Fatalf("two instances: %+v, %v, warnings %v; want one kept and a warning", devs, err, p.DeviceWarnings())
+	}
+
+	_, err = mockNVML(t, true, nil, parent()).Devices()
+	pr, ok := DiagnoseCUDA(err)
+	if !errors.Is(err, ErrMIGNoPermission) || !errors.Is(err, ErrNoGPU) || !ok || pr.Kind != ProblemMIGPermission {
+		t.Fatalf("MIG mode without a readable instance: %v (diagnosis %+v), want mig_no_permission", err, pr)
+	}
+}
+
+// With CUDA_DEVICE_ORDER=PCI_BUS_ID, CUDA numbers GPUs by PCI bus id, so the
+// probe does too, whatever NVML's index order; each device carries its bus
+// id.
+func TestNVMLPCIBusOrder(t *testing.T) {
+	a, b := gpuN(0), gpuN(1)
+	a.pci, b.pci = "00000000:CA:00.0", "00000000:17:00.0"
+	for _, tc := range []struct {
+		env   map[string]string
+		first string
+	}{
+		{map[string]string{"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, b.uuid},
+		{map[string]string{"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "1"}, a.uuid},
+		{map[string]string{"CUDA_DEVICE_ORDER": "FASTEST_FIRST"}, a.uuid},
+	} {
+		devs, err := mockNVML(t, true, tc.env, a, b).Devices()
+		if err != nil || devs[0].UUID != tc.first || devs[0].PCIBusID == "" {
+			t.Errorf("env %v: %+v, %v; want cuda:0 = %s with its bus id", tc.env, devs, err, tc.first)
+		}
 	}
 }

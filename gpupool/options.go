@@ -301,10 +301,11 @@ func UtilizationHysteresis(cool, hot uint32) Option {
 // runtime and signal.NotifyContext never fires. Calling signal.Notify again
 // does not help, because the Go runtime believes its handler is still
 // installed. So the pool itself saves the SIGINT/SIGTERM sigactions before
-// the first CUDA call and restores them after the sessions are created and
-// calibrated, and again after each GPU's first real batch. fn is the hook
-// for anything cmd/scorer must redo at that point (handlers for other
-// signals it owns, or a check that shutdown signals still arrive).
+// the first CUDA call, restores them after the sessions are created and
+// calibrated, and checks them (restoring any that changed) after every GPU
+// run. fn is the hook for anything cmd/scorer must redo at that point
+// (handlers for other signals it owns, or a check that shutdown signals
+// still arrive).
 func AfterCUDAInit(fn func()) Option { return optFunc(func(c *cfg) { c.afterCUDAInit = fn }) }
 
 // MemLimit is this process's share of each GPU's memory: Bytes, or a

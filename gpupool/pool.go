@@ -63,9 +63,9 @@ type Pool struct {
 
 	probe         Probe
 	probeShutdown func() // nil when the caller owns the probe
-	// sigGuard holds SIGINT/SIGTERM handlers from before CUDA init; they
-	// are restored again after each GPU's first real batch, since CUDA may
-	// install handlers lazily on its first multi-row run.
+	// sigGuard holds SIGINT/SIGTERM handlers from before CUDA init; any
+	// that changed are restored after every GPU run, since CUDA may install
+	// handlers lazily on a later run.
 	sigGuard *signalGuard
 
 	// abortCtx ends when Close's ctx expires: running batches are cancelled
@@ -138,7 +138,6 @@ type device struct {
 	degraded bool
 	failures int // consecutive failed runs
 	hot      bool
-	warmed   bool    // a real batch has run: CUDA's lazy init is done
 	reserved float64 // memory estimates of admitted batches running now
 	// arenaPeak is the most memory our runs have needed at once on this
 	// device: what ORT's arena may hold and reuse.

@@ -262,7 +262,8 @@ type nvmlGPU struct {
 	uuid, name string
 	total      uint64
 	pciBusID   string
-	mig        bool
+	mig        bool      // a MIG instance, or (with migs) a GPU in MIG mode
+	migs       []nvmlGPU // a MIG-mode GPU's readable instances
 	err        error
 }
 
@@ -278,9 +279,19 @@ func (p *nvmlProbe) Devices() ([]DeviceInfo, error) {
 	if n == 0 {
 		return nil, fmt.Errorf("gpupool: nvml lists zero devices: %w", ErrNoGPU)
 	}
-	all := make([]nvmlGPU, n)
-	for i := range all {
-		all[i] = p.readGPU(i)
+	var all []nvmlGPU
+	for i := range n {
+		g := p.readGPU(i)
+		if g.mig && len(g.migs) > 0 {
+			// In MIG mode CUDA sees the instances, not the GPU: they are
+			// the devices, with their own handles, UUIDs and memory.
+			all = append(all, g.migs...)
+			continue
+		}
+		all = append(all, g)
+	}
+	if order, _ := p.lookupEnv("CUDA_DEVICE_ORDER"); order == "PCI_BUS_ID" {
+		all = pciOrder(all)
 	}
 	visible, warnings, err := visibleGPUs(all, p.lookupEnv)
 	if err != nil {
@@ -341,8 +352,63 @@ func (p *nvmlProbe) readGPU(i int) nvmlGPU {
 	if pci, ret := p.lib.DeviceGetPciInfo(h); ret == nvml.SUCCESS {
 		g.pciBusID = busID(pci.BusId[:])
 	}
+	if cur, _, ret := p.lib.DeviceGetMigMode(h); ret == nvml.SUCCESS && cur == nvml.DEVICE_MIG_ENABLE {
+		// The parent's memory query answers NO_PERMISSION inside a MIG
+		// container and is not ours to use anyway: only the instances are.
+		g.mig = true
+		g.migs = p.readMIGs(h, g)
+		if len(g.migs) == 0 {
+			g.err = fmt.Errorf("gpupool: device %d (%s) is in MIG mode and no MIG instance is readable: %w: %w", i, g.uuid, ErrMIGNoPermission, ErrNoGPU)
+		}
+		return g
+	}
 	_, _, g.total, g.err = p.memoryInfo(h, i)
 	return g
+}
+
+// readMIGs lists the MIG instances of the MIG-mode GPU h that this process
+// can read: in a container given one instance, that one. Empty slots and
+// instances NVML refuses are skipped.
+func (p *nvmlProbe) readMIGs(h nvml.Device, parent nvmlGPU) []nvmlGPU {
+	n, ret := p.lib.DeviceGetMaxMigDeviceCount(h)
+	if ret != nvml.SUCCESS {
+		return nil
+	}
+	var out []nvmlGPU
+	for k := range n {
+		mh, ret := p.lib.DeviceGetMigDeviceHandleByIndex(h, k)
+		if ret != nvml.SUCCESS {
+			continue
+		}
+		uuid, ret := p.lib.DeviceGetUUID(mh)
+		if ret != nvml.SUCCESS {
+			continue
+		}
+		_, _, total, err := p.memoryInfo(mh, parent.index)
+		if err != nil {
+			continue
+		}
+		out = append(out, nvmlGPU{index: parent.index, handle: mh, uuid: uuid, name: parent.name + " MIG",
+			total: total, pciBusID: parent.pciBusID, mig: true})
+	}
+	return out
+}
+
+// pciOrder sorts GPUs by PCI bus id, CUDA's order under
+// CUDA_DEVICE_ORDER=PCI_BUS_ID (which the service sets when unset): NVML's
+// own index order is usually the same but not promised. Without every bus
+// id known, NVML order stands. MIG instances of one GPU keep their order.
+func pciOrder(gs []nvmlGPU) []nvmlGPU {
+	for _, g := range gs {
+		if g.pciBusID == "" {
+			return gs
+		}
+	}
+	out := slices.Clone(gs)
+	slices.SortStableFunc(out, func(a, b nvmlGPU) int {
+		return strings.Compare(strings.ToLower(a.pciBusID), strings.ToLower(b.pciBusID))
+	})
+	return out
 }
 
 // busID reads NVML's NUL-terminated PCI bus id.
@@ -434,7 +500,8 @@ func (p *nvmlProbe) ProcessMemory(idx int) (uint64, error) {
 func visibleGPUs(all []nvmlGPU, lookupEnv func(string) (string, bool)) ([]nvmlGPU, []error, error) {
 	raw, set := lookupEnv("CUDA_VISIBLE_DEVICES")
 	if !set {
-		return all, orderWarning(all, lookupEnv), nil
+		out, warnings := oneMIG(all, orderWarning(all, lookupEnv))
+		return out, warnings, nil
 	}
 	var (
 		out      []nvmlGPU
@@ -448,7 +515,7 @@ func visibleGPUs(all []nvmlGPU, lookupEnv func(string) (string, bool)) ([]nvmlGP
 		if err != nil {
 			return nil, nil, fmt.Errorf("gpupool: CUDA_VISIBLE_DEVICES=%q: %w", raw, err)
 		}
-		if i < 0 || slices.ContainsFunc(out, func(g nvmlGPU) bool { return g.index == i }) {
+		if i < 0 || slices.ContainsFunc(out, func(g nvmlGPU) bool { return g.index == all[i].index && g.uuid == all[i].uuid }) {
 			if e != "" || k < len(entries)-1 {
 				warnings = append(warnings, fmt.Errorf("gpupool: CUDA_VISIBLE_DEVICES=%q: CUDA stops at entry %q and ignores it and the rest", raw, e))
 			}
@@ -462,14 +529,17 @@ func visibleGPUs(all []nvmlGPU, lookupEnv func(string) (string, bool)) ([]nvmlGP
 	if len(out) == 0 {
 		return nil, nil, fmt.Errorf("gpupool: CUDA_VISIBLE_DEVICES=%q makes no GPU visible to CUDA: %w", raw, ErrNoGPU)
 	}
+	out, warnings = oneMIG(out, warnings)
 	if byIndex {
 		warnings = append(warnings, orderWarning(out, lookupEnv)...)
 	}
 	return out, warnings, nil
 }
 
-// matchVisible finds the NVML index one CUDA_VISIBLE_DEVICES entry names, or
-// -1 for an entry that names no GPU (where CUDA stops).
+// matchVisible finds the position in all of the device one
+// CUDA_VISIBLE_DEVICES entry names, or -1 for an entry that names no device
+// (where CUDA stops). Integers are positions (CUDA's own numbering of the
+// listed devices); "GPU-…" and "MIG-…" are UUIDs or unique prefixes of one.
 func matchVisible(all []nvmlGPU, e string) (int, error) {
 	if n, err := strconv.Atoi(e); err == nil {
 		if n < 0 || n >= len(all) {
@@ -478,15 +548,17 @@ func matchVisible(all []nvmlGPU, e string) (int, error) {
 		return n, nil
 	}
 	upper := strings.ToUpper(e)
-	if strings.HasPrefix(upper, "MIG-") {
-		return -1, fmt.Errorf("entry %q is a MIG device; the pool cannot map MIG devices to NVML GPUs "+
-			"(list whole GPUs, or set DEVICE=cpu): %w", e, ErrNoGPU)
+	prefix := ""
+	for _, p := range []string{"GPU-", "MIG-"} {
+		if strings.HasPrefix(upper, p) && len(e) > len(p) {
+			prefix = p
+		}
 	}
-	if !strings.HasPrefix(upper, "GPU-") || len(e) == len("GPU-") {
+	if prefix == "" {
 		return -1, nil
 	}
 	match, unread := -1, false
-	for _, g := range all {
+	for k, g := range all {
 		if g.uuid == "" {
 			unread = true
 			continue
@@ -495,8 +567,11 @@ func matchVisible(all []nvmlGPU, e string) (int, error) {
 			if match >= 0 {
 				return -1, fmt.Errorf("entry %q matches more than one GPU: %w", e, ErrNoGPU)
 			}
-			match = g.index
+			match = k
 		}
+	}
+	if match < 0 && prefix == "MIG-" {
+		return -1, fmt.Errorf("entry %q names a MIG instance this process cannot read (NVML lists none with that UUID): %w: %w", e, ErrMIGNoPermission, ErrNoGPU)
 	}
 	if match < 0 && unread {
 		// It may name the GPU whose UUID NVML cannot read; then neither it
@@ -504,6 +579,25 @@ func matchVisible(all []nvmlGPU, e string) (int, error) {
 		return -1, fmt.Errorf("entry %q matches no GPU whose UUID NVML can read: %w", e, ErrNoGPU)
 	}
 	return match, nil
+}
+
+// oneMIG keeps at most one MIG instance: CUDA uses a single MIG compute
+// instance per process and ignores the others, so listing more would open
+// sessions on CUDA ordinals that do not exist.
+func oneMIG(gs []nvmlGPU, warnings []error) ([]nvmlGPU, []error) {
+	seen := false
+	var out []nvmlGPU
+	for _, g := range gs {
+		if g.mig {
+			if seen {
+				warnings = append(warnings, fmt.Errorf("gpupool: MIG instance %s left out: CUDA uses one MIG instance per process", g.uuid))
+				continue
+			}
+			seen = true
+		}
+		out = append(out, g)
+	}
+	return out, warnings
 }
 
 // orderWarning warns when CUDA's numbering may not be NVML's: GPUs of

@@ -21,6 +21,23 @@ static int gpupool_save(gpupool_sigsave *s) {
 	return 0;
 }
 
+// gpupool_restore_changed puts back every guarded disposition that differs
+// from the saved one (handler or flags) and returns how many it restored,
+// or -1 on error. Reading two sigactions costs a few hundred nanoseconds,
+// cheap enough to do after every GPU run.
+static int gpupool_restore_changed(const gpupool_sigsave *s) {
+	int n = 0;
+	for (int i = 0; i < GPUPOOL_NGUARDED; i++) {
+		struct sigaction cur;
+		if (sigaction(gpupool_guarded[i], NULL, &cur) != 0) return -1;
+		if (cur.sa_sigaction != s->sa[i].sa_sigaction || cur.sa_flags != s->sa[i].sa_flags) {
+			if (sigaction(gpupool_guarded[i], &s->sa[i], NULL) != 0) return -1;
+			n++;
+		}
+	}
+	return n;
+}
+
 static int gpupool_restore(const gpupool_sigsave *s) {
 	for (int i = 0; i < GPUPOOL_NGUARDED; i++) {
 		if (sigaction(gpupool_guarded[i], &s->sa[i], NULL) != 0) return -1;
@@ -54,4 +71,16 @@ func (g *signalGuard) restore() error {
 		return errors.New("gpupool: restoring signal handlers failed")
 	}
 	return nil
+}
+
+// restoreChanged restores any guarded handler that no longer matches the
+// saved one and reports how many it restored. CUDA (or a library it loads)
+// may install handlers lazily on any run, not only the first, so the pool
+// checks after every GPU run.
+func (g *signalGuard) restoreChanged() (int, error) {
+	n := C.gpupool_restore_changed(&g.s)
+	if n < 0 {
+		return 0, errors.New("gpupool: checking signal handlers failed")
+	}
+	return int(n), nil
 }

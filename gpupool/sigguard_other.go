@@ -9,3 +9,5 @@ type signalGuard struct{}
 func saveSignals() (*signalGuard, error) { return &signalGuard{}, nil }
 
 func (g *signalGuard) restore() error { return nil }
+
+func (g *signalGuard) restoreChanged() (int, error) { return 0, nil }

@@ -138,6 +138,15 @@ func (p *Pool) process(d *device, b *batch) {
 	elapsed := time.Since(start).Seconds()
 	stop()
 	cancel()
+	if d.dev.Kind == CUDA && p.sigGuard != nil {
+		// CUDA can replace Go's SIGINT/SIGTERM handlers on any run
+		// (onnxruntime_go #140); put them back before a signal can arrive.
+		if n, rerr := p.sigGuard.restoreChanged(); rerr != nil {
+			p.log.Warn().Err(rerr).Msg("gpupool: cannot check signal handlers after a GPU run")
+		} else if n > 0 {
+			p.log.Warn().Str("device", d.dev.Label()).Int("handlers", n).Msg("gpupool: a GPU run replaced shutdown signal handlers; restored them")
+		}
+	}
 	p.m.inference.WithLabelValues(d.dev.Label()).Observe(elapsed)
 	if err == nil && len(scores) != len(pairs) {
 		err = fmt.Errorf("gpupool: %s engine returned %d scores for %d pairs", d.dev.Label(), len(scores), len(pairs))
@@ -157,14 +166,6 @@ func (p *Pool) process(d *device, b *batch) {
 		return
 	}
 	if err == nil {
-		if d.dev.Kind == CUDA && !d.warmed {
-			d.warmed = true
-			if p.sigGuard != nil {
-				if rerr := p.sigGuard.restore(); rerr != nil {
-					p.log.Warn().Err(rerr).Msg("gpupool: cannot restore signal handlers after first CUDA run")
-				}
-			}
-		}
 		d.failures = 0
 		d.batches++
 		d.pairs += uint64(rows)

@@ -59,6 +59,9 @@ func runDoctor(ctx context.Context, e procEnv, args []string) error {
 		return fmt.Errorf("GPU_MEM_LIMIT: %w", err)
 	}
 	workers, threads := cpuPlan(cfg)
+	if devMode != gpupool.ModeCPU {
+		pciBusOrder(log) // as the service does, so the mapping shown is the one it uses
+	}
 	rep, err := doctor.Run(ctx, doctor.Options{
 		ORTLib: lib, Model: lo, Device: devMode, GPUIDs: cfg.GPUIDs,
 		MemFraction: cfg.GPUMemFraction, MemLimit: memLimit, TF32: cfg.GPUTF32,

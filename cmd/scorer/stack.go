@@ -204,6 +204,7 @@ func newPool(ctx context.Context, cfg Config, m *model.Model, log zerolog.Logger
 	closeNVML := func() {}
 	var probe gpupool.Probe
 	if devMode != gpupool.ModeCPU {
+		pciBusOrder(log)
 		// The CUDA runtime reads CUDA_VISIBLE_DEVICES from the real process
 		// environment, so the probe must too, to number GPUs as CUDA does.
 		pr, shutdown, perr := gpupool.NewNVMLProbe(ctx, gpupool.NVMLLookupEnv(os.LookupEnv))
@@ -278,4 +279,19 @@ func resolvePath(p string) (string, error) {
 	}
 	_, err := os.Stat(p)
 	return "", err
+}
+
+// pciBusOrder sets CUDA_DEVICE_ORDER=PCI_BUS_ID when it is unset, before
+// anything initialises CUDA: CUDA's default (fastest first) may number GPUs
+// of different models differently from NVML, and the pool maps devices by
+// PCI bus id. A value the user set is left alone.
+func pciBusOrder(log zerolog.Logger) {
+	if _, set := os.LookupEnv("CUDA_DEVICE_ORDER"); set {
+		return
+	}
+	if err := os.Setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID"); err != nil {
+		log.Warn().Err(err).Msg("cannot set CUDA_DEVICE_ORDER=PCI_BUS_ID; CUDA may number GPUs differently from NVML")
+		return
+	}
+	log.Debug().Msg("CUDA_DEVICE_ORDER was unset; set it to PCI_BUS_ID so CUDA numbers GPUs as NVML does")
 }
