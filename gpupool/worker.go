@@ -55,6 +55,16 @@ func (p *Pool) coolerGPULocked(d *device) bool {
 	})
 }
 
+// gpuMayTakeLocked reports whether a live GPU may run b. The lazily
+// created CPU fallback is the last resort: once a GPU is back from
+// probation it leaves such batches to it, taking only those every GPU must
+// avoid.
+func (p *Pool) gpuMayTakeLocked(b *batch) bool {
+	return slices.ContainsFunc(p.devices, func(o *device) bool {
+		return o.dev.Kind == CUDA && o.live() && !slices.Contains(b.avoid, o.slot)
+	})
+}
+
 // sleep waits d or until the pool aborts; false means aborted.
 func (p *Pool) sleep(d time.Duration) bool {
 	t := time.NewTimer(d)
@@ -87,7 +97,7 @@ func (p *Pool) next(d *device) (*batch, bool) {
 				p.stats.Dropped++
 				continue
 			}
-			if !slices.Contains(b.avoid, d.slot) {
+			if !slices.Contains(b.avoid, d.slot) && !(d.fallback && p.gpuMayTakeLocked(b)) {
 				p.queue = slices.Delete(p.queue, i, i+1)
 				p.queuedPairs -= len(b.idx)
 				p.m.queueDepth.Set(float64(p.queuedPairs))
