@@ -41,8 +41,9 @@ type SessionConfig struct {
 	GPUMemBudget MemLimit
 	// TF32 lets CUDA use TF32 tensor cores for float32 matrix products
 	// (the provider's use_tf32). Off by default: on Ampere and later GPUs
-	// it moves scores by more than 1e-4 against the CPU, enough to flip a
-	// decision near THRESHOLD; on it is faster. `scorer doctor` measures
+	// it can move scores by more than 1e-4 against the CPU (reported, not
+	// measured here), enough to flip a decision near THRESHOLD; on it is
+	// faster. `scorer doctor` measures
 	// the difference on the host's GPU.
 	TF32 bool
 	// CUDAOptions are extra CUDA provider options, applied last (see ORT's

@@ -66,7 +66,7 @@ type Config struct {
 	Workers        int      `env:"WORKERS" help:"workers per device; 0 = auto (CPU: one per core up to 4; GPU: 2)"`
 
 	GPUMemLimit  string        `env:"GPU_MEM_LIMIT" envDefault:"0" help:"this process's memory budget on each GPU (arena cap and admission): bytes (12GiB) or a fraction of the device (0.45); 0 = GPU_MEM_FRACTION alone"`
-	GPUTF32      bool          `env:"GPU_TF32" envDefault:"false" help:"let CUDA use TF32 tensor cores for float32 matrix products: faster, but scores move by more than 1e-4 against the CPU"`
+	GPUTF32      bool          `env:"GPU_TF32" envDefault:"false" help:"let CUDA use TF32 tensor cores for float32 matrix products: faster, but scores can move by more than 1e-4 against the CPU"`
 	GPUProbation time.Duration `env:"GPU_PROBATION" envDefault:"5m" help:"a degraded GPU is re-probed after this and rejoins when it passes"`
 
 	MetricsAddr          string        `env:"METRICS_ADDR" envDefault:":9464" help:"address of /metrics, /healthz and /readyz; off = no HTTP server"`
