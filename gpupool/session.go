@@ -60,24 +60,9 @@ type SessionConfig struct {
 // uses. The ORT environment must already exist (model.InitRuntime).
 func SessionFactory(m *model.Model, cfg SessionConfig) EngineFactory {
 	return func(dev Device) (Engine, error) {
-		opts := model.SessionOptions{IntraOpThreads: cfg.IntraOpThreads, InterOpThreads: cfg.InterOpThreads}
-		switch dev.Kind {
-		case CPU:
-			if opts.IntraOpThreads == 0 {
-				opts.IntraOpThreads = runtime.GOMAXPROCS(0) // follows the container CPU limit
-			}
-		case CUDA:
-			cudaOpts := cudaProviderOptions(dev, cfg)
-			opts.Configure = func(so *ort.SessionOptions) error { return appendCUDA(so, cudaOpts) }
-			// Memory patterns pre-plan one block per input shape from its
-			// first run; a shape's second run then asks the arena for one
-			// block of the whole peak that the first run's blocks cannot
-			// serve, doubling its footprint. Admission's memory model
-			// assumes a run allocates its activations as it goes.
-			opts.DisableMemPattern = true
-			opts.ShrinkArenas = fmt.Sprintf("gpu:%d", dev.Index)
-		default:
-			return nil, fmt.Errorf("gpupool: unknown device kind %v", dev.Kind)
+		opts, err := sessionOptions(dev, cfg)
+		if err != nil {
+			return nil, err
 		}
 		s, err := m.NewSession(opts)
 		if err != nil {
@@ -85,6 +70,31 @@ func SessionFactory(m *model.Model, cfg SessionConfig) EngineFactory {
 		}
 		return s, nil
 	}
+}
+
+// sessionOptions is the model.SessionOptions SessionFactory uses for dev.
+func sessionOptions(dev Device, cfg SessionConfig) (model.SessionOptions, error) {
+	opts := model.SessionOptions{IntraOpThreads: cfg.IntraOpThreads, InterOpThreads: cfg.InterOpThreads}
+	switch dev.Kind {
+	case CPU:
+		if opts.IntraOpThreads == 0 {
+			opts.IntraOpThreads = runtime.GOMAXPROCS(0) // follows the container CPU limit
+		}
+	case CUDA:
+		cudaOpts := cudaProviderOptions(dev, cfg)
+		opts.Configure = func(so *ort.SessionOptions) error { return appendCUDA(so, cudaOpts) }
+		// Memory patterns pre-plan one block per input shape from its
+		// first run; a shape's second run then asks the arena for one
+		// block of the whole peak that the first run's blocks cannot
+		// serve, doubling its footprint. Admission's memory model
+		// assumes a run allocates its activations as it goes.
+		opts.DisableMemPattern = true
+		// Calibration empties the arena between shapes through this.
+		opts.ShrinkArenas = fmt.Sprintf("gpu:%d", dev.Index)
+	default:
+		return model.SessionOptions{}, fmt.Errorf("gpupool: unknown device kind %v", dev.Kind)
+	}
+	return opts, nil
 }
 
 // appendCUDA adds the CUDA execution provider with opts to so. ORT loads

@@ -221,3 +221,20 @@ func TestGPUMemLimitBelowAdmissionLimit(t *testing.T) {
 		})
 	}
 }
+
+// CUDA sessions run without memory patterns and can shrink their own
+// device's arena (calibration's per-shape measurement); CPU sessions keep
+// ORT's defaults.
+func TestSessionOptionsPerDevice(t *testing.T) {
+	o, err := sessionOptions(Device{Kind: CUDA, Index: 3}, SessionConfig{})
+	if err != nil || !o.DisableMemPattern || o.ShrinkArenas != "gpu:3" || o.Configure == nil {
+		t.Errorf("CUDA options %+v, %v: want memory patterns off, ShrinkArenas gpu:3 and the CUDA provider", o, err)
+	}
+	o, err = sessionOptions(Device{Kind: CPU}, SessionConfig{IntraOpThreads: 2})
+	if err != nil || o.DisableMemPattern || o.ShrinkArenas != "" || o.Configure != nil || o.IntraOpThreads != 2 {
+		t.Errorf("CPU options %+v, %v: want ORT's defaults with 2 threads", o, err)
+	}
+	if _, err := sessionOptions(Device{Kind: DeviceKind(9)}, SessionConfig{}); err == nil {
+		t.Error("unknown device kind accepted")
+	}
+}

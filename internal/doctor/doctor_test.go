@@ -109,3 +109,36 @@ func TestCompare(t *testing.T) {
 		t.Errorf("compare = %v, %v; want 0.02, 0.75", d, agree)
 	}
 }
+
+// The GPU half of the report cannot run here; its arithmetic can. A working
+// GPU makes the path cuda for auto and cuda alike, and the token budget is
+// the power of two that lets the longest pairs fill the memory left.
+func TestVerdictAndRecommendationWithGPU(t *testing.T) {
+	delta, agree := 3e-5, 1.0
+	gpu := DeviceCheck{Device: "cuda:0", OK: true, PairsPerSecond: 900, MaxAbsDelta: &delta, Agreement: &agree,
+		Memory: &MemoryModel{MaxRowsAtModelMax: 40}}
+	m := &model.Model{MaxLength: 512}
+	for _, dev := range []gpupool.DeviceMode{gpupool.ModeAuto, gpupool.ModeCUDA} {
+		rep := Report{CPU: &DeviceCheck{Device: "cpu", OK: true}, GPUs: []DeviceCheck{{Device: "cuda:1"}, gpu}}
+		o := Options{Device: dev, MaxBatchTokens: 16384}
+		recommend(m, o, &rep)
+		verdict(o, &rep, nil)
+		if !rep.OK || rep.Path != "cuda" || !strings.HasPrefix(rep.Verdict, "OK") {
+			t.Errorf("DEVICE=%s: ok %v path %s verdict %q", dev, rep.OK, rep.Path, rep.Verdict)
+		}
+		// 40 rows × 512 = 20480 tokens: the power of two below is 16384.
+		if r := rep.Recommend; r.Device != "cuda" || r.Workers != 2 || r.MaxBatchTokens != 16384 || r.GPUMemLimit != "0" {
+			t.Errorf("DEVICE=%s: recommend %+v", dev, r)
+		}
+		var text bytes.Buffer
+		if err := WriteText(&text, rep); err != nil || !strings.Contains(text.String(), "parity vs CPU: max |Δp| 3e-05, decisions agree 100.0%") {
+			t.Errorf("text report:\n%s", text.String())
+		}
+	}
+	// DEVICE=cpu ignores the GPU: the verdict is about the configured path.
+	rep := Report{CPU: &DeviceCheck{Device: "cpu", OK: true}}
+	verdict(Options{Device: gpupool.ModeCPU}, &rep, nil)
+	if !rep.OK || rep.Path != "cpu" {
+		t.Errorf("DEVICE=cpu: %+v", rep)
+	}
+}
