@@ -22,7 +22,7 @@ HELM        := $(abspath $(DEPS)/bin/helm)
 export HELM
 FUZZTIME    ?= 15s
 
-.PHONY: build ort kcat helm test test-short fuzz vet fmt lint run bench golden image image-cuda clean
+.PHONY: build ort kcat helm promtool test test-short fuzz vet fmt lint run bench golden image image-cuda clean
 
 build: $(BIN) ort
 
@@ -37,9 +37,15 @@ $(ORT_LIB):
 # kcat is the independent Kafka client the interop tests talk to: Debian's
 # package, installed system-wide when we may, else unpacked under .deps/kcat.
 KCAT_DIR := $(abspath $(DEPS)/kcat)
-export PATH := $(KCAT_DIR)/bin:$(PATH)
+PROMTOOL_DIR := $(abspath $(DEPS)/promtool)
+export PATH := $(PROMTOOL_DIR)/bin:$(KCAT_DIR)/bin:$(PATH)
 kcat:
 	@./scripts/install-kcat.sh $(KCAT_DIR)
+
+# promtool checks and unit-tests the alerting rules in deploy's tests: from
+# Debian's prometheus package, unpacked under .deps/promtool unless on PATH.
+promtool:
+	@./scripts/install-promtool.sh $(PROMTOOL_DIR)
 
 # helm renders the chart in deploy's tests; Debian has no package, so it is
 # built from its Go module (a few minutes, once).
@@ -55,7 +61,7 @@ fmt:
 
 lint: fmt vet
 
-test: ort kcat helm lint
+test: ort kcat helm promtool lint
 	$(GO) test -race -count=1 -timeout 45m ./...
 	$(MAKE) fuzz
 
