@@ -22,7 +22,7 @@ HELM        := $(abspath $(DEPS)/bin/helm)
 export HELM
 FUZZTIME    ?= 15s
 
-.PHONY: build ort kcat helm promtool test test-short fuzz vet fmt lint run bench golden image image-cuda clean
+.PHONY: build ort kcat helm promtool test test-short fuzz vet fmt lint run bench golden image image-cuda image-test clean
 
 build: $(BIN) ort
 
@@ -64,6 +64,7 @@ lint: fmt vet
 test: ort kcat helm promtool lint
 	$(GO) test -race -count=1 -timeout 45m ./...
 	$(MAKE) fuzz
+	$(MAKE) image-test
 
 # A short run of every fuzz target; seed corpora live in testdata/fuzz.
 fuzz: ort
@@ -86,12 +87,18 @@ bench: build
 golden:
 	cd tools/golden && npm install --ignore-scripts --no-audit --no-fund >/dev/null && node generate.mjs
 
-# Container images (need a Docker engine; see docs/operating.md).
+# Container images: docker when a Docker engine answers, else podman (see docs/operating.md, "Images").
+# LOCAL_BASES=1 (podman) builds FROM base images made on this machine, for hosts that reach no registry.
 IMAGE ?= scorer:dev
 image:
-	docker build -f deploy/docker/Dockerfile -t $(IMAGE) .
+	./scripts/image-build.sh deploy/docker/Dockerfile $(IMAGE)
 image-cuda:
-	docker build -f deploy/docker/Dockerfile.cuda -t $(IMAGE)-cuda .
+	./scripts/image-build.sh deploy/docker/Dockerfile.cuda $(IMAGE)-cuda
+
+# Builds the CPU image with podman from local bases and runs it as users do (deploy's TestImage), then
+# checks the CUDA Dockerfile's ORT files; skipped with a message only where podman cannot run at all.
+image-test: $(BIN) kcat
+	./scripts/image-test.sh
 
 clean:
 	rm -rf bin $(DEPS)
