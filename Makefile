@@ -97,7 +97,7 @@ image-cuda:
 
 # Builds the CPU image with podman from local bases and runs it as users do (deploy's TestImage), then
 # checks the CUDA Dockerfile's ORT files; skipped with a message only where podman cannot run at all.
-image-test: $(BIN) kcat
+image-test: kcat
 	./scripts/image-test.sh
 
 clean:

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -276,4 +277,44 @@ func groupOffsets(ctx context.Context, t *testing.T, broker, group, topic string
 		committed[p.Partition] = p.CommittedOffset
 	}
 	return committed, ends
+}
+
+// TestMakefileOpsTargets keeps `make test` running the operations checks: promtool installed before
+// the Go tests (which run the alert unit tests) and the image test after them, and `make image`
+// going through the script that picks docker or podman.
+func TestMakefileOpsTargets(t *testing.T) {
+	data, err := os.ReadFile(makefile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recipes := map[string][]string{}
+	prereqs := map[string][]string{}
+	cur := ""
+	for line := range strings.SplitSeq(string(data), "\n") {
+		switch {
+		case strings.HasPrefix(line, "\t") && cur != "":
+			recipes[cur] = append(recipes[cur], strings.TrimSpace(line))
+		case strings.Contains(line, ":") && !strings.HasPrefix(line, "#") && !strings.Contains(line, "=") && !strings.HasPrefix(line, "."):
+			name, deps, _ := strings.Cut(line, ":")
+			cur = strings.TrimSpace(name)
+			prereqs[cur] = strings.Fields(deps)
+		case strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#"):
+			cur = ""
+		}
+	}
+	if !slices.Contains(prereqs["test"], "promtool") {
+		t.Errorf("make test prerequisites %v lack promtool", prereqs["test"])
+	}
+	if !slices.Contains(recipes["test"], "$(MAKE) image-test") {
+		t.Errorf("make test recipe %q does not run $(MAKE) image-test", recipes["test"])
+	}
+	if !slices.Contains(recipes["image-test"], "./scripts/image-test.sh") {
+		t.Errorf("make image-test recipe %q does not run scripts/image-test.sh", recipes["image-test"])
+	}
+	if !slices.Contains(recipes["image"], "./scripts/image-build.sh deploy/docker/Dockerfile $(IMAGE)") {
+		t.Errorf("make image recipe %q does not build deploy/docker/Dockerfile through scripts/image-build.sh", recipes["image"])
+	}
+	if !slices.Contains(recipes["image-cuda"], "./scripts/image-build.sh deploy/docker/Dockerfile.cuda $(IMAGE)-cuda") {
+		t.Errorf("make image-cuda recipe %q does not build deploy/docker/Dockerfile.cuda through scripts/image-build.sh", recipes["image-cuda"])
+	}
 }
