@@ -318,6 +318,24 @@ func TestAlertRulesCompose(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(filepath.Dir(composeFile), host)); err != nil {
 		t.Errorf("compose: rules mount source: %v", err)
 	}
+
+	// promtool check config on prometheus.yml as the container sees it: the rules path pointed at the
+	// mounted file.
+	t.Run("promtool check config", func(t *testing.T) {
+		promtool := promtoolBin(t)
+		abs, err := filepath.Abs(alertsFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := filepath.Join(t.TempDir(), "prometheus.yml")
+		if err := os.WriteFile(cfg, bytes.ReplaceAll(data, []byte(composeRulesPath), []byte(abs)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(promtool, "check", "config", cfg).CombinedOutput()
+		if err != nil || !bytes.Contains(out, []byte("rules found")) {
+			t.Errorf("promtool check config: %v\n%s", err, out)
+		}
+	})
 }
 
 // TestPrometheusRuleChart renders the chart's PrometheusRule and checks it carries exactly the rules
