@@ -108,6 +108,13 @@ func TestImage(t *testing.T) {
 	base := "http://" + metricsAddr
 	waitFor(ctx, t, "/readyz 200 from the container", func() (bool, string) {
 		code, body := httpGet(ctx, base+"/readyz")
+		if code != http.StatusOK {
+			// A container that exited will never answer: fail now, not at the deadline.
+			state, _ := podman(ctx, "inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", name).Output()
+			if s := strings.TrimSpace(string(state)); !strings.HasPrefix(s, "running") && !strings.HasPrefix(s, "created") {
+				t.Fatalf("the container is %q before it became ready", s)
+			}
+		}
 		return code == http.StatusOK, body
 	})
 
