@@ -27,7 +27,7 @@ HELM        := $(abspath $(DEPS)/bin/helm)
 export HELM
 FUZZTIME    ?= 15s
 
-.PHONY: build ort cuda-ort kcat helm test test-short fuzz vet fmt lint run bench golden image image-cuda clean
+.PHONY: build ort cuda-ort kcat helm promtool test test-short fuzz vet fmt lint run bench golden image image-cuda image-test clean
 
 build: $(BIN) ort
 
@@ -53,9 +53,15 @@ $(ORT_CUDA_DIR).pins: $(ORT_PINS)
 # kcat is the independent Kafka client the interop tests talk to: Debian's
 # package, installed system-wide when we may, else unpacked under .deps/kcat.
 KCAT_DIR := $(abspath $(DEPS)/kcat)
-export PATH := $(KCAT_DIR)/bin:$(PATH)
+PROMTOOL_DIR := $(abspath $(DEPS)/promtool)
+export PATH := $(PROMTOOL_DIR)/bin:$(KCAT_DIR)/bin:$(PATH)
 kcat:
 	@./scripts/install-kcat.sh $(KCAT_DIR)
+
+# promtool checks and unit-tests the alerting rules in deploy's tests: from
+# Debian's prometheus package, unpacked under .deps/promtool unless on PATH.
+promtool:
+	@./scripts/install-promtool.sh $(PROMTOOL_DIR)
 
 # helm renders the chart in deploy's tests; Debian has no package, so it is
 # built from its Go module (a few minutes, once).
@@ -71,9 +77,10 @@ fmt:
 
 lint: fmt vet
 
-test: ort cuda-ort kcat helm lint
+test: ort cuda-ort kcat helm promtool lint
 	$(GO) test -race -count=1 -timeout 45m ./...
 	$(MAKE) fuzz
+	$(MAKE) image-test
 
 # A short run of every fuzz target; seed corpora live in testdata/fuzz.
 fuzz: ort
@@ -96,12 +103,18 @@ bench: build
 golden:
 	cd tools/golden && npm install --ignore-scripts --no-audit --no-fund >/dev/null && node generate.mjs
 
-# Container images (need a Docker engine; see docs/operating.md).
+# Container images: docker when a Docker engine answers, else podman (see docs/operating.md, "Images").
+# LOCAL_BASES=1 (podman) builds FROM base images made on this machine, for hosts that reach no registry.
 IMAGE ?= scorer:dev
 image:
-	docker build -f deploy/docker/Dockerfile -t $(IMAGE) .
+	./scripts/image-build.sh deploy/docker/Dockerfile $(IMAGE)
 image-cuda:
-	docker build -f deploy/docker/Dockerfile.cuda -t $(IMAGE)-cuda .
+	./scripts/image-build.sh deploy/docker/Dockerfile.cuda $(IMAGE)-cuda
+
+# Builds the CPU image with podman from local bases and runs it as users do (deploy's TestImage), then
+# checks the CUDA Dockerfile's ORT files; skipped with a message only where podman cannot run at all.
+image-test: kcat
+	./scripts/image-test.sh
 
 clean:
 	rm -rf bin $(DEPS)

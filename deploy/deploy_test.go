@@ -368,28 +368,16 @@ func TestJDBCSink(t *testing.T) {
 
 // ---- Grafana ----
 
-func TestDashboard(t *testing.T) {
-	d := readDesign(t)
+// dashboardExprs returns every expression anywhere in the dashboard (targets and templating queries).
+func dashboardExprs(t *testing.T) []string {
+	t.Helper()
 	data, err := os.ReadFile(dashboardFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dash struct {
-		UID    string           `json:"uid"`
-		Title  string           `json:"title"`
-		Panels []map[string]any `json:"panels"`
-	}
-	if err := json.Unmarshal(data, &dash); err != nil {
-		t.Fatalf("parse %s: %v", dashboardFile, err)
-	}
-	if dash.UID == "" || dash.Title == "" || len(dash.Panels) == 0 {
-		t.Fatalf("dashboard: uid=%q title=%q panels=%d", dash.UID, dash.Title, len(dash.Panels))
-	}
-
-	// Every expression anywhere in the dashboard (targets and templating queries).
 	var doc any
 	if err := json.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
+		t.Fatalf("parse %s: %v", dashboardFile, err)
 	}
 	var exprs []string
 	var walk func(v any, key string)
@@ -410,6 +398,28 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 	walk(doc, "")
+	return exprs
+}
+
+func TestDashboard(t *testing.T) {
+	d := readDesign(t)
+	data, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		UID    string           `json:"uid"`
+		Title  string           `json:"title"`
+		Panels []map[string]any `json:"panels"`
+	}
+	if err := json.Unmarshal(data, &dash); err != nil {
+		t.Fatalf("parse %s: %v", dashboardFile, err)
+	}
+	if dash.UID == "" || dash.Title == "" || len(dash.Panels) == 0 {
+		t.Fatalf("dashboard: uid=%q title=%q panels=%d", dash.UID, dash.Title, len(dash.Panels))
+	}
+
+	exprs := dashboardExprs(t)
 
 	used := map[string]bool{}
 	for _, e := range exprs {
