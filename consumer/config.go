@@ -21,6 +21,7 @@ const (
 	DefaultBatchMaxWait       = 200 * time.Millisecond
 	DefaultMaxMessageBytes    = 16 << 20
 	DefaultMaxInflightBatches = 2
+	DefaultMaxUncommitted     = 1000
 	DefaultCommitInterval     = time.Second
 	DefaultShutdownTimeout    = 30 * time.Second
 	// DefaultRevokeTimeout is the most RevokeTimeout defaults to; a short
@@ -76,6 +77,13 @@ type Config struct {
 	// MaxInflightBatches bounds batches between fetch and ack, including the
 	// one being filled; when all are busy fetching pauses (backpressure).
 	MaxInflightBatches int
+	// MaxUncommitted bounds each partition's uncommitted span: fetching of a
+	// partition pauses while the next record lies this many offsets or more
+	// past its committed offset (MAX_UNCOMMITTED). A crash therefore
+	// replays at most this many records per partition, and one stuck record
+	// cannot make the span, nor the batches waiting behind it, grow without
+	// limit.
+	MaxUncommitted int
 	// Limits are passed to schema.DecodeEvent. The zero value means
 	// schema.DefaultLimits(); MaxMessageBytes is forced to the one above.
 	Limits schema.Limits
@@ -159,6 +167,7 @@ func (cfg Config) WithDefaults() Config {
 	setDur(&cfg.BatchMaxWait, DefaultBatchMaxWait)
 	setInt(&cfg.MaxMessageBytes, DefaultMaxMessageBytes)
 	setInt(&cfg.MaxInflightBatches, DefaultMaxInflightBatches)
+	setInt(&cfg.MaxUncommitted, DefaultMaxUncommitted)
 	if cfg.Limits == (schema.Limits{}) {
 		cfg.Limits = schema.DefaultLimits()
 	}
@@ -200,7 +209,7 @@ func (cfg Config) Validate() error {
 	positive := map[string]int{
 		"BatchMaxMessages": cfg.BatchMaxMessages, "BatchMaxBytes": cfg.BatchMaxBytes,
 		"MaxMessageBytes": cfg.MaxMessageBytes, "MaxInflightBatches": cfg.MaxInflightBatches,
-		"ScoreAttempts": cfg.ScoreAttempts,
+		"ScoreAttempts": cfg.ScoreAttempts, "MaxUncommitted": cfg.MaxUncommitted,
 	}
 	for name, v := range positive {
 		if v <= 0 {

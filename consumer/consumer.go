@@ -45,8 +45,14 @@ type Stats struct {
 	InflightPeak int64  // highest Inflight seen
 	Commits      uint64 // successful offset commits
 	CommitErrors uint64
-	Generations  uint64 // group generations joined
-	Assigned     int    // partitions in the current generation
+	// Pauses counts times a partition's fetching paused because its
+	// uncommitted span reached MaxUncommitted.
+	Pauses uint64
+	// OldestUnacked is the age of the oldest fetched record not yet
+	// acknowledged, over the current generation's partitions (0: none).
+	OldestUnacked time.Duration
+	Generations   uint64 // group generations joined
+	Assigned      int    // partitions in the current generation
 	// Batches counts flushed batches by the rule that ended them
 	// (Trigger.String()).
 	Batches map[string]uint64
@@ -64,10 +70,21 @@ type Consumer struct {
 	// in carries fetched records to the batch loop; unbuffered so a
 	// fetcher holds at most one record while the pipeline is full.
 	in chan *record
-	// slots holds one token per batch between fetch and ack; work hands
-	// flushed batches to the workers and never blocks because of slots.
+	// slots holds one token per batch between fetch and the end of its
+	// scoring (and its acknowledgement, unless it has to wait for an
+	// earlier batch of its partition: see worker); work hands flushed
+	// batches to the workers and never blocks because of slots.
 	slots chan struct{}
-	work  chan []*record
+	work  chan *batch
+	// waiting holds one token per scored batch waiting off its worker for
+	// its turn to be acknowledged (see worker).
+	waiting chan struct{}
+	// pipe counts the pipeline's goroutines: batch loop, workers and
+	// batches waiting for their turn to be acknowledged.
+	pipe sync.WaitGroup
+	// cur is the current generation, for OldestUnacked; nil between
+	// generations.
+	cur atomic.Pointer[genState]
 
 	// drainLimit is the part of ShutdownTimeout the drain may use (see
 	// Config.shutdownBudget).
@@ -90,6 +107,7 @@ type Consumer struct {
 	messagesIn, published, deadLettered atomic.Uint64
 	inflight, inflightPeak              atomic.Int64
 	commits, commitErrors, generations  atomic.Uint64
+	pauses                              atomic.Uint64
 	batches                             [numTriggers]atomic.Uint64
 
 	// hooks lets tests observe internals; zero in production.
@@ -105,6 +123,7 @@ type testHooks struct {
 type record struct {
 	msg  kafka.Message
 	gen  *genState
+	ps   *partState
 	done func() // resolves the offset in its partition's watermark
 	// settled guards the inflight accounting against double counting.
 	settled atomic.Bool
@@ -130,7 +149,36 @@ type genState struct {
 type partState struct {
 	partition int
 	wm        *Watermark
-	committed int64 // last committed offset; touched by the manager only
+	// committed is the last committed offset (negative: none yet); written
+	// by the manager, read by the fetcher for the span limit.
+	committed atomic.Int64
+	// first is the first offset fetched (-1: none yet), the base of the
+	// uncommitted span while nothing is committed.
+	first atomic.Int64
+	// logEnd is the log end offset (high water mark) seen by the last fetch
+	// (-1: none yet).
+	logEnd atomic.Int64
+	// tail is the turn of the last batch dispatched with records of this
+	// partition, the one the next batch acknowledges after; touched by the
+	// batch loop only.
+	tail <-chan struct{}
+}
+
+func newPartState(partition int, committed int64) *partState {
+	ps := &partState{partition: partition, wm: NewWatermark(), tail: closedChan()}
+	ps.committed.Store(committed)
+	ps.first.Store(-1)
+	ps.logEnd.Store(-1)
+	return ps
+}
+
+// base is the offset the uncommitted span starts from: the committed offset,
+// or the first fetched one while nothing is committed; -1 if neither.
+func (ps *partState) base() int64 {
+	if c := ps.committed.Load(); c >= 0 {
+		return c
+	}
+	return ps.first.Load()
 }
 
 // New checks cfg (after applying defaults) and registers metrics on reg
@@ -149,10 +197,11 @@ func New(cfg Config, scorer Scorer, sink Sink, log zerolog.Logger, reg prometheu
 	}
 	c := &Consumer{
 		cfg: cfg, scorer: scorer, sink: sink, m: m,
-		log:   log.With().Str("component", "consumer").Str("topic", cfg.Topic).Logger(),
-		in:    make(chan *record),
-		slots: make(chan struct{}, cfg.MaxInflightBatches),
-		work:  make(chan []*record, cfg.MaxInflightBatches),
+		log:     log.With().Str("component", "consumer").Str("topic", cfg.Topic).Logger(),
+		in:      make(chan *record),
+		slots:   make(chan struct{}, cfg.MaxInflightBatches),
+		work:    make(chan *batch, cfg.MaxInflightBatches),
+		waiting: make(chan struct{}, cfg.MaxInflightBatches),
 	}
 	var clamped bool
 	c.drainLimit, clamped = cfg.shutdownBudget()
@@ -183,6 +232,7 @@ func (c *Consumer) Stats() Stats {
 		InflightPeak: c.inflightPeak.Load(), Commits: c.commits.Load(),
 		CommitErrors: c.commitErrors.Load(), Generations: c.generations.Load(),
 		Assigned: int(c.assigned.Load()), Batches: map[string]uint64{},
+		Pauses: c.pauses.Load(), OldestUnacked: c.OldestUnacked(),
 	}
 	for t := range c.batches {
 		if n := c.batches[t].Load(); n > 0 {
@@ -190,6 +240,23 @@ func (c *Consumer) Stats() Stats {
 		}
 	}
 	return s
+}
+
+// OldestUnacked returns the age of the oldest record fetched in the current
+// generation and not yet acknowledged (0 when none), so liveness can fail
+// when one record is stuck even while other work progresses.
+func (c *Consumer) OldestUnacked() time.Duration {
+	g := c.cur.Load()
+	if g == nil {
+		return 0
+	}
+	var oldest time.Duration
+	for _, ps := range g.parts {
+		if at, ok := ps.wm.Oldest(); ok {
+			oldest = max(oldest, time.Since(at))
+		}
+	}
+	return oldest
 }
 
 // Run joins the group and processes records until ctx ends. On ctx end it
@@ -325,10 +392,11 @@ func (c *Consumer) runGeneration(ctx, workCtx context.Context, gen *kafka.Genera
 	g.ctx, g.cancel = context.WithCancel(workCtx)
 	ids := make([]int, 0, len(assignments))
 	for _, pa := range assignments {
-		g.parts[pa.ID] = &partState{partition: pa.ID, wm: NewWatermark(), committed: pa.Offset}
+		g.parts[pa.ID] = newPartState(pa.ID, pa.Offset)
 		ids = append(ids, pa.ID)
 	}
 	c.generations.Add(1)
+	c.cur.Store(g)
 	c.assigned.Store(int32(len(ids)))
 	c.member.Store(true)
 	c.m.assigned.Set(float64(len(ids)))
@@ -378,6 +446,7 @@ loop:
 	for {
 		select {
 		case <-tick.C:
+			c.observePartitions(g)
 			select {
 			case <-committing:
 				committing = c.commitAsync(gen, g)
@@ -427,9 +496,14 @@ loop:
 	}
 	c.assigned.Store(0)
 	c.member.Store(false)
+	c.cur.CompareAndSwap(g, nil)
 	c.m.assigned.Set(0)
 	for p := range g.parts {
-		c.m.lag.DeleteLabelValues(c.cfg.Topic, strconv.Itoa(p))
+		l := []string{c.cfg.Topic, strconv.Itoa(p)}
+		c.m.lag.DeleteLabelValues(l...)
+		c.m.committedLag.DeleteLabelValues(l...)
+		c.m.oldestUnacked.DeleteLabelValues(l...)
+		c.m.paused.DeleteLabelValues(l...)
 	}
 	c.log.Info().Int32("generation", g.id).Str("reason", why).Msg("generation ended")
 }
@@ -488,7 +562,7 @@ func (c *Consumer) commitAsync(gen *kafka.Generation, g *genState) <-chan struct
 func (c *Consumer) commit(gen *kafka.Generation, g *genState) {
 	offsets := map[int]int64{}
 	for p, ps := range g.parts {
-		if next, ok := ps.wm.Committable(); ok && next > ps.committed {
+		if next, ok := ps.wm.Committable(); ok && next > ps.committed.Load() {
 			offsets[p] = next
 		}
 	}
@@ -502,6 +576,7 @@ func (c *Consumer) commit(gen *kafka.Generation, g *genState) {
 		// Not fatal: the next commit covers it, and if the generation is
 		// gone the new owner resumes from the previous commit.
 		c.commitErrors.Add(1)
+		c.m.commitErrors.Inc()
 		c.brokerOK.Store(false)
 		c.log.Warn().Err(fmt.Errorf("consumer: commit generation %d: %w", g.id, err)).Msg("commit failed")
 		return
@@ -509,8 +584,9 @@ func (c *Consumer) commit(gen *kafka.Generation, g *genState) {
 	c.commits.Add(1)
 	c.brokerOK.Store(true)
 	for p, o := range offsets {
-		g.parts[p].committed = o
+		g.parts[p].committed.Store(o)
 	}
+	c.observePartitions(g)
 	c.log.Debug().Int32("generation", g.id).Interface("offsets", offsets).Msg("committed")
 }
 
@@ -570,13 +646,18 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 		c.messagesIn.Add(1)
 		c.m.messagesIn.WithLabelValues(c.cfg.Topic).Inc()
 		c.m.lag.WithLabelValues(c.cfg.Topic, partLabel).Set(float64(max(m.HighWaterMark-m.Offset-1, 0)))
+		ps.logEnd.Store(m.HighWaterMark)
+		ps.first.CompareAndSwap(-1, m.Offset)
+		if !c.waitSpan(ctx, ps, m.Offset) {
+			return
+		}
 		done, err := ps.wm.Track(m.Offset)
 		if err != nil {
 			// A stale buffered message (kafka-go #1398): already tracked.
 			c.log.Debug().Err(err).Int("partition", ps.partition).Int64("offset", m.Offset).Msg("skipping repeated offset")
 			continue
 		}
-		rec := &record{msg: m, gen: g, done: done}
+		rec := &record{msg: m, gen: g, ps: ps, done: done}
 		c.addInflight(1)
 		g.pending.Add(1)
 		select {
@@ -588,6 +669,52 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 			g.pending.Add(-1)
 			return
 		}
+	}
+}
+
+// spanPoll is how often a paused fetcher checks whether a commit made room.
+const spanPoll = 20 * time.Millisecond
+
+// waitSpan pauses the partition's fetching while offset lies MaxUncommitted
+// or more past the committed offset, so that one stuck record (a dead
+// letter that cannot be written, a publish that keeps failing) cannot grow
+// the uncommitted span, the memory of waiting batches and the duplicates a
+// crash would replay without bound. It reports false if ctx ended first.
+func (c *Consumer) waitSpan(ctx context.Context, ps *partState, offset int64) bool {
+	limit := int64(c.cfg.MaxUncommitted)
+	if offset-ps.base() < limit {
+		return true
+	}
+	label := []string{c.cfg.Topic, strconv.Itoa(ps.partition)}
+	c.pauses.Add(1)
+	c.m.paused.WithLabelValues(label...).Set(1)
+	defer c.m.paused.WithLabelValues(label...).Set(0)
+	c.log.Warn().Int("partition", ps.partition).Int64("offset", offset).Int64("committed", ps.committed.Load()).
+		Int64("limit", limit).Msg("uncommitted span reached MAX_UNCOMMITTED; fetching paused until commits catch up")
+	for offset-ps.base() >= limit {
+		if !sleepCtx(ctx, spanPoll) {
+			return false
+		}
+	}
+	c.log.Info().Int("partition", ps.partition).Int64("committed", ps.committed.Load()).Msg("fetching resumed")
+	return true
+}
+
+// observePartitions updates the per-partition gauges of the generation:
+// committed lag (log end minus the committed offset, what a crash would
+// replay plus what is unread) and the age of the oldest unacknowledged
+// record.
+func (c *Consumer) observePartitions(g *genState) {
+	for p, ps := range g.parts {
+		part := strconv.Itoa(p)
+		if end, base := ps.logEnd.Load(), ps.base(); end >= 0 && base >= 0 {
+			c.m.committedLag.WithLabelValues(c.cfg.Topic, part).Set(float64(max(end-base, 0)))
+		}
+		age := 0.0
+		if at, ok := ps.wm.Oldest(); ok {
+			age = time.Since(at).Seconds()
+		}
+		c.m.oldestUnacked.WithLabelValues(c.cfg.Topic, part).Set(age)
 	}
 }
 

@@ -47,6 +47,7 @@ type Config struct {
 	MaxSentences       int           `env:"MAX_SENTENCES" envDefault:"100000" help:"sentences per transcript (all sections); more goes to the DLQ"`
 	MaxSentenceBytes   int           `env:"MAX_SENTENCE_BYTES" envDefault:"1048576" help:"bytes per sentence; longer goes to the DLQ (the model truncates to its max length anyway)"`
 	MaxInflightBatches int           `env:"MAX_INFLIGHT_BATCHES" envDefault:"2" help:"consumer batches between fetch and ack; fetching pauses beyond"`
+	MaxUncommitted     int           `env:"MAX_UNCOMMITTED" envDefault:"1000" help:"records per input partition fetched past its committed offset; fetching of the partition pauses at this (a crash replays at most this many per partition)"`
 	MaxBatchTokens     int           `env:"MAX_BATCH_TOKENS" envDefault:"16384" help:"rows × padded length per inference batch"`
 	MaxBatchRows       int           `env:"MAX_BATCH_ROWS" envDefault:"256" help:"rows per inference batch"`
 
@@ -66,7 +67,7 @@ type Config struct {
 	Workers        int      `env:"WORKERS" help:"workers per device; 0 = auto (CPU: one per core up to 4; GPU: 2)"`
 
 	MetricsAddr          string        `env:"METRICS_ADDR" envDefault:":9464" help:"address of /metrics, /healthz and /readyz; off = no HTTP server"`
-	LivenessStallTimeout time.Duration `env:"LIVENESS_STALL_TIMEOUT" envDefault:"10m" help:"/healthz fails when records are in flight and no inference batch, publish or dead letter happened for this long; 0 = off"`
+	LivenessStallTimeout time.Duration `env:"LIVENESS_STALL_TIMEOUT" envDefault:"10m" help:"/healthz fails when records are in flight and no inference batch, publish or dead letter happened for this long, or when one record stays unacknowledged this long; 0 = off"`
 	ShutdownTimeout      time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" help:"bound on the whole stop after SIGTERM: drain, final commit, leaving the group (allow about 10s more before SIGKILL; the Helm chart adds 15s)"`
 	LogLevel             string        `env:"LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error"`
 	LogFormat            string        `env:"LOG_FORMAT" envDefault:"auto" help:"json, console, or auto (console on a terminal)"`
@@ -130,6 +131,7 @@ func (c *Config) validate() error {
 	check(c.MaxSentences > 0, "MAX_SENTENCES must be > 0")
 	check(c.MaxSentenceBytes > 0, "MAX_SENTENCE_BYTES must be > 0")
 	check(c.MaxInflightBatches > 0, "MAX_INFLIGHT_BATCHES must be > 0")
+	check(c.MaxUncommitted > 0, "MAX_UNCOMMITTED must be > 0")
 	check(c.MaxBatchTokens > 0, "MAX_BATCH_TOKENS must be > 0")
 	check(c.MaxBatchRows > 0, "MAX_BATCH_ROWS must be > 0")
 	check(c.Device == "auto" || c.Device == "cpu" || c.Device == "cuda", "DEVICE must be auto, cpu or cuda, got %q", c.Device)
