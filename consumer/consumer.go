@@ -48,6 +48,9 @@ type Stats struct {
 	// Pauses counts times a partition's fetching paused because its
 	// uncommitted span reached MaxUncommitted.
 	Pauses uint64
+	// Expulsions counts generations abandoned because the coordinator said
+	// this member was no longer in them.
+	Expulsions uint64
 	// OldestUnacked is the age of the oldest fetched record not yet
 	// acknowledged, over the current generation's partitions (0: none).
 	OldestUnacked time.Duration
@@ -107,7 +110,7 @@ type Consumer struct {
 	messagesIn, published, deadLettered atomic.Uint64
 	inflight, inflightPeak              atomic.Int64
 	commits, commitErrors, generations  atomic.Uint64
-	pauses                              atomic.Uint64
+	pauses, expulsions                  atomic.Uint64
 	batches                             [numTriggers]atomic.Uint64
 
 	// hooks lets tests observe internals; zero in production.
@@ -232,7 +235,7 @@ func (c *Consumer) Stats() Stats {
 		InflightPeak: c.inflightPeak.Load(), Commits: c.commits.Load(),
 		CommitErrors: c.commitErrors.Load(), Generations: c.generations.Load(),
 		Assigned: int(c.assigned.Load()), Batches: map[string]uint64{},
-		Pauses: c.pauses.Load(), OldestUnacked: c.OldestUnacked(),
+		Pauses: c.pauses.Load(), Expulsions: c.expulsions.Load(), OldestUnacked: c.OldestUnacked(),
 	}
 	for t := range c.batches {
 		if n := c.batches[t].Load(); n > 0 {
@@ -464,10 +467,27 @@ loop:
 		m.handing.Wait()
 		close(fetchersStopped)
 	}()
-	c.drain(ctx, gctx, g, fetchersStopped, m.stop)
 	why := "rebalance"
 	if ctx.Err() != nil {
 		why = "shutdown"
+	}
+	// kafka-go ends the generation when a heartbeat fails but drops the
+	// error, so a member expelled (session expired after a long pause)
+	// looks like one in an ordinary rebalance. Ask the coordinator: commit
+	// what is done now. If it answers that this member or generation is
+	// gone, the partitions may already be another member's, which is
+	// re-reading them: abandon everything at once instead of draining and
+	// publishing beside it.
+	if why == "rebalance" && !g.revoked.Load() {
+		<-committing
+		if err := c.commitOffsets(gen, g, true); expelled(err) {
+			c.expel(g, err)
+		}
+	}
+	if !g.revoked.Load() {
+		c.drain(ctx, gctx, g, fetchersStopped, m.stop)
+	} else {
+		why = "expelled"
 	}
 	if n := g.pending.Load(); n > 0 {
 		c.log.Warn().Int64("abandoned", n).Str("reason", why).Msg("generation ended with work in flight; it will be redelivered")
@@ -477,8 +497,7 @@ loop:
 	// redoes it. The commit below covers what was acknowledged until now;
 	// after it the watermarks are unreachable and late results resolve
 	// them in vain.
-	g.revoked.Store(true)
-	g.cancel()
+	g.revoke()
 	if why == "shutdown" {
 		deadline := m.stop.mark().Add(c.cfg.ShutdownTimeout)
 		if !waitChan(committing, deadline) || !waitChan(c.commitAsync(gen, g), deadline) {
@@ -490,7 +509,7 @@ loop:
 		// needless rebalance for the other members).
 		m.leave.start()
 		waitChan(gctx.Done(), later(deadline, time.Now().Add(stopGrace)))
-	} else {
+	} else if why == "rebalance" {
 		<-committing // bounded by the coordinator connection's timeout
 		c.commit(gen, g)
 	}
@@ -552,22 +571,65 @@ func (c *Consumer) commitAsync(gen *kafka.Generation, g *genState) <-chan struct
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		c.commit(gen, g)
+		if err := c.commit(gen, g); expelled(err) {
+			c.expel(g, err)
+		}
 	}()
 	return done
 }
 
+// expelled reports whether a coordinator error says this member is no
+// longer part of the generation: its partitions may already be another
+// member's.
+func expelled(err error) bool {
+	return errors.Is(err, kafka.UnknownMemberId) || errors.Is(err, kafka.IllegalGeneration) ||
+		errors.Is(err, kafka.FencedInstanceID)
+}
+
+// expel abandons the generation's work at once: nothing more of it is
+// published or dead-lettered (the records are redelivered to the
+// partitions' new owners).
+func (c *Consumer) expel(g *genState, err error) {
+	if g.revoked.Load() {
+		return
+	}
+	c.expulsions.Add(1)
+	c.log.Error().Err(err).Int32("generation", g.id).Int64("abandoned", g.pending.Load()).
+		Msg("expelled from the group (session expired or generation over): abandoning this generation's work unpublished")
+	g.revoke()
+}
+
+// revoke marks the generation revoked and ends its context: no more of its
+// work is acknowledged.
+func (g *genState) revoke() {
+	g.revoked.Store(true)
+	g.cancel()
+}
+
 // commit commits each partition's watermark that moved since the last
-// commit. Only the generation's manager calls it.
-func (c *Consumer) commit(gen *kafka.Generation, g *genState) {
+// commit and returns the commit's error. Only the generation's manager
+// calls it.
+func (c *Consumer) commit(gen *kafka.Generation, g *genState) error {
+	return c.commitOffsets(gen, g, false)
+}
+
+// commitOffsets is commit; with probe it also sends the offsets already
+// committed, so that the coordinator answers even when nothing moved
+// (re-committing an offset changes nothing). Nothing is sent when no
+// partition has an offset to commit at all.
+func (c *Consumer) commitOffsets(gen *kafka.Generation, g *genState, probe bool) error {
 	offsets := map[int]int64{}
 	for p, ps := range g.parts {
-		if next, ok := ps.wm.Committable(); ok && next > ps.committed.Load() {
+		next, ok := ps.wm.Committable()
+		switch done := ps.committed.Load(); {
+		case ok && next > done:
 			offsets[p] = next
+		case probe && done >= 0:
+			offsets[p] = done
 		}
 	}
 	if len(offsets) == 0 {
-		return
+		return nil
 	}
 	start := time.Now()
 	err := gen.CommitOffsets(map[string]map[int]int64{c.cfg.Topic: offsets})
@@ -578,8 +640,9 @@ func (c *Consumer) commit(gen *kafka.Generation, g *genState) {
 		c.commitErrors.Add(1)
 		c.m.commitErrors.Inc()
 		c.brokerOK.Store(false)
-		c.log.Warn().Err(fmt.Errorf("consumer: commit generation %d: %w", g.id, err)).Msg("commit failed")
-		return
+		err = fmt.Errorf("consumer: commit generation %d: %w", g.id, err)
+		c.log.Warn().Err(err).Msg("commit failed")
+		return err
 	}
 	c.commits.Add(1)
 	c.brokerOK.Store(true)
@@ -588,6 +651,7 @@ func (c *Consumer) commit(gen *kafka.Generation, g *genState) {
 	}
 	c.observePartitions(g)
 	c.log.Debug().Int32("generation", g.id).Interface("offsets", offsets).Msg("committed")
+	return nil
 }
 
 // fetch reads one partition from offset and hands records to the batch

@@ -64,6 +64,9 @@ func TestVersionsPublishedInInputOrder(t *testing.T) {
 		}
 		prev = r.Source.Offset
 		last[r.CallID] = r.Source.Offset
+		if r.Source.Generation < 1 {
+			t.Errorf("offset %d: source generation %d, want the group generation (≥ 1)", r.Source.Offset, r.Source.Generation)
+		}
 	}
 	for i := range 6 {
 		id := fmt.Sprintf("call-%d", i)

@@ -344,7 +344,7 @@ func (c *Consumer) prepareGen(g *genState, batch []*record) (p prepared, ok bool
 			continue
 		}
 		res := results[i]
-		res.Source = &schema.Source{Topic: r.msg.Topic, Partition: r.msg.Partition, Offset: r.msg.Offset}
+		res.Source = &schema.Source{Topic: r.msg.Topic, Partition: r.msg.Partition, Offset: r.msg.Offset, Generation: g.id}
 		okRecs = append(okRecs, r)
 		okResults = append(okResults, res)
 	}
@@ -463,7 +463,7 @@ func deadLetters(dead []deadRecord) []schema.DeadLetter {
 		}
 		dls[i] = schema.DeadLetter{
 			Key: m.Key, Value: m.Value, Headers: hs, Timestamp: m.Time,
-			Topic: m.Topic, Partition: m.Partition, Offset: m.Offset,
+			Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Generation: d.r.gen.id,
 			Stage: d.stage, Reason: d.reason, ExceptionClass: d.class, Message: d.message,
 		}
 	}
