@@ -27,6 +27,7 @@ type metrics struct {
 	oldestUnacked *prometheus.GaugeVec
 	paused        *prometheus.GaugeVec
 	commitErrors  prometheus.Counter
+	tombstones    prometheus.Counter
 	collections   []prometheus.Collector
 }
 
@@ -79,12 +80,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "scorer_partition_paused",
 			Help: "1 while fetching of the partition is paused because its uncommitted span reached MAX_UNCOMMITTED.",
 		}, []string{"topic", "partition"}),
+		tombstones: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scorer_tombstones_total",
+			Help: "Deletes (input tombstones and Debezium op=d events) forwarded as tombstones on the output topic.",
+		}),
 		commitErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "scorer_commit_errors_total", Help: "Offset commits that failed (retried by the next commit).",
 		}),
 	}
 	m.collections = []prometheus.Collector{m.messagesIn, m.inflight, m.batchSize, m.endToEnd, m.commitTime, m.lag, m.dlq, m.assigned,
-		m.dlqErrors, m.outages, m.committedLag, m.oldestUnacked, m.paused, m.commitErrors}
+		m.dlqErrors, m.outages, m.committedLag, m.oldestUnacked, m.paused, m.commitErrors, m.tombstones}
 	if reg == nil {
 		return m, nil
 	}

@@ -247,10 +247,18 @@ func (c *Consumer) tryWait() bool {
 // prepared is one generation's part of a batch, decoded and scored, ready
 // to be acknowledged.
 type prepared struct {
-	g       *genState
-	dead    []deadRecord
-	recs    []*record
-	results []schema.ScoredTranscript
+	g    *genState
+	dead []deadRecord
+	// out holds the results and deletes to write, in input-offset order.
+	out []outItem
+}
+
+// outItem is one record's output: its result, or (res nil) a tombstone for
+// the call deleteID.
+type outItem struct {
+	r        *record
+	res      *schema.ScoredTranscript
+	deleteID string
 }
 
 // prepare decodes and scores a batch. Its records normally belong to one
@@ -291,9 +299,90 @@ func (c *Consumer) acknowledge(out []prepared) {
 		if !c.deadLetter(p.g.ctx, p.g, p.dead) {
 			continue
 		}
-		if len(p.recs) > 0 {
-			c.publish(p.g.ctx, p.g, p.recs, p.results)
+		// Runs of results and of deletes, in offset order, so that a
+		// delete and a version of the same call keep their input order.
+		for rest := p.out; len(rest) > 0 && !p.g.revoked.Load(); {
+			n := 1
+			for n < len(rest) && (rest[n].res == nil) == (rest[0].res == nil) {
+				n++
+			}
+			run := rest[:n]
+			rest = rest[n:]
+			recs := make([]*record, len(run))
+			for i, it := range run {
+				recs[i] = it.r
+			}
+			if run[0].res == nil {
+				ids := make([]string, len(run))
+				for i, it := range run {
+					ids[i] = it.deleteID
+				}
+				c.forwardDeletes(p.g.ctx, p.g, recs, ids)
+				continue
+			}
+			results := make([]schema.ScoredTranscript, len(run))
+			for i, it := range run {
+				results[i] = *it.res
+			}
+			c.publish(p.g.ctx, p.g, recs, results)
 		}
+	}
+}
+
+// Deleter is the optional part of a Sink that forwards deletes: Delete
+// writes a tombstone (a null value) for each call_id on the output topic
+// and returns once the broker acknowledged them (errors as for Publish).
+// producer satisfies it. With a Sink that lacks it, deletes are
+// dead-lettered (reason delete_unsupported).
+type Deleter interface {
+	Delete(ctx context.Context, callIDs []string) error
+}
+
+// ReasonDeleteUnsupported is the DLQ reason of a delete (tombstone or
+// Debezium op d) when the Sink cannot forward deletes.
+const ReasonDeleteUnsupported = "delete_unsupported"
+
+// forwardDeletes writes a tombstone for each call in ids, retrying
+// transient failures until ctx ends like publish; a permanent failure
+// dead-letters the records.
+func (c *Consumer) forwardDeletes(ctx context.Context, g *genState, recs []*record, ids []string) {
+	del, ok := c.sink.(Deleter)
+	if !ok {
+		dead := make([]deadRecord, len(recs))
+		for i, r := range recs {
+			dead[i] = deadRecord{r, schema.StageProduce, ReasonDeleteUnsupported, "consumer.DeleteUnsupported",
+				"the sink cannot write tombstones"}
+		}
+		c.deadLetter(ctx, g, dead)
+		return
+	}
+	backoff := c.cfg.RetryBackoff
+	for !g.revoked.Load() {
+		err := del.Delete(ctx, ids)
+		if err == nil {
+			for _, r := range recs {
+				c.m.tombstones.Inc()
+				c.published.Add(1)
+				c.settle(r, true)
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if IsPermanent(err) {
+			dead := make([]deadRecord, len(recs))
+			for i, r := range recs {
+				dead[i] = deadRecord{r, schema.StageProduce, ReasonOutputRejected, exceptionClass(err), err.Error()}
+			}
+			c.deadLetter(ctx, g, dead)
+			return
+		}
+		c.log.Warn().Err(fmt.Errorf("consumer: delete: %w", err)).Int("records", len(recs)).Msg("tombstone write failed; retrying")
+		if !sleepCtx(ctx, backoff) {
+			return
+		}
+		backoff = min(backoff*2, c.cfg.RetryBackoffMax)
 	}
 }
 
@@ -304,9 +393,10 @@ func (c *Consumer) prepareGen(g *genState, batch []*record) (p prepared, ok bool
 	ctx := g.ctx
 	p.g = g
 	var (
-		dead   []deadRecord
-		events []schema.TranscriptEvent
-		scored []*record
+		dead    []deadRecord
+		events  []schema.TranscriptEvent
+		scored  []*record
+		deletes = map[*record]string{}
 	)
 	for _, r := range batch {
 		if len(r.msg.Value) > c.cfg.MaxMessageBytes {
@@ -314,7 +404,11 @@ func (c *Consumer) prepareGen(g *genState, batch []*record) (p prepared, ok bool
 				fmt.Sprintf("record value is %d bytes, limit %d", len(r.msg.Value), c.cfg.MaxMessageBytes)})
 			continue
 		}
-		ev, err := c.decodeGuarded(r.msg.Value)
+		ev, del, err := c.decodeGuarded(r.msg.Key, r.msg.Value)
+		if err == nil && del != nil {
+			deletes[r] = del.CallID
+			continue
+		}
 		if err != nil {
 			reason, class := "decode_failed", exceptionClass(err)
 			var de *schema.DecodeError
@@ -328,27 +422,30 @@ func (c *Consumer) prepareGen(g *genState, batch []*record) (p prepared, ok bool
 		events = append(events, ev)
 		scored = append(scored, r)
 	}
-	if len(events) == 0 {
-		p.dead = dead
-		return p, true
-	}
-	results, failed, ok := c.score(ctx, events)
-	if !ok {
-		return p, false
-	}
-	var okRecs []*record
-	var okResults []schema.ScoredTranscript
-	for i, r := range scored {
-		if err := failed[i]; err != nil {
-			dead = append(dead, deadRecord{r, schema.StageScore, ReasonScoreFailed, exceptionClass(err), err.Error()})
-			continue
+	res := map[*record]*schema.ScoredTranscript{}
+	if len(events) > 0 {
+		results, failed, ok := c.score(ctx, events)
+		if !ok {
+			return p, false
 		}
-		res := results[i]
-		res.Source = &schema.Source{Topic: r.msg.Topic, Partition: r.msg.Partition, Offset: r.msg.Offset, Generation: g.id}
-		okRecs = append(okRecs, r)
-		okResults = append(okResults, res)
+		for i, r := range scored {
+			if err := failed[i]; err != nil {
+				dead = append(dead, deadRecord{r, schema.StageScore, ReasonScoreFailed, exceptionClass(err), err.Error()})
+				continue
+			}
+			st := results[i]
+			st.Source = &schema.Source{Topic: r.msg.Topic, Partition: r.msg.Partition, Offset: r.msg.Offset, Generation: g.id}
+			res[r] = &st
+		}
 	}
-	p.dead, p.recs, p.results = dead, okRecs, okResults
+	for _, r := range batch {
+		if st, ok := res[r]; ok {
+			p.out = append(p.out, outItem{r: r, res: st})
+		} else if id, ok := deletes[r]; ok {
+			p.out = append(p.out, outItem{r: r, deleteID: id})
+		}
+	}
+	p.dead = dead
 	return p, true
 }
 
@@ -711,16 +808,16 @@ func (c *Consumer) publishPermanent(ctx context.Context, g *genState, recs []*re
 // committed) into a dead letter; the stack goes to the log at error level.
 var errPanic = errors.New("panic")
 
-// decodeGuarded is schema.DecodeEvent with a panic turned into an error, so
-// one record that trips a decoder bug is dead-lettered, not a crash loop.
-func (c *Consumer) decodeGuarded(data []byte) (ev schema.TranscriptEvent, err error) {
+// decodeGuarded is schema.DecodeRecord with a panic turned into an error,
+// so one record that trips a decoder bug is dead-lettered, not a crash loop.
+func (c *Consumer) decodeGuarded(key, value []byte) (ev schema.TranscriptEvent, del *schema.Delete, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			c.log.Error().Str("stack", string(debug.Stack())).Msgf("decoder panicked: %v", p)
 			err = fmt.Errorf("consumer: decoding: %w: %v", errPanic, p)
 		}
 	}()
-	return schema.DecodeEvent(data, c.cfg.Limits)
+	return schema.DecodeRecord(key, value, c.cfg.Limits)
 }
 
 // scoreGuarded is Scorer.Score with a panic turned into an error: the

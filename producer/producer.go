@@ -26,6 +26,7 @@ const (
 	kindResult = "result"
 	kindRow    = "row"
 	kindDLQ    = "dlq"
+	kindTomb   = "tombstone"
 )
 
 // HeaderDLQValueDropped is added to a dead letter whose original value was
@@ -208,6 +209,27 @@ func (p *Producer) Publish(ctx context.Context, sts []schema.ScoredTranscript) e
 		results = dropOwners(results, perm)
 	}
 	if err := p.write(ctx, results, perm, func(i int) string { return sts[i].CallID }); err != nil {
+		return err
+	}
+	return perm.err()
+}
+
+// Delete writes a tombstone (the key with a null value) for each call_id on
+// Topic, so that a compacted output topic and a JDBC sink with
+// delete.enabled=true drop the call's scored record. The rows topic is left
+// alone: its keys are per sentence, and which rows a call had is not known
+// here (see README, Tombstones). Errors are as for Publish.
+func (p *Producer) Delete(ctx context.Context, callIDs []string) error {
+	if !p.enter() {
+		return ErrClosed
+	}
+	defer p.mu.RUnlock()
+	perm := newPermanent()
+	msgs := make([]outMsg, len(callIDs))
+	for i, id := range callIDs {
+		msgs[i] = outMsg{msg: kafka.Message{Topic: p.cfg.Topic, Key: []byte(id)}, owner: i, kind: kindTomb}
+	}
+	if err := p.write(ctx, msgs, perm, func(i int) string { return callIDs[i] }); err != nil {
 		return err
 	}
 	return perm.err()
