@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,6 +52,9 @@ type Stats struct {
 	// Expulsions counts generations abandoned because the coordinator said
 	// this member was no longer in them.
 	Expulsions uint64
+	// OffsetResets counts read positions reset because they lay outside
+	// the partition's log.
+	OffsetResets uint64
 	// OldestUnacked is the age of the oldest fetched record not yet
 	// acknowledged, over the current generation's partitions (0: none).
 	OldestUnacked time.Duration
@@ -110,7 +114,7 @@ type Consumer struct {
 	messagesIn, published, deadLettered atomic.Uint64
 	inflight, inflightPeak              atomic.Int64
 	commits, commitErrors, generations  atomic.Uint64
-	pauses, expulsions                  atomic.Uint64
+	pauses, expulsions, offsetResets    atomic.Uint64
 	batches                             [numTriggers]atomic.Uint64
 
 	// hooks lets tests observe internals; zero in production.
@@ -235,7 +239,7 @@ func (c *Consumer) Stats() Stats {
 		InflightPeak: c.inflightPeak.Load(), Commits: c.commits.Load(),
 		CommitErrors: c.commitErrors.Load(), Generations: c.generations.Load(),
 		Assigned: int(c.assigned.Load()), Batches: map[string]uint64{},
-		Pauses: c.pauses.Load(), Expulsions: c.expulsions.Load(), OldestUnacked: c.OldestUnacked(),
+		Pauses: c.pauses.Load(), Expulsions: c.expulsions.Load(), OffsetResets: c.offsetResets.Load(), OldestUnacked: c.OldestUnacked(),
 	}
 	for t := range c.batches {
 		if n := c.batches[t].Load(); n > 0 {
@@ -282,7 +286,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 		JoinGroupBackoff:  c.cfg.JoinGroupBackoff,
 		StartOffset:       c.cfg.StartOffset,
 		Timeout:           10 * time.Second,
-		ErrorLogger:       kafka.LoggerFunc(func(f string, a ...any) { c.log.Debug().Msgf("kafka-go: "+f, a...) }),
+		// Without it, partitions added to the input topic are not read
+		// until some unrelated membership change.
+		WatchPartitionChanges:  true,
+		PartitionWatchInterval: c.cfg.PartitionWatchInterval,
+		ErrorLogger:            kafka.LoggerFunc(func(f string, a ...any) { c.log.Debug().Msgf("kafka-go: "+f, a...) }),
 	})
 	if err != nil {
 		return fmt.Errorf("consumer: consumer group: %w", err)
@@ -672,6 +680,10 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 		QueueCapacity:  fetchQueueCapacity,
 		ReadBackoffMin: c.cfg.RetryBackoff,
 		ReadBackoffMax: c.cfg.RetryBackoffMax,
+		Logger: kafka.LoggerFunc(func(f string, a ...any) {
+			c.log.Debug().Int("partition", ps.partition).Msgf("kafka-go: "+f, a...)
+		}),
+		ErrorLogger: kafka.LoggerFunc(func(f string, a ...any) { c.readerError(ps, f, a...) }),
 	})
 	defer func() {
 		// Reader.Close can block for MaxWait or longer (kafka-go #428).
@@ -684,6 +696,7 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 		}
 	}()
 	defer stopped() // runs before the reader is closed
+	offset = c.checkOffset(ctx, ps, offset)
 	if err := r.SetOffset(offset); err != nil {
 		c.log.Error().Err(err).Int("partition", ps.partition).Msg("set offset")
 		<-ctx.Done()
@@ -734,6 +747,72 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 			return
 		}
 	}
+}
+
+// readerError logs what a partition reader reports through kafka-go's
+// ErrorLogger. One of its lines is a silent offset reset (the reader was
+// behind the log start, retention deleted what it was about to read, and
+// it skips forward): that one is counted in scorer_offset_resets_total
+// and logged at error level, since records were lost to retention.
+func (c *Consumer) readerError(ps *partState, format string, args ...any) {
+	if strings.HasPrefix(format, "the kafka reader is reading before the first offset") {
+		c.offsetReset(ps, fmt.Sprintf(format, args...))
+		return
+	}
+	c.log.Warn().Int("partition", ps.partition).Msgf("kafka-go: "+format, args...)
+}
+
+// offsetReset counts and logs a reset of the partition's read position.
+func (c *Consumer) offsetReset(ps *partState, what string) {
+	c.offsetResets.Add(1)
+	c.m.offsetResets.WithLabelValues(c.cfg.Topic, strconv.Itoa(ps.partition)).Inc()
+	c.log.Error().Int("partition", ps.partition).Str("reset", what).
+		Msg("offset reset: the position was outside the partition's log (retention passed it, or the topic was re-created)")
+}
+
+// offsetCheckTimeout bounds the log-range lookup of checkOffset.
+const offsetCheckTimeout = 10 * time.Second
+
+// checkOffset returns where to start reading the partition: offset, unless
+// it lies outside the partition's log. kafka-go moves an offset before the
+// log start to the start without a word, and retries one past the log end
+// forever (the partition then silently stops being read). Both are reset
+// here instead, counted and logged: before the start to the start, past
+// the end to StartOffset's end. If the log range cannot be read, offset is
+// returned as is.
+func (c *Consumer) checkOffset(ctx context.Context, ps *partState, offset int64) int64 {
+	if offset < 0 { // FirstOffset or LastOffset: kafka-go resolves them
+		return offset
+	}
+	ctx, cancel := context.WithTimeout(ctx, offsetCheckTimeout)
+	defer cancel()
+	conn, err := c.cfg.Dialer.DialLeader(ctx, "tcp", c.cfg.Brokers[0], c.cfg.Topic, ps.partition)
+	if err != nil {
+		c.log.Warn().Err(err).Int("partition", ps.partition).Msg("could not check the committed offset against the log; reading from it")
+		return offset
+	}
+	defer conn.Close()
+	first, last, err := conn.ReadOffsets()
+	if err != nil {
+		c.log.Warn().Err(err).Int("partition", ps.partition).Msg("could not check the committed offset against the log; reading from it")
+		return offset
+	}
+	to := offset
+	switch {
+	case offset < first:
+		to = first
+	case offset > last && c.cfg.StartOffset == kafka.LastOffset:
+		to = last
+	case offset > last:
+		to = first
+	}
+	if to != offset {
+		c.offsetReset(ps, fmt.Sprintf("committed offset %d outside the log [%d, %d]; reading from %d", offset, first, last, to))
+		// The stored offset is meaningless now: forget it, so the first
+		// commit writes the new position even when it is lower.
+		ps.committed.Store(-1)
+	}
+	return to
 }
 
 // spanPoll is how often a paused fetcher checks whether a commit made room.

@@ -438,8 +438,8 @@ func TestConfigDerivedTimeouts(t *testing.T) {
 		wantHeartbeat, wantRevoke time.Duration
 	}{
 		{"defaults", 0, 0, 3 * time.Second, 10 * time.Second},
-		{"short rebalance", 0, 8 * time.Second, 3 * time.Second, 4 * time.Second},
-		{"rebalance 10s", 0, 10 * time.Second, 3 * time.Second, 5 * time.Second},
+		{"short rebalance", 0, 8 * time.Second, 3 * time.Second, 2500 * time.Millisecond},
+		{"rebalance 10s", 0, 10 * time.Second, 3 * time.Second, 3500 * time.Millisecond},
 		{"short session", 6 * time.Second, 0, 2 * time.Second, 2 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -458,6 +458,13 @@ func TestConfigDerivedTimeouts(t *testing.T) {
 	bad.SessionTimeout, bad.HeartbeatInterval, bad.RevokeTimeout = 6*time.Second, time.Second, 5*time.Second
 	if err := bad.WithDefaults().Validate(); err == nil || !strings.Contains(err.Error(), "SessionTimeout") {
 		t.Errorf("RevokeTimeout = SessionTimeout − HeartbeatInterval: err = %v", err)
+	}
+	// Shorter than RebalanceTimeout alone is not enough: the member hears of
+	// the rebalance up to one heartbeat late.
+	late := base
+	late.RebalanceTimeout, late.HeartbeatInterval, late.RevokeTimeout = 10*time.Second, 3*time.Second, 8*time.Second
+	if err := late.WithDefaults().Validate(); err == nil || !strings.Contains(err.Error(), "RebalanceTimeout") {
+		t.Errorf("RevokeTimeout + HeartbeatInterval > RebalanceTimeout: err = %v", err)
 	}
 
 	drain, clamped := base.WithDefaults().shutdownBudget()

@@ -28,6 +28,7 @@ type metrics struct {
 	paused        *prometheus.GaugeVec
 	commitErrors  prometheus.Counter
 	tombstones    prometheus.Counter
+	offsetResets  *prometheus.CounterVec
 	collections   []prometheus.Collector
 }
 
@@ -80,6 +81,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "scorer_partition_paused",
 			Help: "1 while fetching of the partition is paused because its uncommitted span reached MAX_UNCOMMITTED.",
 		}, []string{"topic", "partition"}),
+		offsetResets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scorer_offset_resets_total",
+			Help: "Read positions reset because they lay outside the partition's log (committed offset past the end, or retention passed it).",
+		}, []string{"topic", "partition"}),
 		tombstones: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "scorer_tombstones_total",
 			Help: "Deletes (input tombstones and Debezium op=d events) forwarded as tombstones on the output topic.",
@@ -89,7 +94,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	m.collections = []prometheus.Collector{m.messagesIn, m.inflight, m.batchSize, m.endToEnd, m.commitTime, m.lag, m.dlq, m.assigned,
-		m.dlqErrors, m.outages, m.committedLag, m.oldestUnacked, m.paused, m.commitErrors, m.tombstones}
+		m.dlqErrors, m.outages, m.committedLag, m.oldestUnacked, m.paused, m.commitErrors, m.tombstones, m.offsetResets}
 	if reg == nil {
 		return m, nil
 	}

@@ -27,7 +27,7 @@ type Config struct {
 	GroupID          string        `env:"KAFKA_GROUP_ID" envDefault:"scorer" help:"consumer group"`
 	ClientID         string        `env:"KAFKA_CLIENT_ID" envDefault:"scorer" help:"Kafka client id"`
 	SessionTimeout   time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"30s" help:"group session timeout: how long a dead member keeps its partitions"`
-	RebalanceTimeout time.Duration `env:"KAFKA_REBALANCE_TIMEOUT" envDefault:"30s" help:"how long the group waits for members to rejoin; at a rebalance in-flight work gets min(10s, half of this) to finish"`
+	RebalanceTimeout time.Duration `env:"KAFKA_REBALANCE_TIMEOUT" envDefault:"30s" help:"how long the group waits for members to rejoin; at a rebalance in-flight work gets min(10s, half of this minus the heartbeat interval) to finish"`
 	InputPartitions  int           `env:"KAFKA_INPUT_PARTITIONS" envDefault:"6" help:"partitions for topics the scorer creates (in-memory broker, or missing topics)"`
 	TopicReplication int           `env:"KAFKA_TOPIC_REPLICATION_FACTOR" envDefault:"1" help:"replication factor of topics the scorer creates when they are missing (the in-memory broker always uses 1); at least your cluster's min.insync.replicas (acks=all writes fail below it), or create topics ahead"`
 	KafkaTLS         bool          `env:"KAFKA_TLS" help:"connect with TLS; required by every other KAFKA_TLS_* setting"`
