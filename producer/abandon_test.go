@@ -99,3 +99,28 @@ func TestSourceHeaders(t *testing.T) {
 		}
 	}
 }
+
+// TestRowsWrittenInChunks: with rows flushed every BatchSize records, in
+// the middle of a transcript's rows too, every row and result still lands
+// exactly once.
+func TestRowsWrittenInChunks(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	cfg := testConfig(c)
+	cfg.BatchSize = 3 // sample has 4 rows: flushes cut through a transcript
+	p := newProducer(t, cfg)
+	if err := p.Publish(t.Context(), []schema.ScoredTranscript{sample("c1"), sample("c2"), sample("c3")}); err != nil {
+		t.Fatal(err)
+	}
+	rows := readAll(t, c, topicRows, 12)
+	seen := map[string]int{}
+	for _, r := range rows {
+		seen[string(r.Key)]++
+	}
+	if len(rows) != 12 || len(seen) != 12 {
+		t.Fatalf("%d rows, %d distinct keys; want 12 and 12", len(rows), len(seen))
+	}
+	if res := readAll(t, c, topicOut, 3); len(res) != 3 {
+		t.Fatalf("%d results, want 3", len(res))
+	}
+}

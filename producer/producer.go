@@ -166,6 +166,7 @@ func (p *Producer) Publish(ctx context.Context, sts []schema.ScoredTranscript) e
 	defer p.mu.RUnlock()
 
 	perm := newPermanent()
+	callID := func(i int) string { return sts[i].CallID }
 	var rows, results []outMsg
 	for i := range sts {
 		st := &sts[i]
@@ -178,8 +179,10 @@ func (p *Producer) Publish(ctx context.Context, sts []schema.ScoredTranscript) e
 			perm.add(i, st.CallID, err)
 			continue
 		}
-		var mine []outMsg
 		if p.cfg.RowsTopic != "" {
+			// Rows are encoded and written in chunks of BatchSize as they
+			// are built, so a batch of short sentences (an 8 MiB batch
+			// can be ~240k rows) never holds all its encoded rows at once.
 			for _, r := range schema.Rows(st) {
 				m, err := p.rowMessage(&r, st.Model.SHA256, st.Source)
 				if err == nil {
@@ -187,28 +190,32 @@ func (p *Producer) Publish(ctx context.Context, sts []schema.ScoredTranscript) e
 				}
 				if err != nil {
 					perm.add(i, st.CallID, err)
-					mine = nil
 					break
 				}
-				mine = append(mine, outMsg{msg: m, owner: i, kind: kindRow})
+				rows = append(rows, outMsg{msg: m, owner: i, kind: kindRow})
+				if len(rows) >= p.cfg.BatchSize {
+					if err := p.write(ctx, dropOwners(rows, perm), perm, callID); err != nil {
+						return err
+					}
+					rows = rows[:0]
+				}
 			}
 			if perm.has(i) {
 				continue
 			}
 		}
-		rows = append(rows, mine...)
 		results = append(results, outMsg{msg: res, owner: i, kind: kindResult})
 	}
 
-	if len(rows) > 0 {
-		if err := p.write(ctx, rows, perm, func(i int) string { return sts[i].CallID }); err != nil {
+	if p.cfg.RowsTopic != "" {
+		if err := p.write(ctx, dropOwners(rows, perm), perm, callID); err != nil {
 			return err
 		}
 		// A transcript whose rows were rejected is not published either:
 		// results and rows stay consistent.
 		results = dropOwners(results, perm)
 	}
-	if err := p.write(ctx, results, perm, func(i int) string { return sts[i].CallID }); err != nil {
+	if err := p.write(ctx, results, perm, callID); err != nil {
 		return err
 	}
 	return perm.err()
