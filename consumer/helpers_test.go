@@ -81,14 +81,14 @@ func (s *fakeSink) Publish(ctx context.Context, results []schema.ScoredTranscrip
 	return nil
 }
 
-func (s *fakeSink) Delete(ctx context.Context, callIDs []string) error {
+func (s *fakeSink) Delete(ctx context.Context, dels []schema.Delete) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, id := range callIDs {
-		s.writes = append(s.writes, "delete:"+id)
+	for _, d := range dels {
+		s.writes = append(s.writes, "delete:"+d.CallID)
 	}
 	return nil
 }

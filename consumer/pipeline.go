@@ -254,11 +254,11 @@ type prepared struct {
 }
 
 // outItem is one record's output: its result, or (res nil) a tombstone for
-// the call deleteID.
+// the deleted call.
 type outItem struct {
-	r        *record
-	res      *schema.ScoredTranscript
-	deleteID string
+	r   *record
+	res *schema.ScoredTranscript
+	del schema.Delete
 }
 
 // prepare decodes and scores a batch. Its records normally belong to one
@@ -313,11 +313,11 @@ func (c *Consumer) acknowledge(out []prepared) {
 				recs[i] = it.r
 			}
 			if run[0].res == nil {
-				ids := make([]string, len(run))
+				dels := make([]schema.Delete, len(run))
 				for i, it := range run {
-					ids[i] = it.deleteID
+					dels[i] = it.del
 				}
-				c.forwardDeletes(p.g.ctx, p.g, recs, ids)
+				c.forwardDeletes(p.g.ctx, p.g, recs, dels)
 				continue
 			}
 			results := make([]schema.ScoredTranscript, len(run))
@@ -330,22 +330,23 @@ func (c *Consumer) acknowledge(out []prepared) {
 }
 
 // Deleter is the optional part of a Sink that forwards deletes: Delete
-// writes a tombstone (a null value) for each call_id on the output topic
-// and returns once the broker acknowledged them (errors as for Publish).
+// writes a tombstone (a null value) for each deleted call on the output
+// topic and returns once the broker acknowledged them (errors as for
+// Publish).
 // producer satisfies it. With a Sink that lacks it, deletes are
 // dead-lettered (reason delete_unsupported).
 type Deleter interface {
-	Delete(ctx context.Context, callIDs []string) error
+	Delete(ctx context.Context, dels []schema.Delete) error
 }
 
 // ReasonDeleteUnsupported is the DLQ reason of a delete (tombstone or
 // Debezium op d) when the Sink cannot forward deletes.
 const ReasonDeleteUnsupported = "delete_unsupported"
 
-// forwardDeletes writes a tombstone for each call in ids, retrying
+// forwardDeletes writes a tombstone for each call in dels, retrying
 // transient failures until ctx ends like publish; a permanent failure
 // dead-letters the records.
-func (c *Consumer) forwardDeletes(ctx context.Context, g *genState, recs []*record, ids []string) {
+func (c *Consumer) forwardDeletes(ctx context.Context, g *genState, recs []*record, dels []schema.Delete) {
 	del, ok := c.sink.(Deleter)
 	if !ok {
 		dead := make([]deadRecord, len(recs))
@@ -358,7 +359,7 @@ func (c *Consumer) forwardDeletes(ctx context.Context, g *genState, recs []*reco
 	}
 	backoff := c.cfg.RetryBackoff
 	for !g.revoked.Load() {
-		err := del.Delete(ctx, ids)
+		err := del.Delete(ctx, dels)
 		if err == nil {
 			for _, r := range recs {
 				c.m.tombstones.Inc()
@@ -396,7 +397,7 @@ func (c *Consumer) prepareGen(g *genState, batch []*record) (p prepared, ok bool
 		dead    []deadRecord
 		events  []schema.TranscriptEvent
 		scored  []*record
-		deletes = map[*record]string{}
+		deletes = map[*record]schema.Delete{}
 	)
 	for _, r := range batch {
 		if len(r.msg.Value) > c.cfg.MaxMessageBytes {
@@ -406,7 +407,7 @@ func (c *Consumer) prepareGen(g *genState, batch []*record) (p prepared, ok bool
 		}
 		ev, del, err := c.decodeGuarded(r.msg.Key, r.msg.Value)
 		if err == nil && del != nil {
-			deletes[r] = del.CallID
+			deletes[r] = *del
 			continue
 		}
 		if err != nil {
@@ -441,8 +442,8 @@ func (c *Consumer) prepareGen(g *genState, batch []*record) (p prepared, ok bool
 	for _, r := range batch {
 		if st, ok := res[r]; ok {
 			p.out = append(p.out, outItem{r: r, res: st})
-		} else if id, ok := deletes[r]; ok {
-			p.out = append(p.out, outItem{r: r, deleteID: id})
+		} else if d, ok := deletes[r]; ok {
+			p.out = append(p.out, outItem{r: r, del: d})
 		}
 	}
 	p.dead = dead

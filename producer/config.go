@@ -9,6 +9,19 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
+// Output keys for Config.Key.
+const (
+	// KeyCallID keys results by call_id and rows by (call_id, section,
+	// sentence_index, label): every version of a call replaces the last.
+	KeyCallID = "call_id"
+	// KeyEntityEvent keys results by (entity_id, event_time) and rows by
+	// (entity_id, event_time, section, sentence_index, label), the seed
+	// table's dedup on ENTITY_ID + EVENT_DATETIME_UTC: versions of one
+	// company event replace each other even under different call_ids.
+	// Records without both parts are rejected (*PermanentError).
+	KeyEntityEvent = "entity_event"
+)
+
 // Output formats for Config.Format.
 const (
 	// FormatJSON writes plain JSON values.
@@ -51,6 +64,9 @@ type Config struct {
 	// on Topic and to keys and values on RowsTopic. DLQ records are always
 	// the original bytes.
 	Format string
+	// Key is KeyCallID (default) or KeyEntityEvent; it applies to results,
+	// rows and tombstones alike.
+	Key string
 	// Compression is none, gzip, snappy (default), lz4 or zstd.
 	Compression string
 	// BatchSize is the most records per produce request; default 1000.
@@ -101,6 +117,13 @@ func (c *Config) Validate() error {
 	case FormatJSON, FormatConnect:
 	default:
 		errs = append(errs, fmt.Errorf("format %q: want %s or %s", c.Format, FormatJSON, FormatConnect))
+	}
+	switch c.Key {
+	case "":
+		c.Key = KeyCallID
+	case KeyCallID, KeyEntityEvent:
+	default:
+		errs = append(errs, fmt.Errorf("key %q: want %s or %s", c.Key, KeyCallID, KeyEntityEvent))
 	}
 	if c.Compression == "" {
 		c.Compression = DefaultCompression

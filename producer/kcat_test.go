@@ -97,7 +97,7 @@ func TestKcatReadsTombstone(t *testing.T) {
 	}
 	c := newCluster(t)
 	p := newProducer(t, testConfig(c))
-	if err := p.Delete(t.Context(), []string{"gone-1", "gone-2"}); err != nil {
+	if err := p.Delete(t.Context(), []schema.Delete{{CallID: "gone-1"}, {CallID: "gone-2"}}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)

@@ -221,22 +221,29 @@ func (p *Producer) Publish(ctx context.Context, sts []schema.ScoredTranscript) e
 	return perm.err()
 }
 
-// Delete writes a tombstone (the key with a null value) for each call_id on
-// Topic, so that a compacted output topic and a JDBC sink with
+// Delete writes a tombstone (the key with a null value) for each deleted
+// call on Topic (keyed as its result would be, see Config.Key), so that a compacted output topic and a JDBC sink with
 // delete.enabled=true drop the call's scored record. The rows topic is left
 // alone: its keys are per sentence, and which rows a call had is not known
 // here (see README, Tombstones). Errors are as for Publish.
-func (p *Producer) Delete(ctx context.Context, callIDs []string) error {
+func (p *Producer) Delete(ctx context.Context, dels []schema.Delete) error {
 	if !p.enter() {
 		return ErrClosed
 	}
 	defer p.mu.RUnlock()
 	perm := newPermanent()
-	msgs := make([]outMsg, len(callIDs))
-	for i, id := range callIDs {
-		msgs[i] = outMsg{msg: kafka.Message{Topic: p.cfg.Topic, Key: []byte(id)}, owner: i, kind: kindTomb}
+	msgs := make([]outMsg, 0, len(dels))
+	for i, d := range dels {
+		// Under KeyEntityEvent a plain tombstone (it names only the call)
+		// has no key: it is reported, not guessed.
+		key, err := p.resultKey(d.CallID, d.EntityID, d.EventTime)
+		if err != nil {
+			perm.add(i, d.CallID, err)
+			continue
+		}
+		msgs = append(msgs, outMsg{msg: kafka.Message{Topic: p.cfg.Topic, Key: key}, owner: i, kind: kindTomb})
 	}
-	if err := p.write(ctx, msgs, perm, func(i int) string { return callIDs[i] }); err != nil {
+	if err := p.write(ctx, msgs, perm, func(i int) string { return dels[i].CallID }); err != nil {
 		return err
 	}
 	return perm.err()
@@ -572,12 +579,39 @@ func (p *Producer) resultMessage(st *schema.ScoredTranscript) (kafka.Message, er
 	if err != nil {
 		return kafka.Message{}, fmt.Errorf("producer: encode transcript %q: %w", st.CallID, err)
 	}
+	key, err := p.resultKey(st.CallID, st.EntityID, st.EventTime)
+	if err != nil {
+		return kafka.Message{}, err
+	}
 	return kafka.Message{
 		Topic:   p.cfg.Topic,
-		Key:     []byte(st.CallID),
+		Key:     key,
 		Value:   value,
 		Headers: outputHeaders(st.Model.SHA256, value, st.Source),
 	}, nil
+}
+
+// resultKey is the key of a call's result (and tombstone): call_id, or
+// under KeyEntityEvent the EventKey as JSON (a JsonConverter envelope with
+// FormatConnect, the struct key a JDBC sink's pk.mode=record_key reads).
+func (p *Producer) resultKey(callID, entityID, eventTime string) ([]byte, error) {
+	if p.cfg.Key != KeyEntityEvent {
+		return []byte(callID), nil
+	}
+	k, err := schema.NewEventKey(callID, entityID, eventTime)
+	if err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
+	}
+	var key []byte
+	if p.cfg.Format == FormatConnect {
+		key, err = schema.EnvelopeEventKey(k)
+	} else {
+		key, err = json.Marshal(k)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("producer: encode key of %q: %w", callID, err)
+	}
+	return key, nil
 }
 
 // rowMessage encodes one ScoreRow for RowsTopic, keyed by its RowKey so a
@@ -585,12 +619,26 @@ func (p *Producer) resultMessage(st *schema.ScoredTranscript) (kafka.Message, er
 func (p *Producer) rowMessage(r *schema.ScoreRow, modelSHA string, src *schema.Source) (kafka.Message, error) {
 	var key, value []byte
 	var err error
-	if p.cfg.Format == FormatConnect {
-		if key, err = schema.EnvelopeRowKey(r.Key()); err == nil {
-			value, err = schema.EnvelopeScoreRow(r)
+	switch {
+	case p.cfg.Key == KeyEntityEvent:
+		var k schema.EventRowKey
+		if k, err = r.EventRowKey(); err != nil {
+			return kafka.Message{}, fmt.Errorf("producer: %w", err)
 		}
-	} else {
-		if key, err = json.Marshal(r.Key()); err == nil {
+		if p.cfg.Format == FormatConnect {
+			key, err = schema.EnvelopeEventRowKey(k)
+		} else {
+			key, err = json.Marshal(k)
+		}
+	case p.cfg.Format == FormatConnect:
+		key, err = schema.EnvelopeRowKey(r.Key())
+	default:
+		key, err = json.Marshal(r.Key())
+	}
+	if err == nil {
+		if p.cfg.Format == FormatConnect {
+			value, err = schema.EnvelopeScoreRow(r)
+		} else {
 			value, err = json.Marshal(r)
 		}
 	}

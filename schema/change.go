@@ -13,8 +13,14 @@ import (
 // (op "d"). The scorer forwards it as a tombstone for CallID on the output
 // topic, so a compacted output topic and a JDBC sink with
 // delete.enabled=true drop the scored record too.
+//
+// EntityID and EventTime are set when the deleted row is known (a Debezium
+// delete's "before"), so that the delete can also be keyed as
+// OUTPUT_KEY=entity_event; a plain tombstone carries only the call.
 type Delete struct {
-	CallID string
+	CallID    string
+	EntityID  string
+	EventTime string
 }
 
 // DecodeRecord decodes one input record, key and value. A nil value is a
@@ -125,7 +131,9 @@ func unwrapChange(key []byte, obj map[string]json.RawMessage) (map[string]json.R
 			if err != nil {
 				return nil, nil, err
 			}
-			return nil, &Delete{CallID: id}, nil
+			d := &Delete{CallID: id}
+			deleteIdentity(d, row)
+			return nil, d, nil
 		}
 		id, err := CallIDFromKey(key)
 		if err != nil {

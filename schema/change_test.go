@@ -65,3 +65,21 @@ func TestDecodeEventRejectsDelete(t *testing.T) {
 		t.Fatalf("err = %v, want an invalid event", err)
 	}
 }
+
+// TestDeleteCarriesEventIdentity: a Debezium delete's "before" row gives the
+// delete its entity_id and event_time (seed columns: EVENT_DATETIME_UTC in
+// epoch milliseconds), so it can be keyed as OUTPUT_KEY=entity_event.
+func TestDeleteCarriesEventIdentity(t *testing.T) {
+	for name, value := range map[string]string{
+		"seed":  `{"before":{"CALL_ID":"C","ENTITY_ID":"WMT","EVENT_DATETIME_UTC":1708434000000},"after":null,"op":"d"}`,
+		"lower": `{"before":{"call_id":"C","entity_id":"WMT","event_time":"2024-02-20T13:00:00Z"},"after":null,"op":"d"}`,
+	} {
+		_, del, err := DecodeRecord(nil, []byte(value), DefaultLimits())
+		if err != nil || del == nil {
+			t.Fatalf("%s: delete %v, err %v", name, del, err)
+		}
+		if *del != (Delete{CallID: "C", EntityID: "WMT", EventTime: "2024-02-20T13:00:00Z"}) {
+			t.Errorf("%s: delete %+v", name, *del)
+		}
+	}
+}

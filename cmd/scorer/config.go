@@ -24,6 +24,7 @@ type Config struct {
 	DLQTopic         string        `env:"KAFKA_DLQ_TOPIC" envDefault:"transcripts.dlq" help:"dead-letter topic"`
 	RowsTopic        string        `env:"OUTPUT_ROWS_TOPIC" help:"optional topic of flat (call_id, section, sentence_index, label) rows"`
 	OutputFormat     string        `env:"OUTPUT_FORMAT" envDefault:"json" help:"json, or connect (JsonConverter envelope, schemas.enable=true)"`
+	OutputKey        string        `env:"OUTPUT_KEY" envDefault:"call_id" help:"key of results, rows and tombstones: call_id, or entity_event (entity_id + event_time, the seed's ENTITY_ID + EVENT_DATETIME_UTC dedup; records lacking either go to the DLQ)"`
 	GroupID          string        `env:"KAFKA_GROUP_ID" envDefault:"scorer" help:"consumer group"`
 	ClientID         string        `env:"KAFKA_CLIENT_ID" envDefault:"scorer" help:"Kafka client id"`
 	SessionTimeout   time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"30s" help:"group session timeout: how long a dead member keeps its partitions"`
@@ -124,6 +125,7 @@ func (c *Config) validate() error {
 	check(c.OutputTopic != "", "KAFKA_OUTPUT_TOPIC must not be empty")
 	check(c.DLQTopic != "", "KAFKA_DLQ_TOPIC must not be empty")
 	check(c.OutputFormat == "json" || c.OutputFormat == "connect", "OUTPUT_FORMAT must be json or connect, got %q", c.OutputFormat)
+	check(c.OutputKey == "call_id" || c.OutputKey == "entity_event", "OUTPUT_KEY must be call_id or entity_event, got %q", c.OutputKey)
 	check(c.BatchMaxMessages > 0, "BATCH_MAX_MESSAGES must be > 0")
 	check(c.BatchMaxBytes > 0, "BATCH_MAX_BYTES must be > 0")
 	check(c.BatchMaxWait > 0, "BATCH_MAX_WAIT must be > 0")

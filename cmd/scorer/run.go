@@ -98,7 +98,7 @@ func runService(ctx context.Context, e procEnv, args []string) error {
 
 	prod, err := producer.New(producer.Config{
 		Brokers: cfg.KafkaBrokers, Topic: cfg.OutputTopic, RowsTopic: cfg.RowsTopic, DLQTopic: cfg.DLQTopic,
-		Format: cfg.OutputFormat, ClientID: cfg.ClientID, Transport: sec.transport(cfg.ClientID),
+		Format: cfg.OutputFormat, Key: cfg.OutputKey, ClientID: cfg.ClientID, Transport: sec.transport(cfg.ClientID),
 	}, log.With().Str("component", "producer").Logger(), reg)
 	if err != nil {
 		stack.Close(context.Background())
