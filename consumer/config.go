@@ -21,6 +21,7 @@ const (
 	DefaultBatchMaxWait       = 200 * time.Millisecond
 	DefaultMaxMessageBytes    = 16 << 20
 	DefaultMaxInflightBatches = 2
+	DefaultMaxUncommitted     = 1000
 	DefaultCommitInterval     = time.Second
 	DefaultShutdownTimeout    = 30 * time.Second
 	// DefaultRevokeTimeout is the most RevokeTimeout defaults to; a short
@@ -37,6 +38,9 @@ const (
 	DefaultOutageBackoffMax  = 30 * time.Second
 	DefaultFetchMaxWait      = 500 * time.Millisecond
 	DefaultJoinGroupBackoff  = time.Second
+	// DefaultPartitionWatchInterval is how often the group leader checks
+	// the input topic for new partitions (kafka-go's default).
+	DefaultPartitionWatchInterval = 5 * time.Second
 )
 
 // fetchQueueCapacity is each partition reader's queue of decoded messages
@@ -76,6 +80,13 @@ type Config struct {
 	// MaxInflightBatches bounds batches between fetch and ack, including the
 	// one being filled; when all are busy fetching pauses (backpressure).
 	MaxInflightBatches int
+	// MaxUncommitted bounds each partition's uncommitted span: fetching of a
+	// partition pauses while the next record lies this many offsets or more
+	// past its committed offset (MAX_UNCOMMITTED). A crash therefore
+	// replays at most this many records per partition, and one stuck record
+	// cannot make the span, nor the batches waiting behind it, grow without
+	// limit.
+	MaxUncommitted int
 	// Limits are passed to schema.DecodeEvent. The zero value means
 	// schema.DefaultLimits(); MaxMessageBytes is forced to the one above.
 	Limits schema.Limits
@@ -91,10 +102,12 @@ type Config struct {
 	// heartbeats fail during the drain is not expired before its commit.
 	ShutdownTimeout time.Duration
 	// RevokeTimeout bounds the wait for in-flight work when a generation
-	// ends (rebalance). It must be shorter than RebalanceTimeout and than
-	// SessionTimeout − HeartbeatInterval (heartbeats stop during a
-	// rebalance), or the broker evicts this member while it drains. Zero
-	// means min(10 s, RebalanceTimeout/2, (SessionTimeout −
+	// ends (rebalance). RevokeTimeout + HeartbeatInterval must be shorter
+	// than RebalanceTimeout (the member hears of the rebalance up to one
+	// heartbeat late), and RevokeTimeout shorter than SessionTimeout −
+	// HeartbeatInterval (heartbeats stop during a rebalance), or the broker
+	// evicts this member while it drains. Zero means min(10 s,
+	// (RebalanceTimeout − HeartbeatInterval)/2, (SessionTimeout −
 	// HeartbeatInterval)/2).
 	RevokeTimeout time.Duration
 
@@ -130,8 +143,14 @@ type Config struct {
 	// data; it also bounds how quickly a fetcher notices it must stop.
 	FetchMaxWait time.Duration
 	// StartOffset is where a partition without a committed offset starts:
-	// kafka.FirstOffset (default) or kafka.LastOffset.
+	// kafka.FirstOffset (default) or kafka.LastOffset. It is also where a
+	// committed offset past the log end resets to (one before the log start
+	// always resets to the log start).
 	StartOffset int64
+	// PartitionWatchInterval is how often partitions added to the input
+	// topic are looked for; a new one triggers a rebalance that assigns it
+	// (kafka-go's WatchPartitionChanges).
+	PartitionWatchInterval time.Duration
 }
 
 // WithDefaults returns cfg with every zero field set to its default.
@@ -159,6 +178,7 @@ func (cfg Config) WithDefaults() Config {
 	setDur(&cfg.BatchMaxWait, DefaultBatchMaxWait)
 	setInt(&cfg.MaxMessageBytes, DefaultMaxMessageBytes)
 	setInt(&cfg.MaxInflightBatches, DefaultMaxInflightBatches)
+	setInt(&cfg.MaxUncommitted, DefaultMaxUncommitted)
 	if cfg.Limits == (schema.Limits{}) {
 		cfg.Limits = schema.DefaultLimits()
 	}
@@ -171,13 +191,14 @@ func (cfg Config) WithDefaults() Config {
 	// Derived, not fixed: a fixed 10 s would make any rebalance timeout up
 	// to 10 s (or a short session) invalid through a setting the operator
 	// never chose.
-	setDur(&cfg.RevokeTimeout, min(DefaultRevokeTimeout, cfg.RebalanceTimeout/2, (cfg.SessionTimeout-cfg.HeartbeatInterval)/2))
+	setDur(&cfg.RevokeTimeout, min(DefaultRevokeTimeout, (cfg.RebalanceTimeout-cfg.HeartbeatInterval)/2, (cfg.SessionTimeout-cfg.HeartbeatInterval)/2))
 	setDur(&cfg.JoinGroupBackoff, DefaultJoinGroupBackoff)
 	setDur(&cfg.RetryBackoff, DefaultRetryBackoff)
 	setDur(&cfg.RetryBackoffMax, DefaultRetryBackoffMax)
 	setInt(&cfg.ScoreAttempts, DefaultScoreAttempts)
 	setDur(&cfg.OutageBackoffMax, DefaultOutageBackoffMax)
 	setDur(&cfg.FetchMaxWait, DefaultFetchMaxWait)
+	setDur(&cfg.PartitionWatchInterval, DefaultPartitionWatchInterval)
 	if cfg.StartOffset == 0 {
 		cfg.StartOffset = kafka.FirstOffset
 	}
@@ -200,7 +221,7 @@ func (cfg Config) Validate() error {
 	positive := map[string]int{
 		"BatchMaxMessages": cfg.BatchMaxMessages, "BatchMaxBytes": cfg.BatchMaxBytes,
 		"MaxMessageBytes": cfg.MaxMessageBytes, "MaxInflightBatches": cfg.MaxInflightBatches,
-		"ScoreAttempts": cfg.ScoreAttempts,
+		"ScoreAttempts": cfg.ScoreAttempts, "MaxUncommitted": cfg.MaxUncommitted,
 	}
 	for name, v := range positive {
 		if v <= 0 {
@@ -214,14 +235,20 @@ func (cfg Config) Validate() error {
 		"HeartbeatInterval": cfg.HeartbeatInterval, "RetryBackoff": cfg.RetryBackoff,
 		"RetryBackoffMax": cfg.RetryBackoffMax, "FetchMaxWait": cfg.FetchMaxWait,
 		"JoinGroupBackoff": cfg.JoinGroupBackoff, "OutageBackoffMax": cfg.OutageBackoffMax,
+		"PartitionWatchInterval": cfg.PartitionWatchInterval,
 	}
 	for name, d := range durations {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %v", name, d))
 		}
 	}
-	if cfg.RevokeTimeout >= cfg.RebalanceTimeout {
-		errs = append(errs, fmt.Errorf("RevokeTimeout %v must be shorter than RebalanceTimeout %v", cfg.RevokeTimeout, cfg.RebalanceTimeout))
+	if cfg.RevokeTimeout+cfg.HeartbeatInterval >= cfg.RebalanceTimeout {
+		// The member learns of a rebalance at its next heartbeat (up to one
+		// interval late), then drains for up to RevokeTimeout, then commits
+		// and rejoins: all of it must fit in the rebalance timeout, or the
+		// group evicts the member before its final commit.
+		errs = append(errs, fmt.Errorf("RevokeTimeout %v + HeartbeatInterval %v must be shorter than RebalanceTimeout %v",
+			cfg.RevokeTimeout, cfg.HeartbeatInterval, cfg.RebalanceTimeout))
 	}
 	if cfg.HeartbeatInterval >= cfg.SessionTimeout {
 		errs = append(errs, fmt.Errorf("HeartbeatInterval %v must be shorter than SessionTimeout %v", cfg.HeartbeatInterval, cfg.SessionTimeout))

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,8 +46,20 @@ type Stats struct {
 	InflightPeak int64  // highest Inflight seen
 	Commits      uint64 // successful offset commits
 	CommitErrors uint64
-	Generations  uint64 // group generations joined
-	Assigned     int    // partitions in the current generation
+	// Pauses counts times a partition's fetching paused because its
+	// uncommitted span reached MaxUncommitted.
+	Pauses uint64
+	// Expulsions counts generations abandoned because the coordinator said
+	// this member was no longer in them.
+	Expulsions uint64
+	// OffsetResets counts read positions reset because they lay outside
+	// the partition's log.
+	OffsetResets uint64
+	// OldestUnacked is the age of the oldest fetched record not yet
+	// acknowledged, over the current generation's partitions (0: none).
+	OldestUnacked time.Duration
+	Generations   uint64 // group generations joined
+	Assigned      int    // partitions in the current generation
 	// Batches counts flushed batches by the rule that ended them
 	// (Trigger.String()).
 	Batches map[string]uint64
@@ -64,10 +77,21 @@ type Consumer struct {
 	// in carries fetched records to the batch loop; unbuffered so a
 	// fetcher holds at most one record while the pipeline is full.
 	in chan *record
-	// slots holds one token per batch between fetch and ack; work hands
-	// flushed batches to the workers and never blocks because of slots.
+	// slots holds one token per batch between fetch and the end of its
+	// scoring (and its acknowledgement, unless it has to wait for an
+	// earlier batch of its partition: see worker); work hands flushed
+	// batches to the workers and never blocks because of slots.
 	slots chan struct{}
-	work  chan []*record
+	work  chan *batch
+	// waiting holds one token per scored batch waiting off its worker for
+	// its turn to be acknowledged (see worker).
+	waiting chan struct{}
+	// pipe counts the pipeline's goroutines: batch loop, workers and
+	// batches waiting for their turn to be acknowledged.
+	pipe sync.WaitGroup
+	// cur is the current generation, for OldestUnacked; nil between
+	// generations.
+	cur atomic.Pointer[genState]
 
 	// drainLimit is the part of ShutdownTimeout the drain may use (see
 	// Config.shutdownBudget).
@@ -90,6 +114,7 @@ type Consumer struct {
 	messagesIn, published, deadLettered atomic.Uint64
 	inflight, inflightPeak              atomic.Int64
 	commits, commitErrors, generations  atomic.Uint64
+	pauses, expulsions, offsetResets    atomic.Uint64
 	batches                             [numTriggers]atomic.Uint64
 
 	// hooks lets tests observe internals; zero in production.
@@ -105,6 +130,7 @@ type testHooks struct {
 type record struct {
 	msg  kafka.Message
 	gen  *genState
+	ps   *partState
 	done func() // resolves the offset in its partition's watermark
 	// settled guards the inflight accounting against double counting.
 	settled atomic.Bool
@@ -130,7 +156,36 @@ type genState struct {
 type partState struct {
 	partition int
 	wm        *Watermark
-	committed int64 // last committed offset; touched by the manager only
+	// committed is the last committed offset (negative: none yet); written
+	// by the manager, read by the fetcher for the span limit.
+	committed atomic.Int64
+	// first is the first offset fetched (-1: none yet), the base of the
+	// uncommitted span while nothing is committed.
+	first atomic.Int64
+	// logEnd is the log end offset (high water mark) seen by the last fetch
+	// (-1: none yet).
+	logEnd atomic.Int64
+	// tail is the turn of the last batch dispatched with records of this
+	// partition, the one the next batch acknowledges after; touched by the
+	// batch loop only.
+	tail <-chan struct{}
+}
+
+func newPartState(partition int, committed int64) *partState {
+	ps := &partState{partition: partition, wm: NewWatermark(), tail: closedChan()}
+	ps.committed.Store(committed)
+	ps.first.Store(-1)
+	ps.logEnd.Store(-1)
+	return ps
+}
+
+// base is the offset the uncommitted span starts from: the committed offset,
+// or the first fetched one while nothing is committed; -1 if neither.
+func (ps *partState) base() int64 {
+	if c := ps.committed.Load(); c >= 0 {
+		return c
+	}
+	return ps.first.Load()
 }
 
 // New checks cfg (after applying defaults) and registers metrics on reg
@@ -149,10 +204,11 @@ func New(cfg Config, scorer Scorer, sink Sink, log zerolog.Logger, reg prometheu
 	}
 	c := &Consumer{
 		cfg: cfg, scorer: scorer, sink: sink, m: m,
-		log:   log.With().Str("component", "consumer").Str("topic", cfg.Topic).Logger(),
-		in:    make(chan *record),
-		slots: make(chan struct{}, cfg.MaxInflightBatches),
-		work:  make(chan []*record, cfg.MaxInflightBatches),
+		log:     log.With().Str("component", "consumer").Str("topic", cfg.Topic).Logger(),
+		in:      make(chan *record),
+		slots:   make(chan struct{}, cfg.MaxInflightBatches),
+		work:    make(chan *batch, cfg.MaxInflightBatches),
+		waiting: make(chan struct{}, cfg.MaxInflightBatches),
 	}
 	var clamped bool
 	c.drainLimit, clamped = cfg.shutdownBudget()
@@ -183,6 +239,7 @@ func (c *Consumer) Stats() Stats {
 		InflightPeak: c.inflightPeak.Load(), Commits: c.commits.Load(),
 		CommitErrors: c.commitErrors.Load(), Generations: c.generations.Load(),
 		Assigned: int(c.assigned.Load()), Batches: map[string]uint64{},
+		Pauses: c.pauses.Load(), Expulsions: c.expulsions.Load(), OffsetResets: c.offsetResets.Load(), OldestUnacked: c.OldestUnacked(),
 	}
 	for t := range c.batches {
 		if n := c.batches[t].Load(); n > 0 {
@@ -190,6 +247,23 @@ func (c *Consumer) Stats() Stats {
 		}
 	}
 	return s
+}
+
+// OldestUnacked returns the age of the oldest record fetched in the current
+// generation and not yet acknowledged (0 when none), so liveness can fail
+// when one record is stuck even while other work progresses.
+func (c *Consumer) OldestUnacked() time.Duration {
+	g := c.cur.Load()
+	if g == nil {
+		return 0
+	}
+	var oldest time.Duration
+	for _, ps := range g.parts {
+		if at, ok := ps.wm.Oldest(); ok {
+			oldest = max(oldest, time.Since(at))
+		}
+	}
+	return oldest
 }
 
 // Run joins the group and processes records until ctx ends. On ctx end it
@@ -212,7 +286,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 		JoinGroupBackoff:  c.cfg.JoinGroupBackoff,
 		StartOffset:       c.cfg.StartOffset,
 		Timeout:           10 * time.Second,
-		ErrorLogger:       kafka.LoggerFunc(func(f string, a ...any) { c.log.Debug().Msgf("kafka-go: "+f, a...) }),
+		// Without it, partitions added to the input topic are not read
+		// until some unrelated membership change.
+		WatchPartitionChanges:  true,
+		PartitionWatchInterval: c.cfg.PartitionWatchInterval,
+		ErrorLogger:            kafka.LoggerFunc(func(f string, a ...any) { c.log.Debug().Msgf("kafka-go: "+f, a...) }),
 	})
 	if err != nil {
 		return fmt.Errorf("consumer: consumer group: %w", err)
@@ -325,10 +403,11 @@ func (c *Consumer) runGeneration(ctx, workCtx context.Context, gen *kafka.Genera
 	g.ctx, g.cancel = context.WithCancel(workCtx)
 	ids := make([]int, 0, len(assignments))
 	for _, pa := range assignments {
-		g.parts[pa.ID] = &partState{partition: pa.ID, wm: NewWatermark(), committed: pa.Offset}
+		g.parts[pa.ID] = newPartState(pa.ID, pa.Offset)
 		ids = append(ids, pa.ID)
 	}
 	c.generations.Add(1)
+	c.cur.Store(g)
 	c.assigned.Store(int32(len(ids)))
 	c.member.Store(true)
 	c.m.assigned.Set(float64(len(ids)))
@@ -378,6 +457,7 @@ loop:
 	for {
 		select {
 		case <-tick.C:
+			c.observePartitions(g)
 			select {
 			case <-committing:
 				committing = c.commitAsync(gen, g)
@@ -395,10 +475,27 @@ loop:
 		m.handing.Wait()
 		close(fetchersStopped)
 	}()
-	c.drain(ctx, gctx, g, fetchersStopped, m.stop)
 	why := "rebalance"
 	if ctx.Err() != nil {
 		why = "shutdown"
+	}
+	// kafka-go ends the generation when a heartbeat fails but drops the
+	// error, so a member expelled (session expired after a long pause)
+	// looks like one in an ordinary rebalance. Ask the coordinator: commit
+	// what is done now. If it answers that this member or generation is
+	// gone, the partitions may already be another member's, which is
+	// re-reading them: abandon everything at once instead of draining and
+	// publishing beside it.
+	if why == "rebalance" && !g.revoked.Load() {
+		<-committing
+		if err := c.commitOffsets(gen, g, true); expelled(err) {
+			c.expel(g, err)
+		}
+	}
+	if !g.revoked.Load() {
+		c.drain(ctx, gctx, g, fetchersStopped, m.stop)
+	} else {
+		why = "expelled"
 	}
 	if n := g.pending.Load(); n > 0 {
 		c.log.Warn().Int64("abandoned", n).Str("reason", why).Msg("generation ended with work in flight; it will be redelivered")
@@ -408,8 +505,7 @@ loop:
 	// redoes it. The commit below covers what was acknowledged until now;
 	// after it the watermarks are unreachable and late results resolve
 	// them in vain.
-	g.revoked.Store(true)
-	g.cancel()
+	g.revoke()
 	if why == "shutdown" {
 		deadline := m.stop.mark().Add(c.cfg.ShutdownTimeout)
 		if !waitChan(committing, deadline) || !waitChan(c.commitAsync(gen, g), deadline) {
@@ -421,15 +517,20 @@ loop:
 		// needless rebalance for the other members).
 		m.leave.start()
 		waitChan(gctx.Done(), later(deadline, time.Now().Add(stopGrace)))
-	} else {
+	} else if why == "rebalance" {
 		<-committing // bounded by the coordinator connection's timeout
 		c.commit(gen, g)
 	}
 	c.assigned.Store(0)
 	c.member.Store(false)
+	c.cur.CompareAndSwap(g, nil)
 	c.m.assigned.Set(0)
 	for p := range g.parts {
-		c.m.lag.DeleteLabelValues(c.cfg.Topic, strconv.Itoa(p))
+		l := []string{c.cfg.Topic, strconv.Itoa(p)}
+		c.m.lag.DeleteLabelValues(l...)
+		c.m.committedLag.DeleteLabelValues(l...)
+		c.m.oldestUnacked.DeleteLabelValues(l...)
+		c.m.paused.DeleteLabelValues(l...)
 	}
 	c.log.Info().Int32("generation", g.id).Str("reason", why).Msg("generation ended")
 }
@@ -478,22 +579,65 @@ func (c *Consumer) commitAsync(gen *kafka.Generation, g *genState) <-chan struct
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		c.commit(gen, g)
+		if err := c.commit(gen, g); expelled(err) {
+			c.expel(g, err)
+		}
 	}()
 	return done
 }
 
+// expelled reports whether a coordinator error says this member is no
+// longer part of the generation: its partitions may already be another
+// member's.
+func expelled(err error) bool {
+	return errors.Is(err, kafka.UnknownMemberId) || errors.Is(err, kafka.IllegalGeneration) ||
+		errors.Is(err, kafka.FencedInstanceID)
+}
+
+// expel abandons the generation's work at once: nothing more of it is
+// published or dead-lettered (the records are redelivered to the
+// partitions' new owners).
+func (c *Consumer) expel(g *genState, err error) {
+	if g.revoked.Load() {
+		return
+	}
+	c.expulsions.Add(1)
+	c.log.Error().Err(err).Int32("generation", g.id).Int64("abandoned", g.pending.Load()).
+		Msg("expelled from the group (session expired or generation over): abandoning this generation's work unpublished")
+	g.revoke()
+}
+
+// revoke marks the generation revoked and ends its context: no more of its
+// work is acknowledged.
+func (g *genState) revoke() {
+	g.revoked.Store(true)
+	g.cancel()
+}
+
 // commit commits each partition's watermark that moved since the last
-// commit. Only the generation's manager calls it.
-func (c *Consumer) commit(gen *kafka.Generation, g *genState) {
+// commit and returns the commit's error. Only the generation's manager
+// calls it.
+func (c *Consumer) commit(gen *kafka.Generation, g *genState) error {
+	return c.commitOffsets(gen, g, false)
+}
+
+// commitOffsets is commit; with probe it also sends the offsets already
+// committed, so that the coordinator answers even when nothing moved
+// (re-committing an offset changes nothing). Nothing is sent when no
+// partition has an offset to commit at all.
+func (c *Consumer) commitOffsets(gen *kafka.Generation, g *genState, probe bool) error {
 	offsets := map[int]int64{}
 	for p, ps := range g.parts {
-		if next, ok := ps.wm.Committable(); ok && next > ps.committed {
+		next, ok := ps.wm.Committable()
+		switch done := ps.committed.Load(); {
+		case ok && next > done:
 			offsets[p] = next
+		case probe && done >= 0:
+			offsets[p] = done
 		}
 	}
 	if len(offsets) == 0 {
-		return
+		return nil
 	}
 	start := time.Now()
 	err := gen.CommitOffsets(map[string]map[int]int64{c.cfg.Topic: offsets})
@@ -502,16 +646,20 @@ func (c *Consumer) commit(gen *kafka.Generation, g *genState) {
 		// Not fatal: the next commit covers it, and if the generation is
 		// gone the new owner resumes from the previous commit.
 		c.commitErrors.Add(1)
+		c.m.commitErrors.Inc()
 		c.brokerOK.Store(false)
-		c.log.Warn().Err(fmt.Errorf("consumer: commit generation %d: %w", g.id, err)).Msg("commit failed")
-		return
+		err = fmt.Errorf("consumer: commit generation %d: %w", g.id, err)
+		c.log.Warn().Err(err).Msg("commit failed")
+		return err
 	}
 	c.commits.Add(1)
 	c.brokerOK.Store(true)
 	for p, o := range offsets {
-		g.parts[p].committed = o
+		g.parts[p].committed.Store(o)
 	}
+	c.observePartitions(g)
 	c.log.Debug().Int32("generation", g.id).Interface("offsets", offsets).Msg("committed")
+	return nil
 }
 
 // fetch reads one partition from offset and hands records to the batch
@@ -532,6 +680,10 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 		QueueCapacity:  fetchQueueCapacity,
 		ReadBackoffMin: c.cfg.RetryBackoff,
 		ReadBackoffMax: c.cfg.RetryBackoffMax,
+		Logger: kafka.LoggerFunc(func(f string, a ...any) {
+			c.log.Debug().Int("partition", ps.partition).Msgf("kafka-go: "+f, a...)
+		}),
+		ErrorLogger: kafka.LoggerFunc(func(f string, a ...any) { c.readerError(ps, f, a...) }),
 	})
 	defer func() {
 		// Reader.Close can block for MaxWait or longer (kafka-go #428).
@@ -544,6 +696,7 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 		}
 	}()
 	defer stopped() // runs before the reader is closed
+	offset = c.checkOffset(ctx, ps, offset)
 	if err := r.SetOffset(offset); err != nil {
 		c.log.Error().Err(err).Int("partition", ps.partition).Msg("set offset")
 		<-ctx.Done()
@@ -570,13 +723,18 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 		c.messagesIn.Add(1)
 		c.m.messagesIn.WithLabelValues(c.cfg.Topic).Inc()
 		c.m.lag.WithLabelValues(c.cfg.Topic, partLabel).Set(float64(max(m.HighWaterMark-m.Offset-1, 0)))
+		ps.logEnd.Store(m.HighWaterMark)
+		ps.first.CompareAndSwap(-1, m.Offset)
+		if !c.waitSpan(ctx, ps, m.Offset) {
+			return
+		}
 		done, err := ps.wm.Track(m.Offset)
 		if err != nil {
 			// A stale buffered message (kafka-go #1398): already tracked.
 			c.log.Debug().Err(err).Int("partition", ps.partition).Int64("offset", m.Offset).Msg("skipping repeated offset")
 			continue
 		}
-		rec := &record{msg: m, gen: g, done: done}
+		rec := &record{msg: m, gen: g, ps: ps, done: done}
 		c.addInflight(1)
 		g.pending.Add(1)
 		select {
@@ -588,6 +746,118 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 			g.pending.Add(-1)
 			return
 		}
+	}
+}
+
+// readerError logs what a partition reader reports through kafka-go's
+// ErrorLogger. One of its lines is a silent offset reset (the reader was
+// behind the log start, retention deleted what it was about to read, and
+// it skips forward): that one is counted in scorer_offset_resets_total
+// and logged at error level, since records were lost to retention.
+func (c *Consumer) readerError(ps *partState, format string, args ...any) {
+	if strings.HasPrefix(format, "the kafka reader is reading before the first offset") {
+		c.offsetReset(ps, fmt.Sprintf(format, args...))
+		return
+	}
+	c.log.Warn().Int("partition", ps.partition).Msgf("kafka-go: "+format, args...)
+}
+
+// offsetReset counts and logs a reset of the partition's read position.
+func (c *Consumer) offsetReset(ps *partState, what string) {
+	c.offsetResets.Add(1)
+	c.m.offsetResets.WithLabelValues(c.cfg.Topic, strconv.Itoa(ps.partition)).Inc()
+	c.log.Error().Int("partition", ps.partition).Str("reset", what).
+		Msg("offset reset: the position was outside the partition's log (retention passed it, or the topic was re-created)")
+}
+
+// offsetCheckTimeout bounds the log-range lookup of checkOffset.
+const offsetCheckTimeout = 10 * time.Second
+
+// checkOffset returns where to start reading the partition: offset, unless
+// it lies outside the partition's log. kafka-go moves an offset before the
+// log start to the start without a word, and retries one past the log end
+// forever (the partition then silently stops being read). Both are reset
+// here instead, counted and logged: before the start to the start, past
+// the end to StartOffset's end. If the log range cannot be read, offset is
+// returned as is.
+func (c *Consumer) checkOffset(ctx context.Context, ps *partState, offset int64) int64 {
+	if offset < 0 { // FirstOffset or LastOffset: kafka-go resolves them
+		return offset
+	}
+	ctx, cancel := context.WithTimeout(ctx, offsetCheckTimeout)
+	defer cancel()
+	conn, err := c.cfg.Dialer.DialLeader(ctx, "tcp", c.cfg.Brokers[0], c.cfg.Topic, ps.partition)
+	if err != nil {
+		c.log.Warn().Err(err).Int("partition", ps.partition).Msg("could not check the committed offset against the log; reading from it")
+		return offset
+	}
+	defer conn.Close()
+	first, last, err := conn.ReadOffsets()
+	if err != nil {
+		c.log.Warn().Err(err).Int("partition", ps.partition).Msg("could not check the committed offset against the log; reading from it")
+		return offset
+	}
+	to := offset
+	switch {
+	case offset < first:
+		to = first
+	case offset > last && c.cfg.StartOffset == kafka.LastOffset:
+		to = last
+	case offset > last:
+		to = first
+	}
+	if to != offset {
+		c.offsetReset(ps, fmt.Sprintf("committed offset %d outside the log [%d, %d]; reading from %d", offset, first, last, to))
+		// The stored offset is meaningless now: forget it, so the first
+		// commit writes the new position even when it is lower.
+		ps.committed.Store(-1)
+	}
+	return to
+}
+
+// spanPoll is how often a paused fetcher checks whether a commit made room.
+const spanPoll = 20 * time.Millisecond
+
+// waitSpan pauses the partition's fetching while offset lies MaxUncommitted
+// or more past the committed offset, so that one stuck record (a dead
+// letter that cannot be written, a publish that keeps failing) cannot grow
+// the uncommitted span, the memory of waiting batches and the duplicates a
+// crash would replay without bound. It reports false if ctx ended first.
+func (c *Consumer) waitSpan(ctx context.Context, ps *partState, offset int64) bool {
+	limit := int64(c.cfg.MaxUncommitted)
+	if offset-ps.base() < limit {
+		return true
+	}
+	label := []string{c.cfg.Topic, strconv.Itoa(ps.partition)}
+	c.pauses.Add(1)
+	c.m.paused.WithLabelValues(label...).Set(1)
+	defer c.m.paused.WithLabelValues(label...).Set(0)
+	c.log.Warn().Int("partition", ps.partition).Int64("offset", offset).Int64("committed", ps.committed.Load()).
+		Int64("limit", limit).Msg("uncommitted span reached MAX_UNCOMMITTED; fetching paused until commits catch up")
+	for offset-ps.base() >= limit {
+		if !sleepCtx(ctx, spanPoll) {
+			return false
+		}
+	}
+	c.log.Info().Int("partition", ps.partition).Int64("committed", ps.committed.Load()).Msg("fetching resumed")
+	return true
+}
+
+// observePartitions updates the per-partition gauges of the generation:
+// committed lag (log end minus the committed offset, what a crash would
+// replay plus what is unread) and the age of the oldest unacknowledged
+// record.
+func (c *Consumer) observePartitions(g *genState) {
+	for p, ps := range g.parts {
+		part := strconv.Itoa(p)
+		if end, base := ps.logEnd.Load(), ps.base(); end >= 0 && base >= 0 {
+			c.m.committedLag.WithLabelValues(c.cfg.Topic, part).Set(float64(max(end-base, 0)))
+		}
+		age := 0.0
+		if at, ok := ps.wm.Oldest(); ok {
+			age = time.Since(at).Seconds()
+		}
+		c.m.oldestUnacked.WithLabelValues(c.cfg.Topic, part).Set(age)
 	}
 }
 

@@ -50,9 +50,12 @@ func (s *fakeScorer) Calls() [][]string {
 
 // fakeSink keeps acknowledged results and dead letters in memory.
 type fakeSink struct {
-	mu         sync.Mutex
-	published  []schema.ScoredTranscript
-	dead       []schema.DeadLetter
+	mu        sync.Mutex
+	published []schema.ScoredTranscript
+	dead      []schema.DeadLetter
+	// writes logs results ("result:<call_id>") and tombstones
+	// ("delete:<call_id>") in the order they were acknowledged.
+	writes     []string
 	publishErr func(results []schema.ScoredTranscript) error
 	// deadErr, when set, can fail a DeadLetter call. An error naming
 	// records (FailedIndexes) is a partial write: the others are kept, as
@@ -72,7 +75,28 @@ func (s *fakeSink) Publish(ctx context.Context, results []schema.ScoredTranscrip
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.published = append(s.published, results...)
+	for _, r := range results {
+		s.writes = append(s.writes, "result:"+r.CallID)
+	}
 	return nil
+}
+
+func (s *fakeSink) Delete(ctx context.Context, dels []schema.Delete) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, d := range dels {
+		s.writes = append(s.writes, "delete:"+d.CallID)
+	}
+	return nil
+}
+
+func (s *fakeSink) Writes() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.writes)
 }
 
 func (s *fakeSink) DeadLetter(ctx context.Context, dls []schema.DeadLetter) error {

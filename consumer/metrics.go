@@ -10,17 +10,26 @@ import (
 // metrics holds the consumer's collectors (names in docs/design.md). They
 // exist even without a Registerer so the hot path never checks for nil.
 type metrics struct {
-	messagesIn  *prometheus.CounterVec
-	inflight    prometheus.Gauge
-	batchSize   prometheus.Histogram
-	endToEnd    prometheus.Histogram
-	commitTime  prometheus.Histogram
-	lag         *prometheus.GaugeVec
-	dlq         *prometheus.CounterVec
-	assigned    prometheus.Gauge
-	dlqErrors   *prometheus.CounterVec
-	outages     prometheus.Counter
-	collections []prometheus.Collector
+	messagesIn *prometheus.CounterVec
+	inflight   prometheus.Gauge
+	batchSize  prometheus.Histogram
+	endToEnd   prometheus.Histogram
+	commitTime prometheus.Histogram
+	lag        *prometheus.GaugeVec
+	dlq        *prometheus.CounterVec
+	assigned   prometheus.Gauge
+	dlqErrors  *prometheus.CounterVec
+	outages    prometheus.Counter
+	// committedLag, oldestUnacked, paused and commitErrors show a stuck
+	// record that scorer_consumer_lag (measured from the fetched offset)
+	// and liveness by progress alone do not.
+	committedLag  *prometheus.GaugeVec
+	oldestUnacked *prometheus.GaugeVec
+	paused        *prometheus.GaugeVec
+	commitErrors  prometheus.Counter
+	tombstones    prometheus.Counter
+	offsetResets  *prometheus.CounterVec
+	collections   []prometheus.Collector
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -60,9 +69,32 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "scorer_score_outage_retries_total",
 			Help: "Rounds of backing off because the scorer failed for every event of a batch (events kept, not dead-lettered).",
 		}),
+		committedLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "scorer_committed_lag",
+			Help: "Log end offset minus committed offset, per assigned partition: what a crash would replay plus what is unread.",
+		}, []string{"topic", "partition"}),
+		oldestUnacked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "scorer_oldest_unacked_seconds",
+			Help: "Age of the oldest fetched record not yet acknowledged (published or dead-lettered), per assigned partition; 0 when none.",
+		}, []string{"topic", "partition"}),
+		paused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "scorer_partition_paused",
+			Help: "1 while fetching of the partition is paused because its uncommitted span reached MAX_UNCOMMITTED.",
+		}, []string{"topic", "partition"}),
+		offsetResets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scorer_offset_resets_total",
+			Help: "Read positions reset because they lay outside the partition's log (committed offset past the end, or retention passed it).",
+		}, []string{"topic", "partition"}),
+		tombstones: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scorer_tombstones_total",
+			Help: "Deletes (input tombstones and Debezium op=d events) forwarded as tombstones on the output topic.",
+		}),
+		commitErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "scorer_commit_errors_total", Help: "Offset commits that failed (retried by the next commit).",
+		}),
 	}
 	m.collections = []prometheus.Collector{m.messagesIn, m.inflight, m.batchSize, m.endToEnd, m.commitTime, m.lag, m.dlq, m.assigned,
-		m.dlqErrors, m.outages}
+		m.dlqErrors, m.outages, m.committedLag, m.oldestUnacked, m.paused, m.commitErrors, m.tombstones, m.offsetResets}
 	if reg == nil {
 		return m, nil
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/scorer/scorer/schema"
@@ -35,14 +34,14 @@ func (c *Consumer) batchLoop(ctx context.Context) {
 	haveSlot := false
 	var held *record // a record that overflowed the previous batch
 	dispatch := func() {
-		batch, why := b.Flush()
-		if batch == nil {
+		recs, why := b.Flush()
+		if recs == nil {
 			return
 		}
 		haveSlot = false
 		c.batches[why].Add(1)
-		c.m.batchSize.Observe(float64(len(batch)))
-		c.work <- batch // never blocks: at most cap(slots) batches exist
+		c.m.batchSize.Observe(float64(len(recs)))
+		c.work <- sequence(recs) // never blocks: at most cap(slots) batches hold a slot
 	}
 	defer func() {
 		// Abandoned on shutdown: never acknowledged, so never committed.
@@ -96,18 +95,94 @@ func (c *Consumer) batchLoop(ctx context.Context) {
 	}
 }
 
+// batch is a flushed batch and its place in the acknowledgement order of
+// each input partition it holds records of.
+type batch struct {
+	recs  []*record
+	turns []turn
+}
+
+// turn is a batch's place in one partition's acknowledgement order: the
+// batch may publish or dead-letter records of that partition once prev is
+// closed (the previous batch of the partition finished), and it closes done
+// when it has finished itself, acknowledged or abandoned. This is what keeps
+// results in input-offset order per partition while batches are scored side
+// by side: a later version of a call is never written before an earlier
+// one, so an upsert sink keeps the newest.
+type turn struct {
+	g    *genState
+	prev <-chan struct{}
+	done chan struct{}
+}
+
+// sequence gives recs a turn in each partition (of each generation) they
+// belong to, after the partition's previous batch. Only the batch loop
+// calls it, so partState.tail needs no lock; turns are handed out in
+// dispatch order, so a batch only ever waits for earlier batches and the
+// waits cannot form a cycle.
+func sequence(recs []*record) *batch {
+	b := &batch{recs: recs}
+	seen := map[*partState]bool{}
+	for _, r := range recs {
+		if seen[r.ps] {
+			continue
+		}
+		seen[r.ps] = true
+		t := turn{g: r.gen, prev: r.ps.tail, done: make(chan struct{})}
+		r.ps.tail = t.done
+		b.turns = append(b.turns, t)
+	}
+	return b
+}
+
+// ready reports whether every earlier batch of b's partitions finished.
+func (b *batch) ready() bool {
+	for _, t := range b.turns {
+		select {
+		case <-t.prev:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// await waits until b may acknowledge: every earlier batch of its
+// partitions finished, or the generation owning the partition ended (its
+// records are then abandoned, not acknowledged).
+func (b *batch) await() {
+	for _, t := range b.turns {
+		select {
+		case <-t.prev:
+		case <-t.g.ctx.Done():
+		}
+	}
+}
+
+// finish takes b's records that were not acknowledged out of the in-flight
+// accounting (they are redelivered) and lets the next batches of its
+// partitions go on.
+func (c *Consumer) finish(b *batch) {
+	for _, r := range b.recs {
+		c.settle(r, false) // no-op for acknowledged records
+	}
+	for _, t := range b.turns {
+		close(t.done)
+	}
+}
+
 // startPipeline starts the batch loop and the workers under ctx. The
-// returned func waits, once ctx has ended, until they stopped or deadline
-// passed, and then settles the batches still queued for the workers (they
-// exit without taking them), so the in-flight count returns to zero.
+// returned func waits, once ctx has ended, until they (and batches waiting
+// for their turn) stopped or deadline passed, and then settles the batches
+// still queued for the workers (they exit without taking them), so the
+// in-flight count returns to zero.
 func (c *Consumer) startPipeline(ctx context.Context) (wait func(deadline time.Time) bool) {
-	var pipe sync.WaitGroup
-	pipe.Go(func() { c.batchLoop(ctx) })
+	c.pipe.Go(func() { c.batchLoop(ctx) })
 	for range c.cfg.MaxInflightBatches {
-		pipe.Go(func() { c.worker(ctx) })
+		c.pipe.Go(func() { c.worker(ctx) })
 	}
 	return func(deadline time.Time) bool {
-		ok := waitUntil(&pipe, deadline)
+		ok := waitUntil(&c.pipe, deadline)
 		c.settleQueued()
 		return ok
 	}
@@ -118,25 +193,38 @@ func (c *Consumer) startPipeline(ctx context.Context) (wait func(deadline time.T
 func (c *Consumer) settleQueued() {
 	for {
 		select {
-		case batch := <-c.work:
-			for _, r := range batch {
-				c.settle(r, false)
-			}
+		case b := <-c.work:
+			c.finish(b)
 		default:
 			return
 		}
 	}
 }
 
-// worker processes batches one at a time and frees the batch's slot when
-// every record in it is acknowledged or abandoned.
+// worker decodes and scores batches one at a time, then acknowledges each
+// (publishes its results, writes its dead letters) in its turn, and frees
+// the batch's slot. A batch whose turn has not come yet (an earlier batch
+// of one of its partitions is still publishing) waits in a goroutine of its
+// own and frees its slot at once, so inference goes on with the next batch
+// meanwhile. At most MaxInflightBatches batches wait that way (beyond, the
+// worker waits itself, holding its slot), so batches in memory stay within
+// twice MaxInflightBatches.
 func (c *Consumer) worker(ctx context.Context) {
 	for {
 		select {
-		case batch := <-c.work:
-			c.process(batch)
-			for _, r := range batch {
-				c.settle(r, false) // no-op for acknowledged records
+		case b := <-c.work:
+			out := c.prepare(b.recs)
+			if b.ready() || !c.tryWait() {
+				b.await()
+				c.acknowledge(out)
+				c.finish(b)
+			} else {
+				c.pipe.Go(func() {
+					defer func() { <-c.waiting }()
+					b.await()
+					c.acknowledge(out)
+					c.finish(b)
+				})
 			}
 			<-c.slots
 		case <-ctx.Done():
@@ -145,11 +233,40 @@ func (c *Consumer) worker(ctx context.Context) {
 	}
 }
 
-// process handles one batch. Its records normally belong to one generation;
-// those of a revoked generation are dropped (the partition's new owner reads
-// them again), and each generation's records are processed under that
-// generation's context, which ends when it is revoked.
-func (c *Consumer) process(batch []*record) {
+// tryWait takes a token for a batch to wait for its turn off the worker;
+// false when MaxInflightBatches batches already wait.
+func (c *Consumer) tryWait() bool {
+	select {
+	case c.waiting <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+// prepared is one generation's part of a batch, decoded and scored, ready
+// to be acknowledged.
+type prepared struct {
+	g    *genState
+	dead []deadRecord
+	// out holds the results and deletes to write, in input-offset order.
+	out []outItem
+}
+
+// outItem is one record's output: its result, or (res nil) a tombstone for
+// the deleted call.
+type outItem struct {
+	r   *record
+	res *schema.ScoredTranscript
+	del schema.Delete
+}
+
+// prepare decodes and scores a batch. Its records normally belong to one
+// generation; those of a revoked generation are dropped (the partition's
+// new owner reads them again), and each generation's records are processed
+// under that generation's context, which ends when it is revoked.
+func (c *Consumer) prepare(batch []*record) []prepared {
+	var out []prepared
 	for len(batch) > 0 {
 		g := batch[0].gen
 		var mine, rest []*record
@@ -161,22 +278,126 @@ func (c *Consumer) process(batch []*record) {
 			}
 		}
 		if !g.revoked.Load() {
-			c.processGen(g, mine)
+			if p, ok := c.prepareGen(g, mine); ok {
+				out = append(out, p)
+			}
 		}
 		batch = rest
 	}
+	return out
 }
 
-// processGen decodes, scores and publishes one generation's records. A
-// record is acknowledged (settled with ack) only once its result or dead
-// letter was acknowledged by the sink; if the generation's context ends
-// first it stays unacknowledged and is redelivered.
-func (c *Consumer) processGen(g *genState, batch []*record) {
+// acknowledge writes the prepared dead letters and results. A record is
+// acknowledged (settled with ack) only once its result or dead letter was
+// acknowledged by the sink; if the generation's context ends first it stays
+// unacknowledged and is redelivered.
+func (c *Consumer) acknowledge(out []prepared) {
+	for _, p := range out {
+		if p.g.revoked.Load() {
+			continue
+		}
+		if !c.deadLetter(p.g.ctx, p.g, p.dead) {
+			continue
+		}
+		// Runs of results and of deletes, in offset order, so that a
+		// delete and a version of the same call keep their input order.
+		for rest := p.out; len(rest) > 0 && !p.g.revoked.Load(); {
+			n := 1
+			for n < len(rest) && (rest[n].res == nil) == (rest[0].res == nil) {
+				n++
+			}
+			run := rest[:n]
+			rest = rest[n:]
+			recs := make([]*record, len(run))
+			for i, it := range run {
+				recs[i] = it.r
+			}
+			if run[0].res == nil {
+				dels := make([]schema.Delete, len(run))
+				for i, it := range run {
+					dels[i] = it.del
+				}
+				c.forwardDeletes(p.g.ctx, p.g, recs, dels)
+				continue
+			}
+			results := make([]schema.ScoredTranscript, len(run))
+			for i, it := range run {
+				results[i] = *it.res
+			}
+			c.publish(p.g.ctx, p.g, recs, results)
+		}
+	}
+}
+
+// Deleter is the optional part of a Sink that forwards deletes: Delete
+// writes a tombstone (a null value) for each deleted call on the output
+// topic and returns once the broker acknowledged them (errors as for
+// Publish).
+// producer satisfies it. With a Sink that lacks it, deletes are
+// dead-lettered (reason delete_unsupported).
+type Deleter interface {
+	Delete(ctx context.Context, dels []schema.Delete) error
+}
+
+// ReasonDeleteUnsupported is the DLQ reason of a delete (tombstone or
+// Debezium op d) when the Sink cannot forward deletes.
+const ReasonDeleteUnsupported = "delete_unsupported"
+
+// forwardDeletes writes a tombstone for each call in dels, retrying
+// transient failures until ctx ends like publish; a permanent failure
+// dead-letters the records.
+func (c *Consumer) forwardDeletes(ctx context.Context, g *genState, recs []*record, dels []schema.Delete) {
+	del, ok := c.sink.(Deleter)
+	if !ok {
+		dead := make([]deadRecord, len(recs))
+		for i, r := range recs {
+			dead[i] = deadRecord{r, schema.StageProduce, ReasonDeleteUnsupported, "consumer.DeleteUnsupported",
+				"the sink cannot write tombstones"}
+		}
+		c.deadLetter(ctx, g, dead)
+		return
+	}
+	backoff := c.cfg.RetryBackoff
+	for !g.revoked.Load() {
+		err := del.Delete(ctx, dels)
+		if err == nil {
+			for _, r := range recs {
+				c.m.tombstones.Inc()
+				c.published.Add(1)
+				c.settle(r, true)
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if IsPermanent(err) {
+			dead := make([]deadRecord, len(recs))
+			for i, r := range recs {
+				dead[i] = deadRecord{r, schema.StageProduce, ReasonOutputRejected, exceptionClass(err), err.Error()}
+			}
+			c.deadLetter(ctx, g, dead)
+			return
+		}
+		c.log.Warn().Err(fmt.Errorf("consumer: delete: %w", err)).Int("records", len(recs)).Msg("tombstone write failed; retrying")
+		if !sleepCtx(ctx, backoff) {
+			return
+		}
+		backoff = min(backoff*2, c.cfg.RetryBackoffMax)
+	}
+}
+
+// prepareGen decodes and scores one generation's records: the ones to
+// dead-letter and the results to publish. ok is false if the generation's
+// context ended before scoring finished (nothing is acknowledged then).
+func (c *Consumer) prepareGen(g *genState, batch []*record) (p prepared, ok bool) {
 	ctx := g.ctx
+	p.g = g
 	var (
-		dead   []deadRecord
-		events []schema.TranscriptEvent
-		scored []*record
+		dead    []deadRecord
+		events  []schema.TranscriptEvent
+		scored  []*record
+		deletes = map[*record]schema.Delete{}
 	)
 	for _, r := range batch {
 		if len(r.msg.Value) > c.cfg.MaxMessageBytes {
@@ -184,7 +405,11 @@ func (c *Consumer) processGen(g *genState, batch []*record) {
 				fmt.Sprintf("record value is %d bytes, limit %d", len(r.msg.Value), c.cfg.MaxMessageBytes)})
 			continue
 		}
-		ev, err := c.decodeGuarded(r.msg.Value)
+		ev, del, err := c.decodeGuarded(r.msg.Key, r.msg.Value)
+		if err == nil && del != nil {
+			deletes[r] = *del
+			continue
+		}
 		if err != nil {
 			reason, class := "decode_failed", exceptionClass(err)
 			var de *schema.DecodeError
@@ -198,34 +423,31 @@ func (c *Consumer) processGen(g *genState, batch []*record) {
 		events = append(events, ev)
 		scored = append(scored, r)
 	}
-	// Dead letters first: they are cheap and must not wait on scoring.
-	if !c.deadLetter(ctx, g, dead) {
-		return
-	}
-	if len(events) == 0 {
-		return
-	}
-	results, failed, ok := c.score(ctx, events)
-	if !ok {
-		return
-	}
-	var okRecs []*record
-	var okResults []schema.ScoredTranscript
-	dead = dead[:0]
-	for i, r := range scored {
-		if err := failed[i]; err != nil {
-			dead = append(dead, deadRecord{r, schema.StageScore, ReasonScoreFailed, exceptionClass(err), err.Error()})
-			continue
+	res := map[*record]*schema.ScoredTranscript{}
+	if len(events) > 0 {
+		results, failed, ok := c.score(ctx, events)
+		if !ok {
+			return p, false
 		}
-		res := results[i]
-		res.Source = &schema.Source{Topic: r.msg.Topic, Partition: r.msg.Partition, Offset: r.msg.Offset}
-		okRecs = append(okRecs, r)
-		okResults = append(okResults, res)
+		for i, r := range scored {
+			if err := failed[i]; err != nil {
+				dead = append(dead, deadRecord{r, schema.StageScore, ReasonScoreFailed, exceptionClass(err), err.Error()})
+				continue
+			}
+			st := results[i]
+			st.Source = &schema.Source{Topic: r.msg.Topic, Partition: r.msg.Partition, Offset: r.msg.Offset, Generation: g.id}
+			res[r] = &st
+		}
 	}
-	if !c.deadLetter(ctx, g, dead) {
-		return
+	for _, r := range batch {
+		if st, ok := res[r]; ok {
+			p.out = append(p.out, outItem{r: r, res: st})
+		} else if d, ok := deletes[r]; ok {
+			p.out = append(p.out, outItem{r: r, del: d})
+		}
 	}
-	c.publish(ctx, g, okRecs, okResults)
+	p.dead = dead
+	return p, true
 }
 
 type deadRecord struct {
@@ -339,7 +561,7 @@ func deadLetters(dead []deadRecord) []schema.DeadLetter {
 		}
 		dls[i] = schema.DeadLetter{
 			Key: m.Key, Value: m.Value, Headers: hs, Timestamp: m.Time,
-			Topic: m.Topic, Partition: m.Partition, Offset: m.Offset,
+			Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Generation: d.r.gen.id,
 			Stage: d.stage, Reason: d.reason, ExceptionClass: d.class, Message: d.message,
 		}
 	}
@@ -587,16 +809,16 @@ func (c *Consumer) publishPermanent(ctx context.Context, g *genState, recs []*re
 // committed) into a dead letter; the stack goes to the log at error level.
 var errPanic = errors.New("panic")
 
-// decodeGuarded is schema.DecodeEvent with a panic turned into an error, so
-// one record that trips a decoder bug is dead-lettered, not a crash loop.
-func (c *Consumer) decodeGuarded(data []byte) (ev schema.TranscriptEvent, err error) {
+// decodeGuarded is schema.DecodeRecord with a panic turned into an error,
+// so one record that trips a decoder bug is dead-lettered, not a crash loop.
+func (c *Consumer) decodeGuarded(key, value []byte) (ev schema.TranscriptEvent, del *schema.Delete, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			c.log.Error().Str("stack", string(debug.Stack())).Msgf("decoder panicked: %v", p)
 			err = fmt.Errorf("consumer: decoding: %w: %v", errPanic, p)
 		}
 	}()
-	return schema.DecodeEvent(data, c.cfg.Limits)
+	return schema.DecodeRecord(key, value, c.cfg.Limits)
 }
 
 // scoreGuarded is Scorer.Score with a panic turned into an error: the

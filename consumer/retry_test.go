@@ -89,6 +89,7 @@ func TestMetricsRegistered(t *testing.T) {
 		"scorer_messages_in_total": 2, "scorer_dlq_total": 1, "scorer_assigned_partitions": 1,
 		"scorer_batch_messages": -1, "scorer_end_to_end_seconds": 1, "scorer_commit_seconds": -1,
 		"scorer_consumer_lag": 0, "scorer_inflight_messages": 0,
+		"scorer_commit_errors_total": 0, "scorer_committed_lag": 0, "scorer_oldest_unacked_seconds": 0, "scorer_tombstones_total": 0,
 	}
 	for name, v := range want {
 		g, ok := got[name]

@@ -171,15 +171,16 @@ func TestInflightSettledForQueuedBatches(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	g := &genState{parts: map[int]*partState{}, ctx: ctx, cancel: cancel}
+	ps := newPartState(0, -1)
 	for b := range c.cfg.MaxInflightBatches {
-		var batch []*record
+		var recs []*record
 		for i := range 3 {
 			c.addInflight(1)
 			g.pending.Add(1)
-			batch = append(batch, &record{msg: kafka.Message{Offset: int64(b*3 + i)}, gen: g, done: func() {}})
+			recs = append(recs, &record{msg: kafka.Message{Offset: int64(b*3 + i)}, gen: g, ps: ps, done: func() {}})
 		}
 		c.slots <- struct{}{}
-		c.work <- batch
+		c.work <- sequence(recs)
 	}
 	wait := c.startPipeline(ctx)
 	if !wait(time.Now().Add(5 * time.Second)) {

@@ -3,6 +3,7 @@ package consumer
 import (
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Watermark tracks the offsets of one partition in one group generation and
@@ -10,7 +11,9 @@ import (
 // may be resolved in any order; Committable never moves past an offset that
 // is tracked but not yet resolved, so a commit can never skip unfinished
 // work. It is modelled on Jeffail/checkpoint's capped checkpointer, without
-// the cap: the consumer bounds in-flight work with its batch slots instead.
+// the cap: the consumer's fetcher bounds the span instead (it pauses a
+// partition once MaxUncommitted records past the committed offset are
+// fetched), because it also has to count what is done but not yet committed.
 //
 // A Watermark is safe for concurrent use. Create one per partition per
 // generation and drop it when the generation ends, so that work finishing
@@ -34,6 +37,7 @@ type Watermark struct {
 type wmEntry struct {
 	offset int64
 	done   bool
+	at     time.Time // when it was tracked, for the oldest-unacknowledged age
 }
 
 // NewWatermark returns an empty Watermark.
@@ -53,7 +57,7 @@ func (w *Watermark) Track(offset int64) (done func(), err error) {
 	}
 	w.tracked, w.last = true, offset
 	seq := w.popped + int64(len(w.entries))
-	w.entries = append(w.entries, wmEntry{offset: offset})
+	w.entries = append(w.entries, wmEntry{offset: offset, at: time.Now()})
 	var once sync.Once
 	return func() { once.Do(func() { w.resolve(seq) }) }, nil
 }
@@ -101,4 +105,16 @@ func (w *Watermark) Pending() int {
 		}
 	}
 	return n
+}
+
+// Oldest returns when the oldest unresolved offset was tracked; ok is false
+// when none is pending. After the resolved prefix is popped the first entry
+// is always unresolved, so this is O(1).
+func (w *Watermark) Oldest() (at time.Time, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.entries) == 0 {
+		return time.Time{}, false
+	}
+	return w.entries[0].at, true
 }

@@ -9,6 +9,19 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
+// Output keys for Config.Key.
+const (
+	// KeyCallID keys results by call_id and rows by (call_id, section,
+	// sentence_index, label): every version of a call replaces the last.
+	KeyCallID = "call_id"
+	// KeyEntityEvent keys results by (entity_id, event_time) and rows by
+	// (entity_id, event_time, section, sentence_index, label), the seed
+	// table's dedup on ENTITY_ID + EVENT_DATETIME_UTC: versions of one
+	// company event replace each other even under different call_ids.
+	// Records without both parts are rejected (*PermanentError).
+	KeyEntityEvent = "entity_event"
+)
+
 // Output formats for Config.Format.
 const (
 	// FormatJSON writes plain JSON values.
@@ -24,20 +37,13 @@ const (
 	// (repetitive JSON compresses well); snappy is supported by every Kafka
 	// client and Connect worker.
 	DefaultCompression = "snappy"
-	// DefaultBatchTimeout is small because every write is synchronous: the
-	// kafka-go default of 1 s would stall each Publish (kafka-go #1180).
-	DefaultBatchTimeout = 5 * time.Millisecond
-	// DefaultBatchSize is the most messages kafka-go packs per partition
-	// request; rows can be hundreds per transcript.
+	// DefaultBatchSize is the most records per produce request; rows can
+	// be hundreds per transcript.
 	DefaultBatchSize = 1000
 	// DefaultBatchBytes matches the broker's default message.max.bytes
 	// (1 MiB + overhead), so a record the broker would reject is caught here
 	// and reported as a *PermanentError instead of a retried broker error.
 	DefaultBatchBytes = 1 << 20
-	// DefaultMaxAttempts is kafka-go's internal per-request attempts; the
-	// Producer's own loop retries transient failures beyond that until ctx
-	// ends.
-	DefaultMaxAttempts = 3
 	// DefaultWriteTimeout bounds one produce request.
 	DefaultWriteTimeout = 10 * time.Second
 )
@@ -58,18 +64,17 @@ type Config struct {
 	// on Topic and to keys and values on RowsTopic. DLQ records are always
 	// the original bytes.
 	Format string
+	// Key is KeyCallID (default) or KeyEntityEvent; it applies to results,
+	// rows and tombstones alike.
+	Key string
 	// Compression is none, gzip, snappy (default), lz4 or zstd.
 	Compression string
-	// BatchTimeout is how long kafka-go waits to fill a batch; default 5ms.
-	BatchTimeout time.Duration
-	// BatchSize is the most messages per partition batch; default 1000.
+	// BatchSize is the most records per produce request; default 1000.
 	BatchSize int
 	// BatchBytes is the largest record (and batch) accepted; larger records
 	// fail with a *PermanentError. Default 1 MiB; keep it ≤ the topics'
 	// max.message.bytes.
 	BatchBytes int64
-	// MaxAttempts is kafka-go's per-request attempt count; default 3.
-	MaxAttempts int
 	// WriteTimeout bounds one produce request; default 10s.
 	WriteTimeout time.Duration
 	// Transport carries TLS/SASL settings; nil uses kafka.DefaultTransport.
@@ -113,26 +118,27 @@ func (c *Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("format %q: want %s or %s", c.Format, FormatJSON, FormatConnect))
 	}
+	switch c.Key {
+	case "":
+		c.Key = KeyCallID
+	case KeyCallID, KeyEntityEvent:
+	default:
+		errs = append(errs, fmt.Errorf("key %q: want %s or %s", c.Key, KeyCallID, KeyEntityEvent))
+	}
 	if c.Compression == "" {
 		c.Compression = DefaultCompression
 	}
 	if _, err := compression(c.Compression); err != nil {
 		errs = append(errs, err)
 	}
-	if c.BatchTimeout < 0 || c.BatchSize < 0 || c.BatchBytes < 0 || c.MaxAttempts < 0 || c.WriteTimeout < 0 {
-		errs = append(errs, errors.New("negative batch timeout, size, bytes, attempts or write timeout"))
-	}
-	if c.BatchTimeout == 0 {
-		c.BatchTimeout = DefaultBatchTimeout
+	if c.BatchSize < 0 || c.BatchBytes < 0 || c.WriteTimeout < 0 {
+		errs = append(errs, errors.New("negative batch size, bytes or write timeout"))
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize
 	}
 	if c.BatchBytes == 0 {
 		c.BatchBytes = DefaultBatchBytes
-	}
-	if c.MaxAttempts == 0 {
-		c.MaxAttempts = DefaultMaxAttempts
 	}
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = DefaultWriteTimeout

@@ -86,3 +86,44 @@ func TestKcatReadsDLQ(t *testing.T) {
 		}
 	}
 }
+
+// TestKcatReadsTombstone: Delete writes a real tombstone — the key with a
+// null value, what log compaction and a JDBC sink with delete.enabled=true
+// act on — as kcat (librdkafka) reads it: payload null, not "".
+func TestKcatReadsTombstone(t *testing.T) {
+	kcat, err := exec.LookPath("kcat")
+	if err != nil {
+		t.Fatalf("kcat not found on PATH (install it: apt-get install -y kcat): %v", err)
+	}
+	c := newCluster(t)
+	p := newProducer(t, testConfig(c))
+	if err := p.Delete(t.Context(), []schema.Delete{{CallID: "gone-1"}, {CallID: "gone-2"}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, kcat, "-C", "-b", c.ListenAddrs()[0], "-t", topicOut, "-J", "-e", "-q")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kcat: %v\n%s", err, stderr.String())
+	}
+	keys := map[string]bool{}
+	for _, line := range bytes.Split(bytes.TrimSpace(out), []byte("\n")) {
+		var r struct {
+			Key     string  `json:"key"`
+			Payload *string `json:"payload"`
+		}
+		if err := json.Unmarshal(line, &r); err != nil {
+			t.Fatalf("kcat line %q: %v", line, err)
+		}
+		if r.Payload != nil {
+			t.Errorf("key %s: payload %q, want null (a tombstone)", r.Key, *r.Payload)
+		}
+		keys[r.Key] = true
+	}
+	if len(keys) != 2 || !keys["gone-1"] || !keys["gone-2"] {
+		t.Fatalf("kcat read keys %v, want gone-1 and gone-2:\n%s", keys, out)
+	}
+}

@@ -17,7 +17,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		out: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "scorer_messages_out_total",
-			Help: "Records acknowledged by the broker, by topic and kind (result, row, dlq).",
+			Help: "Records acknowledged by the broker, by topic and kind (result, row, dlq, tombstone).",
 		}, []string{"topic", "kind"}),
 		seconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "scorer_produce_seconds",

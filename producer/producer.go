@@ -26,6 +26,7 @@ const (
 	kindResult = "result"
 	kindRow    = "row"
 	kindDLQ    = "dlq"
+	kindTomb   = "tombstone"
 )
 
 // HeaderDLQValueDropped is added to a dead letter whose original value was
@@ -57,22 +58,23 @@ const (
 	retryBackoffMax = 2 * time.Second
 )
 
-// Producer writes scorer's output records. It wraps one kafka.Writer (no
-// default topic: each message names its topic) and is safe for concurrent
-// use. Create it with New and release it with Close.
+// Producer writes scorer's output records with one produce request per
+// partition chunk (see requestWriter: nothing is queued or retried in the
+// background, so nothing of a call is written after its ctx ended beyond
+// the requests already on the wire). It is safe for concurrent use. Create
+// it with New and release it with Close.
 type Producer struct {
 	cfg Config
-	w   *kafka.Writer
-	// single writes one record per produce request (BatchSize 1). A broker
-	// rejects a whole partition batch for one bad record (MESSAGE_TOO_LARGE
-	// when the batch exceeds max.message.bytes, INVALID_RECORD, …) and
-	// kafka-go copies that error onto every message of the batch, so such
-	// messages are resent through single before any is declared permanent.
-	// A separate writer is needed because the shared one may batch a lone
-	// resend with other callers' messages.
-	single  *kafka.Writer
-	log     zerolog.Logger
-	metrics *metrics
+	w   *requestWriter
+	// single writes one record per produce request. A broker rejects a
+	// whole partition batch for one bad record (MESSAGE_TOO_LARGE when the
+	// batch exceeds max.message.bytes, INVALID_RECORD, …), and that error
+	// covers every record of the request, so such records are resent
+	// through single before any is declared permanent.
+	single    *requestWriter
+	transport kafka.RoundTripper
+	log       zerolog.Logger
+	metrics   *metrics
 
 	mu     sync.RWMutex
 	closed bool
@@ -95,43 +97,38 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Producer, 
 		transport = &kafka.Transport{ClientID: cfg.ClientID}
 	}
 	return &Producer{
-		cfg:     cfg,
-		w:       newWriter(cfg, comp, transport, cfg.BatchSize, log),
-		single:  newWriter(cfg, comp, transport, 1, log),
-		log:     log,
-		metrics: m,
+		cfg:       cfg,
+		w:         newWriter(cfg, comp, transport, cfg.BatchSize),
+		single:    newWriter(cfg, comp, transport, 1),
+		transport: transport,
+		log:       log,
+		metrics:   m,
 	}, nil
 }
 
-// newWriter builds a synchronous, acks=all writer with at most batchSize
-// messages per partition request. Both of a Producer's writers share one
-// transport (and so its connections).
-func newWriter(cfg Config, comp kafka.Compression, transport kafka.RoundTripper, batchSize int, log zerolog.Logger) *kafka.Writer {
-	return &kafka.Writer{
-		Addr: kafka.TCP(cfg.Brokers...),
-		// Hash on the key keeps every record for one call_id on one
-		// partition, so a newer result never overtakes an older one.
-		Balancer:               &kafka.Hash{},
-		MaxAttempts:            cfg.MaxAttempts,
-		BatchSize:              batchSize,
-		BatchBytes:             cfg.BatchBytes,
-		BatchTimeout:           cfg.BatchTimeout,
-		WriteTimeout:           cfg.WriteTimeout,
-		RequiredAcks:           kafka.RequireAll,
-		Async:                  false,
-		Compression:            comp,
-		Transport:              transport,
-		AllowAutoTopicCreation: cfg.AllowAutoTopicCreation,
-		ErrorLogger: kafka.LoggerFunc(func(msg string, args ...any) {
-			log.Warn().Str("source", "kafka-go").Msgf(msg, args...)
-		}),
+// newWriter builds an acks=all request writer with at most batchSize
+// records per request. Both of a Producer's writers share one transport
+// (and so its connections).
+func newWriter(cfg Config, comp kafka.Compression, transport kafka.RoundTripper, batchSize int) *requestWriter {
+	return &requestWriter{
+		client: &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: cfg.WriteTimeout, Transport: transport},
+		// murmur2 on the key, as Java producers, Kafka Streams and
+		// librdkafka's consistent_random do: every record of one key lands
+		// on one partition, the one a Java client would pick, so
+		// co-partitioned joins on call_id work. (Until this release the
+		// partitioner was kafka-go's FNV-1a Hash; see README, Output.)
+		balancer:    kafka.Murmur2Balancer{},
+		compression: comp,
+		batchSize:   batchSize,
+		batchBytes:  cfg.BatchBytes,
+		autoCreate:  cfg.AllowAutoTopicCreation,
 	}
 }
 
-// WriterConfig returns the settings the underlying writer runs with, so
-// callers and tests can check acks, balancer and batching without a broker.
-func (p *Producer) WriterConfig() (acks kafka.RequiredAcks, async bool, balancer kafka.Balancer, batchTimeout time.Duration) {
-	return p.w.RequiredAcks, p.w.Async, p.w.Balancer, p.w.BatchTimeout
+// WriterConfig returns the acknowledgement level and the partitioner the
+// producer runs with, so callers and tests can check them without a broker.
+func (p *Producer) WriterConfig() (acks kafka.RequiredAcks, balancer kafka.Balancer) {
+	return kafka.RequireAll, p.w.balancer
 }
 
 // outMsg is a message plus what it belongs to: owner is its index in the
@@ -169,6 +166,7 @@ func (p *Producer) Publish(ctx context.Context, sts []schema.ScoredTranscript) e
 	defer p.mu.RUnlock()
 
 	perm := newPermanent()
+	callID := func(i int) string { return sts[i].CallID }
 	var rows, results []outMsg
 	for i := range sts {
 		st := &sts[i]
@@ -181,37 +179,71 @@ func (p *Producer) Publish(ctx context.Context, sts []schema.ScoredTranscript) e
 			perm.add(i, st.CallID, err)
 			continue
 		}
-		var mine []outMsg
 		if p.cfg.RowsTopic != "" {
+			// Rows are encoded and written in chunks of BatchSize as they
+			// are built, so a batch of short sentences (an 8 MiB batch
+			// can be ~240k rows) never holds all its encoded rows at once.
 			for _, r := range schema.Rows(st) {
-				m, err := p.rowMessage(&r, st.Model.SHA256)
+				m, err := p.rowMessage(&r, st.Model.SHA256, st.Source)
 				if err == nil {
 					err = p.checkSize(m)
 				}
 				if err != nil {
 					perm.add(i, st.CallID, err)
-					mine = nil
 					break
 				}
-				mine = append(mine, outMsg{msg: m, owner: i, kind: kindRow})
+				rows = append(rows, outMsg{msg: m, owner: i, kind: kindRow})
+				if len(rows) >= p.cfg.BatchSize {
+					if err := p.write(ctx, dropOwners(rows, perm), perm, callID); err != nil {
+						return err
+					}
+					rows = rows[:0]
+				}
 			}
 			if perm.has(i) {
 				continue
 			}
 		}
-		rows = append(rows, mine...)
 		results = append(results, outMsg{msg: res, owner: i, kind: kindResult})
 	}
 
-	if len(rows) > 0 {
-		if err := p.write(ctx, rows, perm, func(i int) string { return sts[i].CallID }); err != nil {
+	if p.cfg.RowsTopic != "" {
+		if err := p.write(ctx, dropOwners(rows, perm), perm, callID); err != nil {
 			return err
 		}
 		// A transcript whose rows were rejected is not published either:
 		// results and rows stay consistent.
 		results = dropOwners(results, perm)
 	}
-	if err := p.write(ctx, results, perm, func(i int) string { return sts[i].CallID }); err != nil {
+	if err := p.write(ctx, results, perm, callID); err != nil {
+		return err
+	}
+	return perm.err()
+}
+
+// Delete writes a tombstone (the key with a null value) for each deleted
+// call on Topic (keyed as its result would be, see Config.Key), so that a compacted output topic and a JDBC sink with
+// delete.enabled=true drop the call's scored record. The rows topic is left
+// alone: its keys are per sentence, and which rows a call had is not known
+// here (see README, Tombstones). Errors are as for Publish.
+func (p *Producer) Delete(ctx context.Context, dels []schema.Delete) error {
+	if !p.enter() {
+		return ErrClosed
+	}
+	defer p.mu.RUnlock()
+	perm := newPermanent()
+	msgs := make([]outMsg, 0, len(dels))
+	for i, d := range dels {
+		// Under KeyEntityEvent a plain tombstone (it names only the call)
+		// has no key: it is reported, not guessed.
+		key, err := p.resultKey(d.CallID, d.EntityID, d.EventTime)
+		if err != nil {
+			perm.add(i, d.CallID, err)
+			continue
+		}
+		msgs = append(msgs, outMsg{msg: kafka.Message{Topic: p.cfg.Topic, Key: key}, owner: i, kind: kindTomb})
+	}
+	if err := p.write(ctx, msgs, perm, func(i int) string { return dels[i].CallID }); err != nil {
 		return err
 	}
 	return perm.err()
@@ -387,7 +419,7 @@ func (p *Producer) write(ctx context.Context, msgs []outMsg, perm *permanent, ca
 		var retry, again []outMsg
 		var firstTransient error
 		for _, group := range []struct {
-			w    *kafka.Writer
+			w    *requestWriter
 			msgs []outMsg
 		}{{p.w, batched}, {p.single, alone}} {
 			if len(group.msgs) == 0 {
@@ -430,16 +462,15 @@ func (p *Producer) write(ctx context.Context, msgs []outMsg, perm *permanent, ca
 // transient error) and those to resend at once: messages moved to the
 // one-per-request path, or the rest of a call kafka-go refused up front. A
 // non-nil err (fatal error or ctx ended) ends the write.
-func (p *Producer) attempt(ctx context.Context, w *kafka.Writer, msgs []outMsg, perm *permanent, callID func(int) string) (retry, again []outMsg, transient, err error) {
-	// Fresh Message values every attempt: kafka-go may still hold the
-	// previous attempt's messages after a cancelled write, so nothing here
-	// is reused or mutated (the byte slices are never modified).
+func (p *Producer) attempt(ctx context.Context, w *requestWriter, msgs []outMsg, perm *permanent, callID func(int) string) (retry, again []outMsg, transient, err error) {
+	// Fresh Message values every attempt; the byte slices are never
+	// modified (a request cut off by ctx may still be encoding them).
 	batch := make([]kafka.Message, len(msgs))
 	for i := range msgs {
 		batch[i] = msgs[i].msg
 	}
 	start := time.Now()
-	werr := w.WriteMessages(ctx, batch...)
+	werr := w.writeMessages(ctx, batch...)
 	p.metrics.observe(time.Since(start))
 	if werr == nil {
 		p.metrics.count(msgs)
@@ -548,43 +579,94 @@ func (p *Producer) resultMessage(st *schema.ScoredTranscript) (kafka.Message, er
 	if err != nil {
 		return kafka.Message{}, fmt.Errorf("producer: encode transcript %q: %w", st.CallID, err)
 	}
+	key, err := p.resultKey(st.CallID, st.EntityID, st.EventTime)
+	if err != nil {
+		return kafka.Message{}, err
+	}
 	return kafka.Message{
 		Topic:   p.cfg.Topic,
-		Key:     []byte(st.CallID),
+		Key:     key,
 		Value:   value,
-		Headers: outputHeaders(st.Model.SHA256, value),
+		Headers: outputHeaders(st.Model.SHA256, value, st.Source),
 	}, nil
+}
+
+// resultKey is the key of a call's result (and tombstone): call_id, or
+// under KeyEntityEvent the EventKey as JSON (a JsonConverter envelope with
+// FormatConnect, the struct key a JDBC sink's pk.mode=record_key reads).
+func (p *Producer) resultKey(callID, entityID, eventTime string) ([]byte, error) {
+	if p.cfg.Key != KeyEntityEvent {
+		return []byte(callID), nil
+	}
+	k, err := schema.NewEventKey(callID, entityID, eventTime)
+	if err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
+	}
+	var key []byte
+	if p.cfg.Format == FormatConnect {
+		key, err = schema.EnvelopeEventKey(k)
+	} else {
+		key, err = json.Marshal(k)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("producer: encode key of %q: %w", callID, err)
+	}
+	return key, nil
 }
 
 // rowMessage encodes one ScoreRow for RowsTopic, keyed by its RowKey so a
 // JDBC sink can upsert (pk.mode=record_key).
-func (p *Producer) rowMessage(r *schema.ScoreRow, modelSHA string) (kafka.Message, error) {
+func (p *Producer) rowMessage(r *schema.ScoreRow, modelSHA string, src *schema.Source) (kafka.Message, error) {
 	var key, value []byte
 	var err error
-	if p.cfg.Format == FormatConnect {
-		if key, err = schema.EnvelopeRowKey(r.Key()); err == nil {
-			value, err = schema.EnvelopeScoreRow(r)
+	switch {
+	case p.cfg.Key == KeyEntityEvent:
+		var k schema.EventRowKey
+		if k, err = r.EventRowKey(); err != nil {
+			return kafka.Message{}, fmt.Errorf("producer: %w", err)
 		}
-	} else {
-		if key, err = json.Marshal(r.Key()); err == nil {
+		if p.cfg.Format == FormatConnect {
+			key, err = schema.EnvelopeEventRowKey(k)
+		} else {
+			key, err = json.Marshal(k)
+		}
+	case p.cfg.Format == FormatConnect:
+		key, err = schema.EnvelopeRowKey(r.Key())
+	default:
+		key, err = json.Marshal(r.Key())
+	}
+	if err == nil {
+		if p.cfg.Format == FormatConnect {
+			value, err = schema.EnvelopeScoreRow(r)
+		} else {
 			value, err = json.Marshal(r)
 		}
 	}
 	if err != nil {
 		return kafka.Message{}, fmt.Errorf("producer: encode row %s/%s/%d/%s: %w", r.CallID, r.Section, r.SentenceIndex, r.Label, err)
 	}
-	return kafka.Message{Topic: p.cfg.RowsTopic, Key: key, Value: value, Headers: outputHeaders(modelSHA, value)}, nil
+	return kafka.Message{Topic: p.cfg.RowsTopic, Key: key, Value: value, Headers: outputHeaders(modelSHA, value, src)}, nil
 }
 
-// outputHeaders returns the model hash and the SHA-256 of value, the exact
+// outputHeaders returns the model hash, the SHA-256 of value, the exact
 // bytes written (not the input record: the producer never sees it, and a hash
-// of the output lets a reader verify what it got).
-func outputHeaders(modelSHA string, value []byte) []kafka.Header {
+// of the output lets a reader verify what it got), and, when src is known,
+// the input record and generation it came from, so that a sink can drop
+// stale writes without parsing the value (rows carry no source field).
+func outputHeaders(modelSHA string, value []byte, src *schema.Source) []kafka.Header {
 	sum := sha256.Sum256(value)
-	return []kafka.Header{
+	hs := []kafka.Header{
 		{Key: schema.HeaderModelSHA256, Value: []byte(modelSHA)},
 		{Key: schema.HeaderContentSHA256, Value: []byte(hex.EncodeToString(sum[:]))},
 	}
+	if src != nil {
+		hs = append(hs,
+			kafka.Header{Key: schema.HeaderSourceTopic, Value: []byte(src.Topic)},
+			kafka.Header{Key: schema.HeaderSourcePartition, Value: []byte(strconv.Itoa(src.Partition))},
+			kafka.Header{Key: schema.HeaderSourceOffset, Value: []byte(strconv.FormatInt(src.Offset, 10))},
+			kafka.Header{Key: schema.HeaderSourceGeneration, Value: []byte(strconv.Itoa(int(src.Generation)))})
+	}
+	return hs
 }
 
 func kafkaHeaders(hs []schema.Header) []kafka.Header {
@@ -615,22 +697,20 @@ func (p *Producer) checkSize(m kafka.Message) error {
 	return nil
 }
 
-// Close flushes and closes the writer, bounded by ctx: kafka-go's Close can
-// hang when brokers are unreachable (kafka-go #1099), so on timeout it logs,
-// returns ctx's error and leaves the close running in the background.
+// Close waits, bounded by ctx, for Publish and DeadLetter calls in progress
+// (there is no queue to flush: nothing is written in the background) and
+// closes idle connections. On timeout it logs and returns ctx's error.
 // Publish and DeadLetter return ErrClosed afterwards.
 func (p *Producer) Close(ctx context.Context) error {
-	locked := make(chan struct{})
+	done := make(chan error, 1)
 	go func() {
 		p.mu.Lock()
 		p.closed = true
 		p.mu.Unlock()
-		close(locked)
-	}()
-	done := make(chan error, 1)
-	go func() {
-		<-locked
-		done <- errors.Join(p.w.Close(), p.single.Close())
+		if t, ok := p.transport.(*kafka.Transport); ok {
+			t.CloseIdleConnections()
+		}
+		done <- nil
 	}()
 	select {
 	case err := <-done:

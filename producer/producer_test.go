@@ -25,15 +25,12 @@ import (
 func TestWriterConfig(t *testing.T) {
 	c := newCluster(t)
 	p := newProducer(t, testConfig(c))
-	acks, async, bal, bt := p.WriterConfig()
-	if acks != kafka.RequireAll || async {
-		t.Errorf("acks=%v async=%v, want RequireAll and sync", acks, async)
+	acks, bal := p.WriterConfig()
+	if acks != kafka.RequireAll {
+		t.Errorf("acks=%v, want RequireAll", acks)
 	}
-	if _, ok := bal.(*kafka.Hash); !ok {
-		t.Errorf("balancer %T, want *kafka.Hash", bal)
-	}
-	if bt != DefaultBatchTimeout {
-		t.Errorf("batch timeout %v", bt)
+	if _, ok := bal.(kafka.Murmur2Balancer); !ok {
+		t.Errorf("balancer %T, want kafka.Murmur2Balancer (the Java client's partitioner)", bal)
 	}
 }
 
@@ -298,7 +295,6 @@ func TestRetryAfterBrokerFault(t *testing.T) {
 	})
 	cfg := testConfig(c)
 	cfg.RowsTopic = ""
-	cfg.MaxAttempts = 1
 	p := newProducer(t, cfg)
 	if err := p.Publish(t.Context(), []schema.ScoredTranscript{sample("retry-me")}); err != nil {
 		t.Fatal(err)
@@ -321,7 +317,6 @@ func TestPublishCancelled(t *testing.T) {
 	})
 	cfg := testConfig(c)
 	cfg.RowsTopic = ""
-	cfg.MaxAttempts = 1
 	p := newProducer(t, cfg)
 	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancel()

@@ -40,6 +40,8 @@ var (
 	scoredTranscriptSchema = mustSchemaOf(reflect.TypeFor[ScoredTranscript]())
 	scoreRowSchema         = mustSchemaOf(reflect.TypeFor[ScoreRow]())
 	rowKeySchema           = mustSchemaOf(reflect.TypeFor[RowKey]())
+	eventKeySchema         = mustSchemaOf(reflect.TypeFor[EventKey]())
+	eventRowKeySchema      = mustSchemaOf(reflect.TypeFor[EventRowKey]())
 )
 
 // SchemaOf returns the Connect schema for a Go type, built by reflection over

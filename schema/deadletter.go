@@ -27,6 +27,18 @@ const (
 const (
 	HeaderModelSHA256   = "scorer.model.sha256"
 	HeaderContentSHA256 = "scorer.content.sha256"
+	// HeaderSourceOffset and HeaderSourceGeneration say which input record
+	// (its partition is in HeaderSourcePartition) and which consumer-group
+	// generation wrote a result or row, so that a sink can drop stale
+	// writes: a write whose source offset is below the one it stored for
+	// the key, or whose generation is below the highest it has seen for
+	// that input partition, comes from work the scorer had abandoned (see
+	// docs/reliability.md). Dead letters carry HeaderSourceGeneration beside
+	// the __connect.errors.* coordinates.
+	HeaderSourceTopic      = "scorer.source.topic"
+	HeaderSourcePartition  = "scorer.source.partition"
+	HeaderSourceOffset     = "scorer.source.offset"
+	HeaderSourceGeneration = "scorer.source.generation"
 )
 
 // Stage values for DeadLetter.Stage, following Connect's Stage enum names
@@ -54,24 +66,27 @@ type Header struct {
 // record can be replayed as is; Topic/Partition/Offset locate the original;
 // Stage, Reason, ExceptionClass and Message explain the failure.
 type DeadLetter struct {
-	Key            []byte    `json:"key"`
-	Value          []byte    `json:"value"`
-	Headers        []Header  `json:"headers"`
-	Timestamp      time.Time `json:"timestamp"`
-	Topic          string    `json:"topic"`
-	Partition      int       `json:"partition"`
-	Offset         int64     `json:"offset"`
-	Stage          string    `json:"stage"`
-	Reason         string    `json:"reason"`
-	ExceptionClass string    `json:"exception_class"`
-	Message        string    `json:"message"`
+	Key       []byte    `json:"key"`
+	Value     []byte    `json:"value"`
+	Headers   []Header  `json:"headers"`
+	Timestamp time.Time `json:"timestamp"`
+	Topic     string    `json:"topic"`
+	Partition int       `json:"partition"`
+	Offset    int64     `json:"offset"`
+	// Generation is the consumer-group generation that wrote the dead
+	// letter (0: unknown, no header).
+	Generation     int32  `json:"generation,omitempty"`
+	Stage          string `json:"stage"`
+	Reason         string `json:"reason"`
+	ExceptionClass string `json:"exception_class"`
+	Message        string `json:"message"`
 }
 
 // errorHeaderNames is a read-only set of the headers ErrorHeaders writes.
 var errorHeaderNames = map[string]bool{
 	HeaderErrorsTopic: true, HeaderErrorsPartition: true, HeaderErrorsOffset: true,
 	HeaderErrorsStage: true, HeaderErrorsExceptionClass: true, HeaderErrorsExceptionMsg: true,
-	HeaderDLQReason: true,
+	HeaderDLQReason: true, HeaderSourceGeneration: true,
 }
 
 // ErrorHeaders returns the headers for the DLQ record: the original headers
@@ -85,6 +100,9 @@ func (d DeadLetter) ErrorHeaders() []Header {
 		if !errorHeaderNames[h.Key] {
 			out = append(out, h)
 		}
+	}
+	if d.Generation > 0 {
+		out = append(out, Header{Key: HeaderSourceGeneration, Value: []byte(strconv.Itoa(int(d.Generation)))})
 	}
 	return append(out,
 		Header{Key: HeaderErrorsTopic, Value: []byte(d.Topic)},

@@ -47,30 +47,48 @@ var seedSections = [...]string{"FILT_MD", "FILT_QA"}
 // rewriting them would shift sentence_index against the source, and both are
 // valid UTF-8. Sinks that reject NUL in text (PostgreSQL) must handle it.
 //
+// A Debezium change event (see DecodeRecord) is accepted too; a delete
+// event has no transcript and is an error here (DecodeRecord returns it as
+// a Delete).
+//
 // Every error is a *DecodeError wrapping ErrInvalidEvent.
 func DecodeEvent(data []byte, lim Limits) (TranscriptEvent, error) {
+	ev, del, err := decodeValue(nil, data, lim)
+	if err == nil && del != nil {
+		return TranscriptEvent{}, decodeErr(ReasonWrongType, "op", "a delete event has no transcript to score")
+	}
+	return ev, err
+}
+
+// decodeValue is DecodeEvent returning a Debezium delete event as a Delete;
+// key is the record key, the call of a delete event without "before".
+func decodeValue(key, data []byte, lim Limits) (ev TranscriptEvent, del *Delete, err error) {
 	lim = lim.effective()
 	if exceeds(len(data), lim.MaxMessageBytes) {
-		return TranscriptEvent{}, decodeErr(ReasonTooLarge, "", "message is %d bytes, limit %d", len(data), lim.MaxMessageBytes)
+		return TranscriptEvent{}, nil, decodeErr(ReasonTooLarge, "", "message is %d bytes, limit %d", len(data), lim.MaxMessageBytes)
 	}
 	if !utf8.Valid(data) {
-		return TranscriptEvent{}, &DecodeError{Reason: ReasonInvalidUTF8, Err: fmt.Errorf("invalid UTF-8 at byte %d", firstInvalidUTF8(data))}
+		return TranscriptEvent{}, nil, &DecodeError{Reason: ReasonInvalidUTF8, Err: fmt.Errorf("invalid UTF-8 at byte %d", firstInvalidUTF8(data))}
 	}
 	if off := loneSurrogateEscape(data); off >= 0 {
-		return TranscriptEvent{}, &DecodeError{Reason: ReasonInvalidUTF8, Err: fmt.Errorf("unpaired UTF-16 surrogate escape at byte %d", off)}
+		return TranscriptEvent{}, nil, &DecodeError{Reason: ReasonInvalidUTF8, Err: fmt.Errorf("unpaired UTF-16 surrogate escape at byte %d", off)}
 	}
 	obj, err := decodeObject(data, "")
 	if err != nil {
-		return TranscriptEvent{}, err
+		return TranscriptEvent{}, nil, err
 	}
 	if _, isEnv := obj["payload"]; isEnv {
 		if obj, err = unwrapEnvelope(obj); err != nil {
-			return TranscriptEvent{}, err
+			return TranscriptEvent{}, nil, err
 		}
 	} else if _, isEnv := obj["schema"]; isEnv {
-		return TranscriptEvent{}, decodeErr(ReasonBadEnvelope, "payload", "envelope has \"schema\" but no \"payload\"")
+		return TranscriptEvent{}, nil, decodeErr(ReasonBadEnvelope, "payload", "envelope has \"schema\" but no \"payload\"")
 	}
-	var ev TranscriptEvent
+	if debezium(obj) {
+		if obj, del, err = unwrapChange(key, obj); err != nil || del != nil {
+			return TranscriptEvent{}, del, err
+		}
+	}
 	_, hasSections := obj["sections"]
 	switch {
 	case hasSections:
@@ -89,12 +107,12 @@ func DecodeEvent(data []byte, lim Limits) (TranscriptEvent, error) {
 		}
 	}
 	if err != nil {
-		return TranscriptEvent{}, err
+		return TranscriptEvent{}, nil, err
 	}
 	if err := validate(&ev, lim); err != nil {
-		return TranscriptEvent{}, err
+		return TranscriptEvent{}, nil, err
 	}
-	return ev, nil
+	return ev, nil, nil
 }
 
 func firstInvalidUTF8(b []byte) int {

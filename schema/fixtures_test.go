@@ -27,7 +27,7 @@ func sampleScored() ScoredTranscript {
 			}},
 		},
 		ScoredAt: time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC).Format(time.RFC3339Nano),
-		Source:   &Source{Topic: "transcripts", Partition: 2, Offset: 41},
+		Source:   &Source{Topic: "transcripts", Partition: 2, Offset: 41, Generation: 7},
 	}
 }
 

@@ -65,10 +65,16 @@ type SectionResult struct {
 
 // Source says which input record a result came from, so that a consumer of
 // the output topic can trace and deduplicate at-least-once redeliveries.
+//
+// Generation is the consumer-group generation whose member wrote it: a
+// write from an older generation than the sink has already seen for that
+// input partition is work the scorer abandoned at a rebalance (see
+// docs/reliability.md, "Dropping stale writes").
 type Source struct {
-	Topic     string `json:"topic"`
-	Partition int    `json:"partition"`
-	Offset    int64  `json:"offset"`
+	Topic      string `json:"topic"`
+	Partition  int    `json:"partition"`
+	Offset     int64  `json:"offset"`
+	Generation int32  `json:"generation"`
 }
 
 // ScoredTranscript is the output record for one TranscriptEvent: the event's

@@ -262,7 +262,7 @@ func runPipeline(ctx context.Context, cfg Config, m *model.Model, log zerolog.Lo
 	cons, err := consumer.New(consumer.Config{
 		Brokers: cfg.KafkaBrokers, Topic: cfg.InputTopic, GroupID: cfg.GroupID, ClientID: cfg.ClientID,
 		BatchMaxMessages: cfg.BatchMaxMessages, BatchMaxBytes: cfg.BatchMaxBytes, BatchMaxWait: cfg.BatchMaxWait,
-		MaxMessageBytes: cfg.MaxMessageBytes, MaxInflightBatches: cfg.MaxInflightBatches,
+		MaxMessageBytes: cfg.MaxMessageBytes, MaxInflightBatches: cfg.MaxInflightBatches, MaxUncommitted: cfg.MaxUncommitted,
 		Limits: limits, ShutdownTimeout: cfg.ShutdownTimeout, Dialer: sec.dialer(cfg.ClientID),
 	}, scorer, sink, log.With().Str("component", "consumer").Logger(), reg)
 	if err != nil {

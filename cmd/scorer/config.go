@@ -24,10 +24,11 @@ type Config struct {
 	DLQTopic         string        `env:"KAFKA_DLQ_TOPIC" envDefault:"transcripts.dlq" help:"dead-letter topic"`
 	RowsTopic        string        `env:"OUTPUT_ROWS_TOPIC" help:"optional topic of flat (call_id, section, sentence_index, label) rows"`
 	OutputFormat     string        `env:"OUTPUT_FORMAT" envDefault:"json" help:"json, or connect (JsonConverter envelope, schemas.enable=true)"`
+	OutputKey        string        `env:"OUTPUT_KEY" envDefault:"call_id" help:"key of results, rows and tombstones: call_id, or entity_event (entity_id + event_time, the seed's ENTITY_ID + EVENT_DATETIME_UTC dedup; records lacking either go to the DLQ)"`
 	GroupID          string        `env:"KAFKA_GROUP_ID" envDefault:"scorer" help:"consumer group"`
 	ClientID         string        `env:"KAFKA_CLIENT_ID" envDefault:"scorer" help:"Kafka client id"`
 	SessionTimeout   time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"30s" help:"group session timeout: how long a dead member keeps its partitions"`
-	RebalanceTimeout time.Duration `env:"KAFKA_REBALANCE_TIMEOUT" envDefault:"30s" help:"how long the group waits for members to rejoin; at a rebalance in-flight work gets min(10s, half of this) to finish"`
+	RebalanceTimeout time.Duration `env:"KAFKA_REBALANCE_TIMEOUT" envDefault:"30s" help:"how long the group waits for members to rejoin; at a rebalance in-flight work gets min(10s, half of this minus the heartbeat interval) to finish"`
 	InputPartitions  int           `env:"KAFKA_INPUT_PARTITIONS" envDefault:"6" help:"partitions for topics the scorer creates (in-memory broker, or missing topics)"`
 	TopicReplication int           `env:"KAFKA_TOPIC_REPLICATION_FACTOR" envDefault:"1" help:"replication factor of topics the scorer creates when they are missing (the in-memory broker always uses 1); at least your cluster's min.insync.replicas (acks=all writes fail below it), or create topics ahead"`
 	KafkaTLS         bool          `env:"KAFKA_TLS" help:"connect with TLS; required by every other KAFKA_TLS_* setting"`
@@ -47,6 +48,7 @@ type Config struct {
 	MaxSentences       int           `env:"MAX_SENTENCES" envDefault:"100000" help:"sentences per transcript (all sections); more goes to the DLQ"`
 	MaxSentenceBytes   int           `env:"MAX_SENTENCE_BYTES" envDefault:"1048576" help:"bytes per sentence; longer goes to the DLQ (the model truncates to its max length anyway)"`
 	MaxInflightBatches int           `env:"MAX_INFLIGHT_BATCHES" envDefault:"2" help:"consumer batches between fetch and ack; fetching pauses beyond"`
+	MaxUncommitted     int           `env:"MAX_UNCOMMITTED" envDefault:"1000" help:"records per input partition fetched past its committed offset; fetching of the partition pauses at this (a crash replays at most this many per partition)"`
 	MaxBatchTokens     int           `env:"MAX_BATCH_TOKENS" envDefault:"16384" help:"rows × padded length per inference batch"`
 	MaxBatchRows       int           `env:"MAX_BATCH_ROWS" envDefault:"256" help:"rows per inference batch"`
 
@@ -70,7 +72,7 @@ type Config struct {
 	GPUProbation time.Duration `env:"GPU_PROBATION" envDefault:"5m" help:"a degraded GPU is re-probed after this and rejoins when it passes"`
 
 	MetricsAddr          string        `env:"METRICS_ADDR" envDefault:":9464" help:"address of /metrics, /healthz and /readyz; off = no HTTP server"`
-	LivenessStallTimeout time.Duration `env:"LIVENESS_STALL_TIMEOUT" envDefault:"10m" help:"/healthz fails when records are in flight and no inference batch, publish or dead letter happened for this long; 0 = off"`
+	LivenessStallTimeout time.Duration `env:"LIVENESS_STALL_TIMEOUT" envDefault:"10m" help:"/healthz fails when records are in flight and no inference batch, publish or dead letter happened for this long, or when one record stays unacknowledged this long; 0 = off"`
 	ShutdownTimeout      time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" help:"bound on the whole stop after SIGTERM: drain, final commit, leaving the group (allow about 10s more before SIGKILL; the Helm chart adds 15s)"`
 	LogLevel             string        `env:"LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error"`
 	LogFormat            string        `env:"LOG_FORMAT" envDefault:"auto" help:"json, console, or auto (console on a terminal)"`
@@ -127,6 +129,7 @@ func (c *Config) validate() error {
 	check(c.OutputTopic != "", "KAFKA_OUTPUT_TOPIC must not be empty")
 	check(c.DLQTopic != "", "KAFKA_DLQ_TOPIC must not be empty")
 	check(c.OutputFormat == "json" || c.OutputFormat == "connect", "OUTPUT_FORMAT must be json or connect, got %q", c.OutputFormat)
+	check(c.OutputKey == "call_id" || c.OutputKey == "entity_event", "OUTPUT_KEY must be call_id or entity_event, got %q", c.OutputKey)
 	check(c.BatchMaxMessages > 0, "BATCH_MAX_MESSAGES must be > 0")
 	check(c.BatchMaxBytes > 0, "BATCH_MAX_BYTES must be > 0")
 	check(c.BatchMaxWait > 0, "BATCH_MAX_WAIT must be > 0")
@@ -134,6 +137,7 @@ func (c *Config) validate() error {
 	check(c.MaxSentences > 0, "MAX_SENTENCES must be > 0")
 	check(c.MaxSentenceBytes > 0, "MAX_SENTENCE_BYTES must be > 0")
 	check(c.MaxInflightBatches > 0, "MAX_INFLIGHT_BATCHES must be > 0")
+	check(c.MaxUncommitted > 0, "MAX_UNCOMMITTED must be > 0")
 	check(c.MaxBatchTokens > 0, "MAX_BATCH_TOKENS must be > 0")
 	check(c.MaxBatchRows > 0, "MAX_BATCH_ROWS must be > 0")
 	check(c.Device == "auto" || c.Device == "cpu" || c.Device == "cuda", "DEVICE must be auto, cpu or cuda, got %q", c.Device)

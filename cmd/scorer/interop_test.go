@@ -194,3 +194,93 @@ func TestKcatInterop(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestKcatVersionsAndTombstones runs the service as a new user would, with
+// one record per batch and two batches in flight, and has kcat publish
+// three calls each as a long version 1 followed by a short version 2, then
+// one more call followed by its tombstone (kcat -Z: an empty value is sent
+// as NULL). Read back with kcat, per key the last output record is the one
+// from the highest input offset: version 2 for the versioned calls (though
+// it scored faster than version 1), a NULL-valued tombstone for the
+// deleted call.
+func TestKcatVersionsAndTombstones(t *testing.T) {
+	if testing.Short() {
+		t.Skip("scores real transcripts")
+	}
+	kcat := kcatPath(t)
+	_, events := shortestTranscripts(t, 4)
+	cluster, broker, err := startBroker(brokerOptions{Addr: "127.0.0.1:0", Partitions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	env := baseEnv(t)
+	env["KAFKA_BROKERS"] = broker
+	env["KAFKA_INPUT_PARTITIONS"] = "1"
+	env["BATCH_MAX_MESSAGES"] = "1"
+	env["MAX_INFLIGHT_BATCHES"] = "2"
+	stop := runInProcess(t, env)
+
+	var in bytes.Buffer
+	line := func(key string, ev *schema.TranscriptEvent) {
+		if ev == nil {
+			fmt.Fprintf(&in, "%s\t\n", key)
+			return
+		}
+		b, err := json.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&in, "%s\t%s\n", key, b)
+	}
+	for _, ev := range events[:3] {
+		long := ev
+		long.VersionID = "1"
+		long.Sections = map[string][]string{}
+		for name, s := range ev.Sections {
+			// Eight times the sentences, so version 1 scores slowest; an
+			// empty section stays [] rather than null.
+			long.Sections[name] = make([]string, 0, 8*len(s))
+			for range 8 {
+				long.Sections[name] = append(long.Sections[name], s...)
+			}
+		}
+		short := ev
+		short.VersionID = "2"
+		line(ev.CallID, &long)
+		line(ev.CallID, &short)
+	}
+	deleted := events[3]
+	line(deleted.CallID, &deleted)
+	line(deleted.CallID, nil)
+	prod := exec.Command(kcat, "-P", "-b", broker, "-t", "transcripts", "-K", "\t", "-Z")
+	prod.Stdin = &in
+	if out, err := prod.CombinedOutput(); err != nil {
+		t.Fatalf("kcat -P: %v\n%s", err, out)
+	}
+
+	last := map[string]kcatRecord{}
+	for _, r := range kcatConsume(t, broker, "transcripts.scored", 3*2+2) {
+		if r.Key == nil {
+			t.Fatal("output record without a key")
+		}
+		last[*r.Key] = r
+	}
+	for _, ev := range events[:3] {
+		r := last[ev.CallID]
+		var st schema.ScoredTranscript
+		if r.Payload == nil || json.Unmarshal([]byte(*r.Payload), &st) != nil || st.VersionID != "2" {
+			t.Errorf("%s: last output record is %v, want version 2", ev.CallID, r.Payload)
+			continue
+		}
+		if g, _ := r.header(schema.HeaderSourceGeneration); st.Source == nil || st.Source.Generation < 1 || g == "" {
+			t.Errorf("%s: source %+v, generation header %q; want the group generation", ev.CallID, st.Source, g)
+		}
+	}
+	if r := last[deleted.CallID]; r.Payload != nil {
+		t.Errorf("%s: last output record has payload %q, want a tombstone (NULL)", deleted.CallID, *r.Payload)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}

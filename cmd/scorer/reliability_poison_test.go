@@ -23,10 +23,12 @@ import (
 )
 
 // poisonCase is one hostile input and what the service must do with it:
-// dead-letter it with reason (dlq != ""), or score it (callID, sentences).
+// dead-letter it with reason (dlq != ""), forward it as a tombstone of its
+// key (tombstone), or score it (callID, sentences).
 type poisonCase struct {
 	name      string
 	value     []byte
+	tombstone bool   // an empty value: kafka-go reads it as null, a tombstone
 	dlq       string // expected scorer.dlq.reason; "" = must be scored
 	callID    string // when scored
 	sentences int    // when scored
@@ -40,7 +42,7 @@ func poisonCorpus(t *testing.T) []poisonCase {
 	files := map[string]poisonCase{
 		"malformed_json.json":         {dlq: "malformed_json"},
 		"not_an_object.json":          {dlq: "wrong_type"},
-		"empty_value.json":            {dlq: "malformed_json"},
+		"empty_value.json":            {tombstone: true},              // kafka-go reads a zero-length value as null
 		"call_id_number.json":         {callID: "4242", sentences: 1}, // a numeric call_id is taken as its decimal string
 		"section_number.json":         {dlq: "wrong_type"},
 		"sentence_object.json":        {dlq: "wrong_type"},
@@ -191,15 +193,25 @@ func TestReliabilityPoison(t *testing.T) {
 	start := time.Now()
 	p := startScorerProcess(t, relEnv(t, "KAFKA_BROKERS", broker, "KAFKA_GROUP_ID", "poison", "KAFKA_INPUT_PARTITIONS", "1"))
 	wantScored := len(good)
-	wantDLQ := 0
+	wantDLQ, wantTombs := 0, 0
 	for _, c := range poison {
-		if c.dlq == "" {
+		switch {
+		case c.tombstone:
+			wantTombs++
+		case c.dlq == "":
 			wantScored++
-		} else {
+		default:
 			wantDLQ++
 		}
 	}
-	scored := readTopic(t, broker, "transcripts.scored", wantScored, 4*time.Minute)
+	var scored, tombs []kafka.Message
+	for _, m := range readTopic(t, broker, "transcripts.scored", wantScored+wantTombs, 4*time.Minute) {
+		if m.Value == nil {
+			tombs = append(tombs, m)
+		} else {
+			scored = append(scored, m)
+		}
+	}
 	dlq := readTopic(t, broker, "transcripts.dlq", wantDLQ, time.Minute)
 	waitCommittedToEnd(t, broker, "poison", "transcripts", time.Minute)
 	elapsed := time.Since(start)
@@ -222,6 +234,13 @@ func TestReliabilityPoison(t *testing.T) {
 	}
 	var lines []string
 	for _, c := range poison {
+		if c.tombstone {
+			if len(tombs) != 1 || string(tombs[0].Key) != "poison-"+c.name {
+				t.Errorf("%s: tombstones on the output %v, want one for key poison-%s", c.name, tombs, c.name)
+			}
+			lines = append(lines, fmt.Sprintf("%-28s %9d B  tombstone forwarded", c.name, len(c.value)))
+			continue
+		}
 		if c.dlq == "" {
 			st, ok := byCall[c.callID]
 			switch {
@@ -263,8 +282,8 @@ func TestReliabilityPoison(t *testing.T) {
 	}
 	sort.Strings(lines)
 	t.Logf("poison corpus: %d cases between %d good events, all handled in %v:\n%s", len(poison), len(good), elapsed.Round(time.Millisecond), strings.Join(lines, "\n"))
-	if len(scored) != wantScored || len(dlq) != wantDLQ {
-		t.Errorf("%d scored (want %d), %d dead letters (want %d)", len(scored), wantScored, len(dlq), wantDLQ)
+	if len(scored) != wantScored || len(dlq) != wantDLQ || len(tombs) != wantTombs {
+		t.Errorf("%d scored (want %d), %d dead letters (want %d), %d tombstones (want %d)", len(scored), wantScored, len(dlq), wantDLQ, len(tombs), wantTombs)
 	}
 }
 

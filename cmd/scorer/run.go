@@ -98,7 +98,7 @@ func runService(ctx context.Context, e procEnv, args []string) error {
 
 	prod, err := producer.New(producer.Config{
 		Brokers: cfg.KafkaBrokers, Topic: cfg.OutputTopic, RowsTopic: cfg.RowsTopic, DLQTopic: cfg.DLQTopic,
-		Format: cfg.OutputFormat, ClientID: cfg.ClientID, Transport: sec.transport(cfg.ClientID),
+		Format: cfg.OutputFormat, Key: cfg.OutputKey, ClientID: cfg.ClientID, Transport: sec.transport(cfg.ClientID),
 	}, log.With().Str("component", "producer").Logger(), reg)
 	if err != nil {
 		stack.Close(context.Background())
@@ -113,7 +113,7 @@ func runService(ctx context.Context, e procEnv, args []string) error {
 	cons, err := consumer.New(consumer.Config{
 		Brokers: cfg.KafkaBrokers, Topic: cfg.InputTopic, GroupID: cfg.GroupID, ClientID: cfg.ClientID,
 		BatchMaxMessages: cfg.BatchMaxMessages, BatchMaxBytes: cfg.BatchMaxBytes, BatchMaxWait: cfg.BatchMaxWait,
-		MaxMessageBytes: cfg.MaxMessageBytes, MaxInflightBatches: cfg.MaxInflightBatches,
+		MaxMessageBytes: cfg.MaxMessageBytes, MaxInflightBatches: cfg.MaxInflightBatches, MaxUncommitted: cfg.MaxUncommitted,
 		Limits: stack.limits, ShutdownTimeout: cfg.ShutdownTimeout, Dialer: sec.dialer(cfg.ClientID),
 		SessionTimeout: cfg.SessionTimeout, RebalanceTimeout: cfg.RebalanceTimeout,
 	}, stack.scorer, prod, log, reg)
@@ -128,7 +128,8 @@ func runService(ctx context.Context, e procEnv, args []string) error {
 			sample: func() (uint64, bool) {
 				cs, ps := cons.Stats(), stack.pool.Stats()
 				return cs.Published + cs.DeadLettered + ps.Batches, cs.Inflight > 0
-			}})
+			},
+			oldest: cons.OldestUnacked})
 	}
 
 	if *demoFile != "" {

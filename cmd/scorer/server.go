@@ -82,11 +82,11 @@ func startHTTP(addr string, reg *prometheus.Registry, h *health, log zerolog.Log
 		// A drain is bounded by SHUTDOWN_TIMEOUT already; only a running
 		// pipeline can be wedged.
 		if pw := h.progress.Load(); pw != nil && !h.shuttingDown.Load() {
-			if stalled, since := pw.stalled(); stalled {
-				log.Error().Dur("no_progress_for", since).Dur("limit", pw.limit).
-					Msg("liveness failing: records in flight and no inference, publish or dead letter")
+			if stalled, since, why := pw.stalled(); stalled {
+				log.Error().Dur("for", since).Dur("limit", pw.limit).Str("why", why).
+					Msg("liveness failing: no inference, publish or dead letter with records in flight, or one record unacknowledged for too long")
 				w.WriteHeader(http.StatusServiceUnavailable)
-				_, _ = fmt.Fprintf(w, "stalled: records in flight and no progress for %s (limit %s)\n", since.Round(time.Second), pw.limit)
+				_, _ = fmt.Fprintf(w, "stalled: %s for %s (limit %s)\n", why, since.Round(time.Second), pw.limit)
 				return
 			}
 		}

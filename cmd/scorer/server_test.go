@@ -68,10 +68,12 @@ func TestHealthzFailsWhenStalled(t *testing.T) {
 		now      = time.Unix(1_700_000_000, 0)
 		progress uint64
 		pending  bool
+		oldest   time.Duration
 	)
 	h.progress.Store(&progressWatch{limit: time.Minute,
 		now:    func() time.Time { mu.Lock(); defer mu.Unlock(); return now },
-		sample: func() (uint64, bool) { mu.Lock(); defer mu.Unlock(); return progress, pending }})
+		sample: func() (uint64, bool) { mu.Lock(); defer mu.Unlock(); return progress, pending },
+		oldest: func() time.Duration { mu.Lock(); defer mu.Unlock(); return oldest }})
 	set := func(advance time.Duration, moved uint64, waiting bool) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -93,8 +95,22 @@ func TestHealthzFailsWhenStalled(t *testing.T) {
 		{"idle for long", 2 * time.Hour, 0, false, 200},
 		{"work arrives after idling", time.Second, 0, true, 200},
 		{"stuck again past the limit", 61 * time.Second, 0, true, 503},
+		{"moving again", time.Second, 5, true, 200},
+		{"moving, one record unacknowledged within the limit", time.Second, 5, true, 200},
+		{"moving, one record unacknowledged past the limit", time.Second, 5, true, 503},
+		{"that record acknowledged", time.Second, 5, true, 200},
 	} {
 		set(step.advance, step.moved, step.pending)
+		mu.Lock()
+		switch step.name {
+		case "moving, one record unacknowledged within the limit":
+			oldest = 59 * time.Second
+		case "moving, one record unacknowledged past the limit":
+			oldest = 61 * time.Second
+		default:
+			oldest = 0
+		}
+		mu.Unlock()
 		if got := httpStatus(t, "http://"+addr+"/healthz"); got != step.want {
 			t.Errorf("%s: /healthz = %d, want %d", step.name, got, step.want)
 		}

@@ -1,0 +1,47 @@
+package consumer
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// TestTombstonesForwarded: a tombstone (key, null value) and a Debezium
+// delete event become deletes of their call, in input order with the
+// versions around them, and a tombstone without a key is dead-lettered. An
+// empty value counts as a tombstone too: kafka-go reads a zero-length value
+// as nil, exactly as a null one (its readNewBytes), so the two cannot be
+// told apart.
+func TestTombstonesForwarded(t *testing.T) {
+	t.Parallel()
+	const topic, group = "tomb", "g-tomb"
+	_, brokers := newCluster(t, topic, 1)
+	msgs := []kafka.Message{
+		eventMsg(0, "A"),
+		{Key: []byte("A")}, // tombstone
+		{Key: []byte("B"), Value: []byte{}},
+		{Value: []byte(`{"before":{"CALL_ID":"C","FILT_MD":"['x']"},"after":null,"op":"d"}`)},
+		{}, // tombstone without a key
+		{Value: []byte(`{"before":null,"after":{"call_id":"D","sections":{"S":["y"]}},"op":"c"}`)},
+		eventMsg(0, "A"),
+	}
+	produce(t, brokers, topic, msgs)
+	sk := &fakeSink{}
+	cfg := testConfig(brokers, topic, group)
+	cfg.BatchMaxWait = 300 * time.Millisecond
+	start(t, cfg, &fakeScorer{}, sk, testHooks{})
+	eventually(t, 20*time.Second, "committed to end", func() bool { return committed(t, brokers, group, topic, 1)[0] == int64(len(msgs)) })
+	want := []string{"result:A", "delete:A", "delete:B", "delete:C", "result:D", "result:A"}
+	if got := sk.Writes(); !slices.Equal(got, want) {
+		t.Fatalf("writes %v, want %v", got, want)
+	}
+	reasons := map[int64]string{}
+	for _, d := range sk.Dead() {
+		reasons[d.Offset] = d.Reason
+	}
+	if reasons[4] != "missing_field" || len(reasons) != 1 {
+		t.Fatalf("dead letters by offset %v, want only 4: missing_field (keyless tombstone)", reasons)
+	}
+}
