@@ -858,6 +858,10 @@ func (c *Consumer) observePartitions(g *genState) {
 			age = time.Since(at).Seconds()
 		}
 		c.m.oldestUnacked.WithLabelValues(c.cfg.Topic, part).Set(age)
+		// Add(0) makes the series exist at 0 for every owned partition (an
+		// alert or dashboard then sees "not paused" rather than nothing)
+		// without clearing a pause in progress.
+		c.m.paused.WithLabelValues(c.cfg.Topic, part).Add(0)
 	}
 }
 

@@ -34,14 +34,6 @@ const (
 	composeRulesPath = "/etc/prometheus/rules/scorer-alerts.yaml"
 )
 
-// pendingMetrics are metrics the alerts query that work merged in parallel adds (the Kafka issue:
-// committed lag, oldest unacknowledged record, commit errors, paused partitions, offset resets; the GPU
-// issue: degraded devices). PENDING, for the coordinator: delete each entry once its metric is merged;
-// the tests then hold it to the same checks as every other metric (documented in docs/design.md,
-// exported by a running scorer). A pending metric that is already exported fails the test, so the list
-// cannot go stale.
-var pendingMetrics = map[string]string{}
-
 // notOnCPU are metrics a CPU-only scorer with a healthy broker never creates a series for: they have
 // device or failure labels that only a GPU, a failed dead-letter write or an offset reset produces. The scrape cannot
 // show them, so the test checks instead that the code registers them by that name.
@@ -203,17 +195,8 @@ func TestAlertRules(t *testing.T) {
 	}
 	for name, alerts := range alertMetrics(groups) {
 		base := histSufRe.ReplaceAllString(name, "")
-		_, pending := pendingMetrics[name]
-		switch {
-		case pending && (d.metrics[name] || d.metrics[base]):
-			t.Errorf("%s is documented in %s now: delete it from pendingMetrics", name, designDoc)
-		case !pending && !d.metrics[name] && !d.metrics[base]:
+		if !d.metrics[name] && !d.metrics[base] {
 			t.Errorf("alerts %v query %s, which is not in the metrics list of %s", alerts, name, designDoc)
-		}
-	}
-	for name := range pendingMetrics {
-		if _, ok := alertMetrics(groups)[name]; !ok {
-			t.Errorf("pendingMetrics lists %s, which no alert queries", name)
 		}
 	}
 
@@ -593,12 +576,9 @@ func TestMetricsExported(t *testing.T) {
 			}
 		}
 		_, isExported := exported[fam]
-		_, pending := pendingMetrics[fam]
 		_, gpuOnly := notOnCPU[fam]
 		switch {
-		case isExported && pending:
-			t.Errorf("%s is exported now: delete it from pendingMetrics", fam)
-		case isExported, pending:
+		case isExported:
 		case gpuOnly:
 			if !registered[fam] {
 				t.Errorf("%s (used by %v) is registered nowhere in the code", fam, used[name])
