@@ -5,6 +5,7 @@
 //	scorer broker    an in-memory Kafka-protocol broker, for development and tests
 //	scorer produce   load a TranscriptEvent JSONL file into a topic
 //	scorer bench     benchmarks (see docs/benchmarks.md)
+//	scorer compare   two models on one sample: |Δp|, decision agreement, speed
 package main
 
 import (
@@ -72,6 +73,7 @@ commands:
   broker    run an in-memory Kafka-protocol broker (not durable)
   produce   load a TranscriptEvent JSONL file into a topic
   bench     run the benchmarks
+  compare   score a sample with two models (or ONNX files, or devices) and gate on agreement
 
 Run 'scorer <command> -h' for the command's flags. Configuration comes from
 environment variables (see README.md); flags override them.
@@ -99,6 +101,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return runProduce(ctx, e, rest)
 	case "bench":
 		return runBench(ctx, e, rest)
+	case "compare":
+		return runCompare(ctx, e, rest)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usageText)
 		return nil
