@@ -79,7 +79,8 @@ Run 'scorer <command> -h' for the command's flags. Configuration comes from
 environment variables (see README.md); flags override them.
 
 Signals: on SIGINT/SIGTERM, run stops fetching, drains in-flight work and
-exits 0; score stops at once and exits 130, leaving a file --out as it was.
+exits 0; score stops at once and exits 130, leaving a file --out as it was
+(with --resume, the transcripts completed so far stay in --out's .partial file).
 A second signal kills the process.
 `
 
