@@ -51,6 +51,8 @@ type Config struct {
 	MaxInflightBatches int           `env:"MAX_INFLIGHT_BATCHES" envDefault:"2" help:"consumer batches between fetch and ack; fetching pauses beyond"`
 	MaxBatchTokens     int           `env:"MAX_BATCH_TOKENS" envDefault:"16384" help:"rows × padded length per inference batch"`
 	MaxBatchRows       int           `env:"MAX_BATCH_ROWS" envDefault:"256" help:"rows per inference batch"`
+	CPUMaxBatchTokens  int           `env:"CPU_MAX_BATCH_TOKENS" envDefault:"16384" help:"on CPU-only pools, MAX_BATCH_TOKENS is capped at this (measured: make bench, CPU batch shapes)"`
+	CPUMaxBatchRows    int           `env:"CPU_MAX_BATCH_ROWS" envDefault:"16" help:"on CPU-only pools, MAX_BATCH_ROWS is capped at this: small batches stay in the CPU's caches (measured: make bench, CPU batch shapes)"`
 	ScoreCacheBytes    int           `env:"SCORE_CACHE_BYTES" envDefault:"268435456" help:"memory for the cache of pair scores (revised and repeated sentences skip inference); 0 = off"`
 
 	ModelDir           string   `env:"MODEL_DIR" envDefault:"../shared/models/nli-unigram-small" help:"model folder: config.json, tokenizer.json, ONNX file"`
@@ -135,6 +137,8 @@ func (c *Config) validate() error {
 	check(c.MaxInflightBatches > 0, "MAX_INFLIGHT_BATCHES must be > 0")
 	check(c.MaxBatchTokens > 0, "MAX_BATCH_TOKENS must be > 0")
 	check(c.MaxBatchRows > 0, "MAX_BATCH_ROWS must be > 0")
+	check(c.CPUMaxBatchTokens > 0, "CPU_MAX_BATCH_TOKENS must be > 0")
+	check(c.CPUMaxBatchRows > 0, "CPU_MAX_BATCH_ROWS must be > 0")
 	check(c.ScoreCacheBytes == 0 || c.ScoreCacheBytes >= scorecache.MinBytes, "SCORE_CACHE_BYTES must be 0 (off) or at least %d", scorecache.MinBytes)
 	check(c.Device == "auto" || c.Device == "cpu" || c.Device == "cuda", "DEVICE must be auto, cpu or cuda, got %q", c.Device)
 	check(c.GPUMemFraction > 0 && c.GPUMemFraction <= 1, "GPU_MEM_FRACTION must be in (0, 1]")

@@ -184,8 +184,6 @@ func newPool(ctx context.Context, cfg Config, m *model.Model, log zerolog.Logger
 	}
 	opts := []gpupool.Option{
 		gpupool.Mode(devMode),
-		gpupool.MaxBatchTokens(cfg.MaxBatchTokens),
-		gpupool.MaxBatchRows(cfg.MaxBatchRows),
 		gpupool.MemFraction(cfg.GPUMemFraction),
 		// Calibration pairs longer than the model's maximum would be
 		// rejected, and a rejected calibration drops the GPU.
@@ -218,6 +216,8 @@ func newPool(ctx context.Context, cfg Config, m *model.Model, log zerolog.Logger
 			log.Debug().Err(perr).Msg("NVML unavailable")
 		}
 	}
+	tokens, rows := batchShape(cfg, probe == nil)
+	opts = append(opts, gpupool.MaxBatchTokens(tokens), gpupool.MaxBatchRows(rows))
 	pool, err := gpupool.New(ctx, factory, opts...)
 	if err != nil {
 		closeNVML()
