@@ -53,6 +53,7 @@ type benchFlags struct {
 	revisionVers int
 	revisionEdit float64
 	revisionCap  int64
+	revisionRnds int
 	int8Pairs    int
 	int8Rounds   int
 	largeModel   string
@@ -81,7 +82,7 @@ func runBench(ctx context.Context, e procEnv, args []string) error {
 	fs.StringVar(&bf.scalingThreads, "scaling-threads", "1,2", "intra-op thread counts of the CPU scaling run")
 	fs.StringVar(&bf.scalingWorkers, "scaling-workers", "1,2", "workers per device of the CPU scaling run")
 	fs.IntVar(&bf.scalingRounds, "scaling-rounds", 2, "interleaved rounds of the CPU scaling run; each setting reports its best")
-	fs.StringVar(&bf.skip, "skip", "", "comma-separated sections to skip: pipeline (with raw ORT, padding, tokenizer), latency, memory, scaling, shapes, revision, int8")
+	fs.StringVar(&bf.skip, "skip", "", "comma-separated sections to skip: pipeline (with raw ORT, padding, tokenizer), latency, memory, scaling, shapes, revision, int8; large (the --large-model rows, which ignore the others)")
 	fs.StringVar(&bf.shapeRows, "shape-rows", "8,16,24,32,64,256", "MAX_BATCH_ROWS values of the CPU batch-shape sweep")
 	fs.StringVar(&bf.shapeTokens, "shape-tokens", "4096,16384", "MAX_BATCH_TOKENS values of the CPU batch-shape sweep")
 	fs.StringVar(&bf.shapePlans, "shape-plans", "2x1,1x2", "WORKERSxTHREADS settings of the CPU batch-shape sweep")
@@ -90,6 +91,7 @@ func runBench(ctx context.Context, e procEnv, args []string) error {
 	fs.IntVar(&bf.revisionN, "revision-transcripts", 10, "real transcripts in the revision workload (each arrives --revision-versions times)")
 	fs.IntVar(&bf.revisionVers, "revision-versions", 3, "versions of each transcript in the revision workload")
 	fs.Float64Var(&bf.revisionEdit, "revision-edit", 0.05, "share of sentences edited in each later version")
+	fs.IntVar(&bf.revisionRnds, "revision-rounds", 2, "alternating cache off / on rounds of the revision workload; each keeps its best")
 	fs.Int64Var(&bf.revisionCap, "revision-capped-bytes", 128<<10, "score cache cap of the revision workload's capped run (smaller than its distinct pairs, so it evicts)")
 	fs.IntVar(&bf.int8Pairs, "int8-pairs", 1200, "pairs (at least) scored by fp32 and by int8 per model folder")
 	fs.IntVar(&bf.int8Rounds, "int8-rounds", 2, "alternating fp32/int8 rounds; each keeps its best")
@@ -168,8 +170,8 @@ func runBench(ctx context.Context, e procEnv, args []string) error {
 	if bf.revisionN <= 0 || bf.revisionVers < 2 || !(bf.revisionEdit > 0 && bf.revisionEdit < 1) || bf.revisionCap < scorecache.MinBytes {
 		return fmt.Errorf("bench: --revision-transcripts must be > 0, --revision-versions >= 2, --revision-edit in (0, 1), --revision-capped-bytes >= %d", scorecache.MinBytes)
 	}
-	if bf.shapePairs <= 0 || bf.int8Pairs <= 0 || bf.largePairs <= 0 || bf.shapeRounds <= 0 || bf.int8Rounds <= 0 {
-		return errors.New("bench: --shape-pairs, --int8-pairs, --large-pairs, --shape-rounds and --int8-rounds must be > 0")
+	if bf.shapePairs <= 0 || bf.int8Pairs <= 0 || bf.largePairs <= 0 || bf.shapeRounds <= 0 || bf.int8Rounds <= 0 || bf.revisionRnds <= 0 {
+		return errors.New("bench: --shape-pairs, --int8-pairs, --large-pairs and the --*-rounds flags must be > 0")
 	}
 
 	rep := benchReport{Machine: machineInfo(), Settings: benchSettingsOf(cfg, bf, len(corpus))}
@@ -185,7 +187,7 @@ func runBench(ctx context.Context, e procEnv, args []string) error {
 		rep.Models = append(rep.Models, mr)
 	}
 	perfDirs := slices.Clone(dirs)
-	if bf.largeModel != "" {
+	if bf.largeModel != "" && !skip["large"] {
 		perfDirs = append(perfDirs, bf.largeModel)
 	}
 	for i, d := range perfDirs {
@@ -355,7 +357,10 @@ func benchPerf(ctx context.Context, e procEnv, cfg Config, bf benchFlags, dir st
 	}
 	pr := perfReport{Model: m.Name}
 	if large {
+		// The stand-in is opt-in and slow: its rows follow --skip large
+		// alone, so they can be run without the small models' sections.
 		pr.Model += " (large stand-in)"
+		skip = map[string]bool{"revision": true}
 	}
 	labels := len(cfg.Labels)
 	sample := spreadSample(corpus, bf.limit)
@@ -382,7 +387,7 @@ func benchPerf(ctx context.Context, e procEnv, cfg Config, bf benchFlags, dir st
 		if capBytes == 0 {
 			capBytes = 256 << 20 // SCORE_CACHE_BYTES=0 turns the service's cache off, not this section
 		}
-		if pr.Revision, err = runRevision(ctx, cfg, m, evs, bf.revisionVers, bf.revisionEdit, capBytes, bf.revisionCap); err != nil {
+		if pr.Revision, err = runRevision(ctx, cfg, m, evs, bf.revisionVers, bf.revisionEdit, capBytes, bf.revisionCap, bf.revisionRnds); err != nil {
 			return pr, err
 		}
 	}

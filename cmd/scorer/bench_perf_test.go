@@ -103,13 +103,13 @@ func TestParsePlansAndPerfTable(t *testing.T) {
 	s256 := cpuShape{Rows: 256, Tokens: 16384, Workers: 2, Threads: 1}
 	ps := []perfReport{{
 		Model:    "m",
-		Shapes:   []shapePoint{{cpuShape: s8, PairsPerSec: 1000}, {cpuShape: s256, PairsPerSec: 800}},
-		Revision: &revisionResult{Transcripts: 2, Versions: 3, EditShare: 0.05, Pairs: 300, InferredOff: 300, InferredOn: 100, Saved: 2.0 / 3, SavedTarget: 0.6, Speedup: 2.6, SpeedupTarget: 2.5, CappedBytes: 10, CappedCapBytes: 20},
+		Shapes:   []shapePoint{{cpuShape: s8, PairsPerSec: 1000, PairsPerCPUSec: 500}, {cpuShape: s256, PairsPerSec: 800, PairsPerCPUSec: 400}},
+		Revision: &revisionResult{Transcripts: 2, Versions: 3, EditShare: 0.05, Pairs: 300, InferredOff: 300, InferredOn: 100, Saved: 2.0 / 3, SavedTarget: 0.6, Speedup: 2.6, CPUSpeedup: 2.4, SpeedupTarget: 2.5, CappedBytes: 10, CappedCapBytes: 20},
 		Int8:     &int8Result{FP32PairsPerSec: 500, Int8PairsPerSec: 950, Speedup: 1.9, Agreement05: 0.999},
 	}, {Model: "large"}}
 	var b bytes.Buffer
 	printPerfTable(&b, ps)
-	for _, want := range []string{"1000.0 best", "800.0 (0.80)", "66.7% ok", "2.60× ok", "(1.90×)", "99.90%"} {
+	for _, want := range []string{"1000.0; 500.0 best", "800.0; 400.0 (0.80)", "66.7% ok", "2.60×; 2.40× ok", "(1.90×)", "99.90%"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("perf table lacks %q:\n%s", want, b.String())
 		}

