@@ -370,11 +370,11 @@ func benchPerf(ctx context.Context, e procEnv, cfg Config, bf benchFlags, dir st
 	}
 	if !skip["shapes"] {
 		evs := scalingEvents(sample, pairs, labels)
-		progress(e, "%s: CPU batch shapes, rows %v × tokens %v × plans %s, %d rounds", pr.Model, rows, tokens, bf.shapePlans, bf.shapeRounds)
 		rounds := bf.shapeRounds
 		if large {
 			rounds = 1
 		}
+		progress(e, "%s: CPU batch shapes, rows %v × tokens %v × plans %s, %d round(s)", pr.Model, rows, tokens, bf.shapePlans, rounds)
 		if pr.Shapes, err = runShapes(ctx, cfg, m, evs, rows, tokens, plans, rounds); err != nil {
 			return pr, err
 		}
