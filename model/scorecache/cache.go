@@ -11,8 +11,10 @@
 //
 // Memory is accounted exactly: the table is a flat slice of 24-byte slots,
 // grown by doubling up to the byte cap, and Bytes reports the slots
-// allocated. Beyond the cap an insert replaces the least recently used
-// entry of its 8-slot bucket (a set-associative LRU, as CPU caches do), so
+// allocated. Each key may live in either of two 8-slot buckets; below the
+// cap a full pair of buckets makes the table double instead of evicting,
+// and at the cap an insert replaces the least recently used entry of the
+// key's 16 candidate slots (a set-associative LRU, as CPU caches do), so
 // the footprint stays flat however long the process runs. While a shard
 // grows, its old table (at most 1/32 of the cap) lives beside the new one
 // until the move is done.
@@ -114,26 +116,41 @@ func (c *Cache) allocated() int64 {
 // shardOf picks a shard from bits the bucket index does not use much.
 func (c *Cache) shardOf(k Key) *shard { return &c.shards[k.Hi>>60] }
 
-// bucketOf maps a key onto one of n buckets without a power-of-two size:
-// the high half of Lo × n is uniform in [0, n).
-func bucketOf(k Key, n int) int {
-	hi, _ := bits.Mul64(k.Lo, uint64(n))
-	return int(hi)
+// buckets returns k's two candidate buckets' first slots. Each maps a
+// different half of the key onto [0, n) without a power-of-two size (the
+// high half of x × n is uniform). Two choices per key let a full bucket
+// spill into its alternative, so buckets overflow only near the cap.
+func buckets(k Key, n int) (b1, b2 int) {
+	h1, _ := bits.Mul64(k.Lo, uint64(n))
+	// Hi's top bits pick the shard; mixing spreads the rest over n.
+	h2, _ := bits.Mul64(k.Hi*0x9E3779B97F4A7C15, uint64(n))
+	return int(h1) * ways, int(h2) * ways
+}
+
+// find returns the slot holding k, or -1.
+func (s *shard) find(k Key) int {
+	b1, b2 := buckets(k, s.buckets)
+	for _, b := range [2]int{b1, b2} {
+		for i := b; i < b+ways; i++ {
+			if sl := &s.slots[i]; sl.tick != 0 && sl.key == k {
+				return i
+			}
+		}
+	}
+	return -1
 }
 
 // Get returns the cached score of k and marks it recently used.
 func (c *Cache) Get(k Key) (float32, bool) {
 	s := c.shardOf(k)
 	s.mu.Lock()
-	b := bucketOf(k, s.buckets) * ways
-	for i := b; i < b+ways; i++ {
-		if sl := &s.slots[i]; sl.tick != 0 && sl.key == k {
-			sl.tick = s.nextTick()
-			score := sl.score
-			s.mu.Unlock()
-			c.m.hits.Inc()
-			return score, true
-		}
+	if i := s.find(k); i >= 0 {
+		sl := &s.slots[i]
+		sl.tick = s.nextTick()
+		score := sl.score
+		s.mu.Unlock()
+		c.m.hits.Inc()
+		return score, true
 	}
 	s.mu.Unlock()
 	c.m.misses.Inc()
@@ -157,9 +174,10 @@ func (c *Cache) Put(k Key, score float32) {
 // put inserts under the shard lock; it returns the entries evicted and the
 // bytes the table grew by.
 func (s *shard) put(k Key, score float32) (evicted int, grown int64) {
-	// Grow before the table gets crowded: at 3/4 load 8-way buckets
-	// rarely overflow, so entries are evicted only once at the byte cap.
-	if s.buckets < s.maxBuckets && (s.used+1)*4 > len(s.slots)*3 {
+	// Below the cap nothing is evicted: the table doubles when it is 3/4
+	// full or when k's bucket is full, whichever comes first (at 3/4 load
+	// one 8-way bucket in seven would already be full).
+	if s.buckets < s.maxBuckets && ((s.used+1)*4 > len(s.slots)*3 || s.bucketFull(k)) {
 		before := len(s.slots)
 		evicted = s.resize(min(2*s.buckets, s.maxBuckets))
 		grown = int64(len(s.slots)-before) * SlotBytes
@@ -170,41 +188,65 @@ func (s *shard) put(k Key, score float32) (evicted int, grown int64) {
 	return evicted, grown
 }
 
-// insert places k in its bucket: over its old entry, in a free slot, or
-// over the bucket's least recently used entry (reported as an eviction).
-func (s *shard) insert(k Key, score float32, tick uint32) (evicted bool) {
-	b := bucketOf(k, s.buckets) * ways
-	victim := -1
-	for i := b; i < b+ways; i++ {
-		sl := &s.slots[i]
-		switch {
-		case sl.tick != 0 && sl.key == k:
-			sl.score, sl.tick = score, tick
-			return false
-		case sl.tick == 0:
-			if victim < 0 || s.slots[victim].tick != 0 {
-				victim = i
+// bucketFull reports whether both of k's buckets are full and neither
+// holds k.
+func (s *shard) bucketFull(k Key) bool {
+	if s.find(k) >= 0 {
+		return false
+	}
+	b1, b2 := buckets(k, s.buckets)
+	for _, b := range [2]int{b1, b2} {
+		for i := b; i < b+ways; i++ {
+			if s.slots[i].tick == 0 {
+				return false
 			}
-		case victim < 0 || (s.slots[victim].tick != 0 && sl.tick < s.slots[victim].tick):
-			victim = i
 		}
 	}
-	sl := &s.slots[victim]
-	evicted = sl.tick != 0
-	if !evicted {
-		s.used++
+	return true
+}
+
+// insert places k in one of its buckets: over its old entry, in a free
+// slot, or over the least recently used entry of the two buckets
+// (reported as an eviction).
+func (s *shard) insert(k Key, score float32, tick uint32) (evicted bool) {
+	if i := s.find(k); i >= 0 {
+		s.slots[i].score, s.slots[i].tick = score, tick
+		return false
 	}
-	*sl = slot{key: k, score: score, tick: tick}
-	return evicted
+	// The emptier of the two buckets takes k (the "power of two choices",
+	// which keeps the fullest bucket far below a single hash's).
+	b1, b2 := buckets(k, s.buckets)
+	free := [2]int{-1, -1}
+	nfree := [2]int{}
+	victim := -1
+	for j, b := range [2]int{b1, b2} {
+		for i := b; i < b+ways; i++ {
+			if t := s.slots[i].tick; t == 0 {
+				nfree[j]++
+				free[j] = i
+			} else if victim < 0 || t < s.slots[victim].tick {
+				victim = i
+			}
+		}
+	}
+	if nfree[0] > 0 || nfree[1] > 0 {
+		i := free[0]
+		if nfree[1] > nfree[0] {
+			i = free[1]
+		}
+		s.used++
+		s.slots[i] = slot{key: k, score: score, tick: tick}
+		return false
+	}
+	s.slots[victim] = slot{key: k, score: score, tick: tick}
+	return true
 }
 
 // resize moves every entry into a table of n buckets, oldest first so that
-// a bucket that overflows keeps its most recent entries.
+// a bucket that overflows keeps its most recent entries. Below the cap an
+// overflow doubles n again instead, so growth never drops an entry.
 func (s *shard) resize(n int) (evicted int) {
 	old := s.slots
-	s.slots = make([]slot, n*ways)
-	s.buckets = n
-	s.used = 0
 	live := make([]slot, 0, len(old))
 	for _, sl := range old {
 		if sl.tick != 0 {
@@ -212,12 +254,21 @@ func (s *shard) resize(n int) (evicted int) {
 		}
 	}
 	sortByTick(live)
-	for _, sl := range live {
-		if s.insert(sl.key, sl.score, sl.tick) {
-			evicted++
+	for {
+		s.slots = make([]slot, n*ways)
+		s.buckets = n
+		s.used = 0
+		evicted = 0
+		for _, sl := range live {
+			if s.insert(sl.key, sl.score, sl.tick) {
+				evicted++
+			}
 		}
+		if evicted == 0 || n >= s.maxBuckets {
+			return evicted
+		}
+		n = min(2*n, s.maxBuckets)
 	}
-	return evicted
 }
 
 // nextTick is the shard's use clock. When it would wrap, every entry's

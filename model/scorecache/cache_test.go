@@ -48,6 +48,29 @@ func TestGetPut(t *testing.T) {
 	}
 }
 
+// TestNoEvictionBelowCap fills a cache to half its capacity: the table
+// grows instead of evicting, so every entry is still there.
+func TestNoEvictionBelowCap(t *testing.T) {
+	c, err := New(4<<20, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(11, 12))
+	keys := make([]Key, c.MaxEntries()/2)
+	for i := range keys {
+		keys[i] = randKey(r)
+		c.Put(keys[i], float32(i))
+	}
+	if st := c.Stats(); st.Evictions != 0 || st.Entries != int64(len(keys)) {
+		t.Fatalf("half full: %+v; want %d entries, no evictions", st, len(keys))
+	}
+	for i, k := range keys {
+		if s, ok := c.Get(k); !ok || s != float32(i) {
+			t.Fatalf("key %d lost below the cap", i)
+		}
+	}
+}
+
 func TestNewErrors(t *testing.T) {
 	for _, n := range []int64{-1, 0, shards*ways*SlotBytes - 1} {
 		if _, err := New(n, nil); err == nil {
