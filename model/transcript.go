@@ -2,15 +2,19 @@ package model
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/scorer/scorer/model/scorecache"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -84,6 +88,16 @@ type ScorerOption func(*scorerConfig)
 type scorerConfig struct {
 	now    func() time.Time
 	encode func(*Model) func(string) ([]int32, error)
+	cache  *scorecache.Cache
+}
+
+// WithCache consults c before inference: pairs already scored by this model
+// (same version, score mode, class indices, hypothesis and premise tokens
+// after truncation) are answered from it, and only the rest reach the
+// engine. A nil c leaves the cache off. One cache may serve several scorers,
+// even of different models: the key covers the model.
+func WithCache(c *scorecache.Cache) ScorerOption {
+	return func(cfg *scorerConfig) { cfg.cache = c }
 }
 
 // WithClock sets the clock behind ScoredAt, so tests get fixed output.
@@ -106,6 +120,10 @@ type TranscriptScorer struct {
 	hyps   [][]int32 // tokenized hypotheses, by label
 	now    func() time.Time
 	encode func(string) ([]int32, error)
+	cache  *scorecache.Cache
+	// keyBase is, per label, the SHA-256 of everything in a cache key
+	// but the pair's tokens, so each pair hashes only its own tokens.
+	keyBase [][sha256.Size]byte
 }
 
 // NewTranscriptScorer validates lc and tokenizes each hypothesis once, so
@@ -130,6 +148,7 @@ func NewTranscriptScorer(m *Model, lc LabelConfig, engine PairScorer, opts ...Sc
 		engine: engine,
 		now:    cfg.now,
 		encode: m.Tokenizer.Encode,
+		cache:  cfg.cache,
 	}
 	if cfg.encode != nil {
 		ts.encode = cfg.encode(m)
@@ -146,8 +165,53 @@ func NewTranscriptScorer(m *Model, lc LabelConfig, engine PairScorer, opts ...Sc
 			return nil, fmt.Errorf("model: hypothesis %q is %d tokens, leaving no room for a sentence within max length %d", h, len(ids), m.MaxLength)
 		}
 		ts.hyps = append(ts.hyps, ids)
+		ts.keyBase = append(ts.keyBase, cacheKeyBase(m, h))
 	}
 	return ts, nil
+}
+
+// cacheKeyBase hashes the part of a pair's cache key shared by every
+// sentence of one label: the model's version (its ONNX SHA-256), how logits
+// become a score (mode and both class indices) and the hypothesis text.
+// Each field is length-prefixed so no two different keys hash the same
+// bytes.
+func cacheKeyBase(m *Model, hypothesis string) [sha256.Size]byte {
+	h := sha256.New()
+	field := func(s string) {
+		var n [8]byte
+		binary.LittleEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	field("scorer score cache v1")
+	field(m.SHA256)
+	field(string(m.ScoreMode))
+	field(strconv.Itoa(m.EntailmentIndex))
+	field(strconv.Itoa(m.ContradictionIndex))
+	field(hypothesis)
+	var out [sha256.Size]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// keyHasher builds cache keys; one per goroutine, reusing its buffer.
+type keyHasher struct{ buf []byte }
+
+// key is the 128-bit cache key of pair p under label base: SHA-256 over the
+// base and the pair's token ids and token type ids exactly as the graph
+// gets them (so after truncation), cut to its first 128 bits.
+func (kh *keyHasher) key(base *[sha256.Size]byte, p Pair) scorecache.Key {
+	b := append(kh.buf[:0], base[:]...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(p.IDs)))
+	for _, id := range p.IDs {
+		b = binary.LittleEndian.AppendUint32(b, uint32(id))
+	}
+	for _, id := range p.TypeIDs {
+		b = binary.LittleEndian.AppendUint32(b, uint32(id))
+	}
+	kh.buf = b
+	sum := sha256.Sum256(b)
+	return scorecache.Key{Hi: binary.LittleEndian.Uint64(sum[:8]), Lo: binary.LittleEndian.Uint64(sum[8:16])}
 }
 
 // Labels returns the labels scored, in output order.
@@ -167,19 +231,13 @@ func (ts *TranscriptScorer) Score(ctx context.Context, events []schema.Transcrip
 	for i := range events {
 		total += ts.PairCount(&events[i])
 	}
-	pairs, err := ts.encodeAll(ctx, events, total)
+	pairs, keys, err := ts.encodeAll(ctx, events, total)
 	if err != nil {
 		return nil, err
 	}
-
-	var scores []float32
-	if len(pairs) > 0 {
-		if scores, err = ts.engine.ScorePairs(ctx, pairs); err != nil {
-			return nil, fmt.Errorf("model: scoring %d events (%d pairs): %w", len(events), len(pairs), err)
-		}
-		if len(scores) != len(pairs) {
-			return nil, fmt.Errorf("model: engine returned %d scores for %d pairs", len(scores), len(pairs))
-		}
+	scores, err := ts.scorePairs(ctx, pairs, keys)
+	if err != nil {
+		return nil, fmt.Errorf("model: scoring %d events (%d pairs): %w", len(events), len(pairs), err)
 	}
 
 	scoredAt := ts.now().UTC().Format(time.RFC3339)
@@ -229,6 +287,64 @@ func (ts *TranscriptScorer) Score(ctx context.Context, events []schema.Transcrip
 	return out, nil
 }
 
+// scorePairs scores pairs through the cache when there is one: hits are
+// filled in, each distinct missing key goes to the engine once (boilerplate
+// such as "Thank you." repeats within a batch too), and the engine's scores
+// are stored for next time. keys is nil when the cache is off.
+func (ts *TranscriptScorer) scorePairs(ctx context.Context, pairs []Pair, keys []scorecache.Key) ([]float32, error) {
+	if len(pairs) == 0 {
+		return nil, nil
+	}
+	if keys == nil {
+		return ts.infer(ctx, pairs)
+	}
+	scores := make([]float32, len(pairs))
+	var missPairs []Pair
+	var missKeys []scorecache.Key
+	first := map[scorecache.Key]int{} // key → index in missPairs
+	dup := map[int]int{}              // pair index → index in missPairs
+	for i, k := range keys {
+		if s, ok := ts.cache.Get(k); ok {
+			scores[i] = s
+			continue
+		}
+		j, seen := first[k]
+		if !seen {
+			j = len(missPairs)
+			first[k] = j
+			missPairs = append(missPairs, pairs[i])
+			missKeys = append(missKeys, k)
+		}
+		dup[i] = j
+	}
+	if len(missPairs) == 0 {
+		return scores, nil
+	}
+	got, err := ts.infer(ctx, missPairs)
+	if err != nil {
+		return nil, err
+	}
+	for j, k := range missKeys {
+		ts.cache.Put(k, got[j])
+	}
+	for i, j := range dup {
+		scores[i] = got[j]
+	}
+	return scores, nil
+}
+
+// infer runs the engine and checks it answered every pair.
+func (ts *TranscriptScorer) infer(ctx context.Context, pairs []Pair) ([]float32, error) {
+	scores, err := ts.engine.ScorePairs(ctx, pairs)
+	if err != nil {
+		return nil, err
+	}
+	if len(scores) != len(pairs) {
+		return nil, fmt.Errorf("model: engine returned %d scores for %d pairs", len(scores), len(pairs))
+	}
+	return scores, nil
+}
+
 // sentenceRef locates one sentence of a batch of events.
 type sentenceRef struct {
 	ev   *schema.TranscriptEvent
@@ -242,7 +358,10 @@ type sentenceRef struct {
 // SectionNames order. Sentences are split over GOMAXPROCS goroutines: the
 // tokenizer is read-only, and a consumer batch of 16 transcripts is some
 // 7 000 sentences, which tokenized serially would keep a GPU waiting.
-func (ts *TranscriptScorer) encodeAll(ctx context.Context, events []schema.TranscriptEvent, total int) ([]Pair, error) {
+//
+// With the cache on it also returns each pair's cache key, hashed in the
+// same goroutines; without, keys is nil.
+func (ts *TranscriptScorer) encodeAll(ctx context.Context, events []schema.TranscriptEvent, total int) (pairs []Pair, keys []scorecache.Key, err error) {
 	L := len(ts.hyps)
 	refs := make([]sentenceRef, 0, total/max(L, 1))
 	for i := range events {
@@ -253,11 +372,14 @@ func (ts *TranscriptScorer) encodeAll(ctx context.Context, events []schema.Trans
 			}
 		}
 	}
-	pairs := make([]Pair, len(refs)*L)
+	pairs = make([]Pair, len(refs)*L)
+	if ts.cache != nil {
+		keys = make([]scorecache.Key, len(pairs))
+	}
 	const minChunk = 256
 	workers := min(runtime.GOMAXPROCS(0), (len(refs)+minChunk-1)/minChunk)
 	if workers < 1 {
-		return pairs, nil
+		return pairs, keys, nil
 	}
 	errs := make([]error, workers)
 	var wg sync.WaitGroup
@@ -268,6 +390,7 @@ func (ts *TranscriptScorer) encodeAll(ctx context.Context, events []schema.Trans
 		go func() {
 			defer wg.Done()
 			k := lo
+			var kh keyHasher
 			// A panic here would kill the process beyond any caller's
 			// recover; report it as this sentence's error instead.
 			defer func() {
@@ -290,6 +413,9 @@ func (ts *TranscriptScorer) encodeAll(ctx context.Context, events []schema.Trans
 				}
 				for l, h := range ts.hyps {
 					pairs[k*L+l] = ts.m.Tokenizer.EncodePair(ids, h, ts.m.MaxLength)
+					if keys != nil {
+						keys[k*L+l] = kh.key(&ts.keyBase[l], pairs[k*L+l])
+					}
 				}
 			}
 		}()
@@ -298,10 +424,10 @@ func (ts *TranscriptScorer) encodeAll(ctx context.Context, events []schema.Trans
 	// The first failing chunk holds the earliest failing sentence.
 	for _, err := range errs {
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	return pairs, nil
+	return pairs, keys, nil
 }
 
 // panicSite is the first frame of a panic's stack below the runtime's own:

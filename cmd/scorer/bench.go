@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/model"
+	"github.com/scorer/scorer/model/scorecache"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -41,6 +43,22 @@ type benchFlags struct {
 	scalingRounds    int
 	skip             string
 	pipelineDeadline time.Duration
+
+	shapeRows    string
+	shapeTokens  string
+	shapePlans   string
+	shapePairs   int
+	shapeRounds  int
+	revisionN    int
+	revisionVers int
+	revisionEdit float64
+	revisionCap  int64
+	revisionRnds int
+	int8Pairs    int
+	int8Rounds   int
+	largeModel   string
+	largePairs   int
+	largeRows    string
 }
 
 // runBench is `scorer bench`: per model folder it measures the pipeline
@@ -64,7 +82,22 @@ func runBench(ctx context.Context, e procEnv, args []string) error {
 	fs.StringVar(&bf.scalingThreads, "scaling-threads", "1,2", "intra-op thread counts of the CPU scaling run")
 	fs.StringVar(&bf.scalingWorkers, "scaling-workers", "1,2", "workers per device of the CPU scaling run")
 	fs.IntVar(&bf.scalingRounds, "scaling-rounds", 2, "interleaved rounds of the CPU scaling run; each setting reports its best")
-	fs.StringVar(&bf.skip, "skip", "", "comma-separated sections to skip: latency, memory, scaling")
+	fs.StringVar(&bf.skip, "skip", "", "comma-separated sections to skip: pipeline (with raw ORT, padding, tokenizer), latency, memory, scaling, shapes, revision, int8; large (the --large-model rows, which ignore the others)")
+	fs.StringVar(&bf.shapeRows, "shape-rows", "8,16,32,64,256", "MAX_BATCH_ROWS values of the CPU batch-shape sweep")
+	fs.StringVar(&bf.shapeTokens, "shape-tokens", "16384", "MAX_BATCH_TOKENS values of the CPU batch-shape sweep")
+	fs.StringVar(&bf.shapePlans, "shape-plans", "2x1,1x2", "WORKERSxTHREADS settings of the CPU batch-shape sweep")
+	fs.IntVar(&bf.shapePairs, "shape-pairs", 1200, "pairs (at least) scored per batch shape")
+	fs.IntVar(&bf.shapeRounds, "shape-rounds", 2, "interleaved rounds of the batch-shape sweep; each shape reports its best")
+	fs.IntVar(&bf.revisionN, "revision-transcripts", 6, "real transcripts in the revision workload (each arrives --revision-versions times)")
+	fs.IntVar(&bf.revisionVers, "revision-versions", 3, "versions of each transcript in the revision workload")
+	fs.Float64Var(&bf.revisionEdit, "revision-edit", 0.05, "share of sentences edited in each later version")
+	fs.IntVar(&bf.revisionRnds, "revision-rounds", 2, "alternating cache off / on rounds of the revision workload; each keeps its best")
+	fs.Int64Var(&bf.revisionCap, "revision-capped-bytes", 128<<10, "score cache cap of the revision workload's capped run (smaller than its distinct pairs, so it evicts)")
+	fs.IntVar(&bf.int8Pairs, "int8-pairs", 1200, "pairs (at least) scored by fp32 and by int8 per model folder")
+	fs.IntVar(&bf.int8Rounds, "int8-rounds", 2, "alternating fp32/int8 rounds; each keeps its best")
+	fs.StringVar(&bf.largeModel, "large-model", "", "a production-size model folder (../shared/tools/large-model makes one; never commit it): adds its batch-shape and fp32/int8 rows; empty = none")
+	fs.IntVar(&bf.largePairs, "large-pairs", 150, "pairs per measurement on --large-model")
+	fs.StringVar(&bf.largeRows, "large-shape-rows", "8,16,64", "MAX_BATCH_ROWS values of --large-model's batch-shape sweep (one round, the largest --shape-tokens)")
 	fs.DurationVar(&bf.pipelineDeadline, "run-timeout", 15*time.Minute, "deadline of each pipeline run")
 	cfg, err := loadConfig(e.getenv, fs, args)
 	if err != nil {
@@ -122,6 +155,25 @@ func runBench(ctx context.Context, e procEnv, args []string) error {
 	}
 	defer shutdownORT()
 
+	rows, err := intList(bf.shapeRows)
+	if err != nil {
+		return fmt.Errorf("bench: --shape-rows: %w", err)
+	}
+	tokens, err := intList(bf.shapeTokens)
+	if err != nil {
+		return fmt.Errorf("bench: --shape-tokens: %w", err)
+	}
+	plans, err := parsePlans(bf.shapePlans)
+	if err != nil {
+		return fmt.Errorf("bench: --shape-plans: %w", err)
+	}
+	if bf.revisionN <= 0 || bf.revisionVers < 2 || !(bf.revisionEdit > 0 && bf.revisionEdit < 1) || bf.revisionCap < scorecache.MinBytes {
+		return fmt.Errorf("bench: --revision-transcripts must be > 0, --revision-versions >= 2, --revision-edit in (0, 1), --revision-capped-bytes >= %d", scorecache.MinBytes)
+	}
+	if bf.shapePairs <= 0 || bf.int8Pairs <= 0 || bf.largePairs <= 0 || bf.shapeRounds <= 0 || bf.int8Rounds <= 0 || bf.revisionRnds <= 0 {
+		return errors.New("bench: --shape-pairs, --int8-pairs, --large-pairs and the --*-rounds flags must be > 0")
+	}
+
 	rep := benchReport{Machine: machineInfo(), Settings: benchSettingsOf(cfg, bf, len(corpus))}
 	for _, d := range dirs {
 		dir, err := resolvePath(d)
@@ -134,7 +186,32 @@ func runBench(ctx context.Context, e procEnv, args []string) error {
 		}
 		rep.Models = append(rep.Models, mr)
 	}
+	perfDirs := slices.Clone(dirs)
+	if bf.largeModel != "" && !skip["large"] {
+		perfDirs = append(perfDirs, bf.largeModel)
+	}
+	for i, d := range perfDirs {
+		dir, err := resolvePath(d)
+		if err != nil {
+			return fmt.Errorf("bench: model dir: %w", err)
+		}
+		large := bf.largeModel != "" && i == len(perfDirs)-1
+		r, t := rows, tokens
+		if large {
+			// At ~11 pairs/s fp32 the full sweep would take an hour.
+			if r, err = intList(bf.largeRows); err != nil {
+				return fmt.Errorf("bench: --large-shape-rows: %w", err)
+			}
+			t = []int{slices.Max(tokens)}
+		}
+		pr, err := benchPerf(ctx, e, cfg, bf, dir, corpus, skip, large, r, t, plans)
+		if err != nil {
+			return fmt.Errorf("bench: %s: %w", filepath.Base(dir), err)
+		}
+		rep.Perf = append(rep.Perf, pr)
+	}
 	printTable(e.stdout, &rep)
+	printPerfTable(e.stdout, rep.Perf)
 	if bf.out != "" {
 		b, err := json.MarshalIndent(rep, "", "  ")
 		if err != nil {
@@ -171,6 +248,9 @@ func benchModel(ctx context.Context, e procEnv, cfg Config, bf benchFlags, log z
 		}
 		mr.CPUProfile = prof
 	}
+	if skip["pipeline"] {
+		return mr, nil
+	}
 	progress(e, "%s: pipeline, %d transcripts (%d pairs), as fast as possible", m.Name, len(sample), pairsOf(sample, labels))
 	run, err := runPipeline(ctx, cfg, m, log, pipelineOpts{records: recs, keys: keys, keep: true, timeout: bf.pipelineDeadline, profile: prof})
 	if err != nil {
@@ -197,7 +277,8 @@ func benchModel(ctx context.Context, e procEnv, cfg Config, bf benchFlags, log z
 	tp.OK = tp.Ratio >= tp.Target
 	mr.Throughput = tp
 
-	arrReal, arrPadded := arrivalPadding(run.rec.arrivals, cfg.MaxBatchTokens, cfg.MaxBatchRows)
+	shapeTokens, shapeRows := batchShape(cfg, run.device.Kind == gpupool.CPU)
+	arrReal, arrPadded := arrivalPadding(run.rec.arrivals, shapeTokens, shapeRows)
 	mr.Padding = paddingResult{Ours: run.stats.PaddingEfficiency(), ArrivalOrder: float64(arrReal) / float64(arrPadded),
 		RealTokens: run.stats.RealTokens, PaddedTokens: run.stats.PaddedTokens, ArrivalPaddedTokens: arrPadded, Target: 0.85}
 	mr.Padding.OK = mr.Padding.Ours >= mr.Padding.Target
@@ -263,6 +344,69 @@ func benchModel(ctx context.Context, e procEnv, cfg Config, bf benchFlags, log z
 		}
 	}
 	return mr, nil
+}
+
+// benchPerf runs the sections about doing less work per pair for one model
+// folder: CPU batch shapes, the revision workload (not on the large
+// stand-in: its cache behaviour is the small models'), fp32 vs int8.
+func benchPerf(ctx context.Context, e procEnv, cfg Config, bf benchFlags, dir string, corpus []corpusLine, skip map[string]bool, large bool, rows, tokens []int, plans []cpuShape) (perfReport, error) {
+	cfg.ModelDir, cfg.ModelFile = dir, ""
+	m, err := loadModel(cfg)
+	if err != nil {
+		return perfReport{}, err
+	}
+	pr := perfReport{Model: m.Name}
+	if large {
+		// The stand-in is opt-in and slow: its rows follow --skip large
+		// alone, so they can be run without the small models' sections.
+		pr.Model += " (large stand-in)"
+		skip = map[string]bool{"revision": true}
+	}
+	labels := len(cfg.Labels)
+	sample := spreadSample(corpus, bf.limit)
+	pairs := bf.shapePairs
+	if large {
+		pairs = bf.largePairs
+	}
+	if !skip["shapes"] {
+		evs := scalingEvents(sample, pairs, labels)
+		rounds := bf.shapeRounds
+		if large {
+			rounds = 1
+		}
+		progress(e, "%s: CPU batch shapes, rows %v × tokens %v × plans %s, %d round(s)", pr.Model, rows, tokens, bf.shapePlans, rounds)
+		if pr.Shapes, err = runShapes(ctx, cfg, m, evs, rows, tokens, plans, rounds); err != nil {
+			return pr, err
+		}
+	}
+	if !skip["revision"] && !large {
+		lines := spreadSample(corpus, bf.revisionN)
+		_, _, evs := splitLines(lines)
+		progress(e, "%s: revision workload, %d transcripts × %d versions, %.0f%% edited, cache off / on / capped at %d bytes", pr.Model, len(evs), bf.revisionVers, 100*bf.revisionEdit, bf.revisionCap)
+		capBytes := int64(cfg.ScoreCacheBytes)
+		if capBytes == 0 {
+			capBytes = 256 << 20 // SCORE_CACHE_BYTES=0 turns the service's cache off, not this section
+		}
+		if pr.Revision, err = runRevision(ctx, cfg, m, evs, bf.revisionVers, bf.revisionEdit, capBytes, bf.revisionCap, bf.revisionRnds); err != nil {
+			return pr, err
+		}
+	}
+	if !skip["int8"] {
+		n := bf.int8Pairs
+		if large {
+			n = bf.largePairs
+		}
+		evs := scalingEvents(sample, n, labels)
+		progress(e, "%s: fp32 vs int8 (%s), %d transcripts", pr.Model, int8File, len(evs))
+		rounds := bf.int8Rounds
+		if large {
+			rounds = 1
+		}
+		if pr.Int8, err = runInt8(ctx, cfg, dir, evs, rounds); err != nil {
+			return pr, err
+		}
+	}
+	return pr, nil
 }
 
 // splitLines returns the records, their call_ids and decoded events.

@@ -70,9 +70,10 @@ func runScaling(ctx context.Context, cfg Config, m *model.Model, evs []schema.Tr
 		i := 0
 		for _, t := range threads {
 			for _, w := range workers {
+				tokens, rows := batchShape(cfg, true)
 				pool, err := gpupool.New(ctx, gpupool.SessionFactory(m, gpupool.SessionConfig{IntraOpThreads: t}),
 					gpupool.Mode(gpupool.ModeCPU), gpupool.WorkersPerDevice(w),
-					gpupool.MaxBatchTokens(cfg.MaxBatchTokens), gpupool.MaxBatchRows(cfg.MaxBatchRows))
+					gpupool.MaxBatchTokens(tokens), gpupool.MaxBatchRows(rows))
 				if err != nil {
 					return nil, err
 				}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+
+	"github.com/scorer/scorer/model/scorecache"
 )
 
 // Config is the whole service configuration. Every field comes from an
@@ -51,6 +53,9 @@ type Config struct {
 	MaxUncommitted     int           `env:"MAX_UNCOMMITTED" envDefault:"1000" help:"records per input partition fetched past its committed offset; fetching of the partition pauses at this (a crash replays at most this many per partition)"`
 	MaxBatchTokens     int           `env:"MAX_BATCH_TOKENS" envDefault:"16384" help:"rows × padded length per inference batch"`
 	MaxBatchRows       int           `env:"MAX_BATCH_ROWS" envDefault:"256" help:"rows per inference batch"`
+	CPUMaxBatchTokens  int           `env:"CPU_MAX_BATCH_TOKENS" envDefault:"16384" help:"on CPU-only pools, MAX_BATCH_TOKENS is capped at this (measured: make bench, CPU batch shapes)"`
+	CPUMaxBatchRows    int           `env:"CPU_MAX_BATCH_ROWS" envDefault:"16" help:"on CPU-only pools, MAX_BATCH_ROWS is capped at this: small batches stay in the CPU's caches (measured: make bench, CPU batch shapes)"`
+	ScoreCacheBytes    int           `env:"SCORE_CACHE_BYTES" envDefault:"268435456" help:"memory for the cache of pair scores (revised and repeated sentences skip inference); 0 = off"`
 
 	ModelDir           string   `env:"MODEL_DIR" envDefault:"../shared/models/nli-unigram-small" help:"model folder: config.json, tokenizer.json, ONNX file"`
 	ModelFile          string   `env:"MODEL_FILE" help:"ONNX file relative to MODEL_DIR; empty = model.onnx or the single onnx/model*.onnx"`
@@ -140,6 +145,9 @@ func (c *Config) validate() error {
 	check(c.MaxUncommitted > 0, "MAX_UNCOMMITTED must be > 0")
 	check(c.MaxBatchTokens > 0, "MAX_BATCH_TOKENS must be > 0")
 	check(c.MaxBatchRows > 0, "MAX_BATCH_ROWS must be > 0")
+	check(c.CPUMaxBatchTokens > 0, "CPU_MAX_BATCH_TOKENS must be > 0")
+	check(c.CPUMaxBatchRows > 0, "CPU_MAX_BATCH_ROWS must be > 0")
+	check(c.ScoreCacheBytes == 0 || c.ScoreCacheBytes >= scorecache.MinBytes, "SCORE_CACHE_BYTES must be 0 (off) or at least %d", scorecache.MinBytes)
 	check(c.Device == "auto" || c.Device == "cpu" || c.Device == "cuda", "DEVICE must be auto, cpu or cuda, got %q", c.Device)
 	check(c.GPUMemFraction > 0 && c.GPUMemFraction <= 1, "GPU_MEM_FRACTION must be in (0, 1]")
 	check(c.GPUProbation > 0, "GPU_PROBATION must be > 0")

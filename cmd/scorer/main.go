@@ -6,6 +6,7 @@
 //	scorer produce   load a TranscriptEvent JSONL file into a topic
 //	scorer bench     benchmarks (see docs/benchmarks.md)
 //	scorer doctor    whether the configured DEVICE works on this host (see docs/gpu.md)
+//	scorer compare   two models on one sample: |Δp|, decision agreement, speed
 package main
 
 import (
@@ -74,12 +75,14 @@ commands:
   produce   load a TranscriptEvent JSONL file into a topic
   bench     run the benchmarks
   doctor    check this host's GPU/CPU path for the configured DEVICE (--json)
+  compare   score a sample with two models (or ONNX files, or devices) and gate on agreement
 
 Run 'scorer <command> -h' for the command's flags. Configuration comes from
 environment variables (see README.md); flags override them.
 
 Signals: on SIGINT/SIGTERM, run stops fetching, drains in-flight work and
-exits 0; score stops at once and exits 130, leaving a file --out as it was.
+exits 0; score stops at once and exits 130, leaving a file --out as it was
+(with --resume, the transcripts completed so far stay in --out's .partial file).
 A second signal kills the process.
 `
 
@@ -103,6 +106,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return runBench(ctx, e, rest)
 	case "doctor":
 		return runDoctor(ctx, e, rest)
+	case "compare":
+		return runCompare(ctx, e, rest)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usageText)
 		return nil

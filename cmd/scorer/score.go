@@ -24,7 +24,9 @@ import (
 // JSONL out, same order, through the same scoring stack as the service.
 // A file --out appears only when the whole run succeeds. When ctx ends (the
 // first SIGINT/SIGTERM) it stops at once with errInterrupted, even while
-// waiting on stdin.
+// waiting on stdin. With --resume, completed transcripts are kept in
+// <out>.partial (fsynced as they complete), and a later --resume run skips
+// them and appends the rest, so a long backfill never starts over.
 func runScore(ctx context.Context, e procEnv, args []string) error {
 	fs := flag.NewFlagSet("score", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
@@ -34,6 +36,7 @@ func runScore(ctx context.Context, e procEnv, args []string) error {
 	skipBad := fs.Bool("skip-bad", false, "report bad lines on stderr as JSON and go on, instead of stopping")
 	chunk := fs.Int("chunk", 8, "transcripts per scoring call; two calls are in flight so reading overlaps scoring")
 	progress := fs.String("progress", "auto", "progress bar on stderr: auto (when a terminal), on, off")
+	resume := fs.Bool("resume", false, "keep completed transcripts in <out>.partial (fsynced as they complete); a later --resume run skips them and appends the rest, and renames it to --out at the end")
 	var outFile *outputFile
 	cfg, err := loadConfig(e.getenv, fs, args)
 	if err != nil {
@@ -44,6 +47,9 @@ func runScore(ctx context.Context, e procEnv, args []string) error {
 	}
 	if *chunk <= 0 {
 		return errors.New("score: --chunk must be > 0")
+	}
+	if *resume && *out == "-" {
+		return usageError{"score: --resume needs --out FILE (the partial output is kept beside it)"}
 	}
 	if *in != "-" && *out != "-" && sameFile(*in, *out) {
 		return usageError{fmt.Sprintf("score: --in and --out are the same file (%s): the output would overwrite the input", *out)}
@@ -59,7 +65,19 @@ func runScore(ctx context.Context, e procEnv, args []string) error {
 	}
 	defer closeIn()
 	var w io.Writer = e.stdout
-	if *out != "-" {
+	var done []string // call_ids already in the partial output, in order
+	switch {
+	case *resume:
+		o, ids, err := openPartial(*out)
+		if err != nil {
+			return fmt.Errorf("score: %w", err)
+		}
+		defer o.abort() // keeps the partial file: that is the point
+		w, outFile, done = o.f, o, ids
+		if len(ids) > 0 {
+			log.Info().Str("partial", o.f.Name()).Int("transcripts", len(ids)).Msg("resuming: these are kept and skipped")
+		}
+	case *out != "-":
 		o, err := createOutput(*out)
 		if err != nil {
 			return fmt.Errorf("score: %w", err)
@@ -81,7 +99,17 @@ func runScore(ctx context.Context, e procEnv, args []string) error {
 	bw := bufio.NewWriterSize(w, 1<<20)
 	sj := &scoreJob{
 		stack: stack, in: bufio.NewReaderSize(r, 1<<20), out: bw, stderr: e.stderr,
-		skipBad: *skipBad, chunk: *chunk, totalBytes: total, started: time.Now(),
+		skipBad: *skipBad, chunk: *chunk, totalBytes: total, started: time.Now(), resumeDone: done,
+	}
+	if *resume {
+		// Each chunk's lines reach the disk before the next is written, so
+		// a crash loses at most the chunks in flight.
+		sj.sync = func() error {
+			if err := bw.Flush(); err != nil {
+				return err
+			}
+			return outFile.f.Sync()
+		}
 	}
 	showProgress := *progress == "on" || (*progress == "auto" && isTerminal(e.stderr))
 	var stopProgress func()
@@ -104,7 +132,13 @@ func runScore(ctx context.Context, e procEnv, args []string) error {
 			err = fmt.Errorf("score: %s: %w", *out, cerr)
 		}
 	}
-	log.Info().Int64("transcripts", sj.done.Load()).Int64("pairs", sj.pairs.Load()).
+	if *resume && err != nil {
+		if serr := outFile.f.Sync(); serr == nil {
+			log.Warn().Str("partial", outFile.f.Name()).Int64("transcripts", int64(len(done))+sj.done.Load()).
+				Msg("kept the completed transcripts; run again with --resume to finish")
+		}
+	}
+	log.Info().Int64("transcripts", sj.done.Load()).Int64("skipped", sj.skipped.Load()).Int64("pairs", sj.pairs.Load()).
 		Int64("bad_lines", sj.bad.Load()).Dur("elapsed", time.Since(sj.started)).Msg("score finished")
 	return err
 }
@@ -120,9 +154,16 @@ type scoreJob struct {
 	chunk      int
 	totalBytes int64
 
+	// resumeDone are the call_ids of the partial output, in order: the
+	// first valid input transcripts, which must match them, are skipped.
+	resumeDone []string
+	// sync, when set, makes each written chunk durable (--resume).
+	sync func() error
+
 	started   time.Time
 	readBytes atomic.Int64
 	done      atomic.Int64
+	skipped   atomic.Int64
 	pairs     atomic.Int64
 	bad       atomic.Int64
 	stderrMu  sync.Mutex
@@ -176,6 +217,11 @@ func (j *scoreJob) run(ctx context.Context) error {
 				return fmt.Errorf("score: write: %w", err)
 			}
 		}
+		if j.sync != nil {
+			if err := j.sync(); err != nil {
+				return fmt.Errorf("score: write: %w", err)
+			}
+		}
 		j.done.Add(int64(len(res.scored)))
 	}
 }
@@ -207,6 +253,7 @@ func (j *scoreJob) read(ctx context.Context, chunks chan<- *scoreChunk) error {
 			return ctx.Err()
 		}
 	}
+	valid := 0 // valid transcripts read so far
 	for lineNo := 1; ; lineNo++ {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -216,7 +263,18 @@ func (j *scoreJob) read(ctx context.Context, chunks chan<- *scoreChunk) error {
 		if trimmed := bytes.TrimSpace(line); len(trimmed) > 0 {
 			ev, derr := schema.DecodeEvent(trimmed, j.stack.limits)
 			switch {
+			case derr == nil && valid < len(j.resumeDone):
+				// Already in the partial output. The partial file is a
+				// prefix of the output in input order, so position and
+				// call_id must both match, or the input changed.
+				if want := j.resumeDone[valid]; ev.CallID != want {
+					return fmt.Errorf("score: --resume: line %d is call_id %q, but the partial output's transcript %d is %q: the input changed since the interrupted run (remove the .partial file to start over)",
+						lineNo, ev.CallID, valid+1, want)
+				}
+				valid++
+				j.skipped.Add(1)
 			case derr == nil:
+				valid++
 				events = append(events, ev)
 			case j.skipBad:
 				j.bad.Add(1)
@@ -236,6 +294,10 @@ func (j *scoreJob) read(ctx context.Context, chunks chan<- *scoreChunk) error {
 			}
 		}
 		if errors.Is(err, io.EOF) {
+			if valid < len(j.resumeDone) {
+				return fmt.Errorf("score: --resume: the input has %d transcripts but the partial output already holds %d: the input changed since the interrupted run (remove the .partial file to start over)",
+					valid, len(j.resumeDone))
+			}
 			return send()
 		}
 		if err != nil {
@@ -252,6 +314,7 @@ type outputFile struct {
 	f      *os.File
 	target string // "" when writing in place
 	done   bool
+	keep   bool // --resume's partial file: abort keeps it
 }
 
 func createOutput(path string) (*outputFile, error) {
@@ -283,6 +346,67 @@ func createOutput(path string) (*outputFile, error) {
 	return &outputFile{f: f, target: target}, nil
 }
 
+// partialSuffix names the file --resume keeps completed transcripts in.
+const partialSuffix = ".partial"
+
+// openPartial opens <path>.partial for --resume: created if absent, else
+// read back. Its complete lines are transcripts done by an earlier run;
+// their call_ids are returned in order. A last line without its newline
+// is a write cut short by a crash: it is cut off, to be scored again.
+func openPartial(path string) (*outputFile, []string, error) {
+	target := path
+	mode := os.FileMode(0o644)
+	if st, err := os.Stat(path); err == nil {
+		if !st.Mode().IsRegular() {
+			return nil, nil, fmt.Errorf("--resume needs a regular file --out, %s is not", path)
+		}
+		mode = st.Mode().Perm()
+		if t, err := filepath.EvalSymlinks(path); err == nil {
+			target = t
+		}
+	}
+	name := target + partialSuffix
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, mode)
+	if err != nil {
+		return nil, nil, err
+	}
+	ids, keep, err := readPartial(f)
+	if err == nil {
+		err = f.Truncate(keep)
+	}
+	if err == nil {
+		_, err = f.Seek(keep, io.SeekStart)
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return &outputFile{f: f, target: target, keep: true}, ids, nil
+}
+
+// readPartial returns the call_ids of f's complete lines and the length of
+// those lines, where appending resumes.
+func readPartial(f *os.File) (ids []string, keep int64, err error) {
+	r := bufio.NewReaderSize(f, 1<<20)
+	for n := 1; ; n++ {
+		line, err := r.ReadBytes('\n')
+		if errors.Is(err, io.EOF) {
+			return ids, keep, nil // a cut-off line, or none, is dropped
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		var st struct {
+			CallID *string `json:"call_id"`
+		}
+		if err := json.Unmarshal(line, &st); err != nil || st.CallID == nil {
+			return nil, 0, fmt.Errorf("line %d is not a scored transcript (%v); remove the file to start over", n, err)
+		}
+		ids = append(ids, *st.CallID)
+		keep += int64(len(line))
+	}
+}
+
 // commit makes the output visible under --out.
 func (o *outputFile) commit() error {
 	o.done = true
@@ -296,7 +420,7 @@ func (o *outputFile) commit() error {
 	if err == nil {
 		err = os.Rename(o.f.Name(), o.target)
 	}
-	if err != nil {
+	if err != nil && !o.keep {
 		os.Remove(o.f.Name())
 	}
 	return err
@@ -309,7 +433,7 @@ func (o *outputFile) abort() {
 	}
 	o.done = true
 	o.f.Close()
-	if o.target != "" {
+	if o.target != "" && !o.keep {
 		os.Remove(o.f.Name())
 	}
 }
@@ -373,6 +497,9 @@ func (j *scoreJob) drawProgress(final bool) {
 		// Reading runs at most a few chunks ahead, so bytes read tracks progress.
 		eta := time.Duration(float64(elapsed) * (1 - frac) / frac)
 		line += fmt.Sprintf(", %3.0f%%, ETA %s", 100*frac, eta.Truncate(time.Second))
+	}
+	if skipped := j.skipped.Load(); skipped > 0 {
+		line += fmt.Sprintf(", %d skipped (done before --resume)", skipped)
 	}
 	if bad := j.bad.Load(); bad > 0 {
 		line += fmt.Sprintf(", %d bad lines", bad)

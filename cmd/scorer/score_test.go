@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -333,6 +336,148 @@ func TestScoreInterrupt(t *testing.T) {
 			t.Logf("exited %v after SIGTERM", time.Since(start).Round(time.Millisecond))
 		case <-time.After(20 * time.Second):
 			t.Fatal("scorer score still running 20s after SIGTERM")
+		}
+	})
+}
+
+// equalScored compares two outputs transcript by transcript: every field
+// equal but scored_at, scores within 1e-5 (a resumed run batches pairs
+// differently, which may move the last bits).
+func equalScored(t *testing.T, got, want []schema.ScoredTranscript) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d transcripts, want %d", len(got), len(want))
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		g.ScoredAt, w.ScoredAt = "", ""
+		gs, ws := g.Sections, w.Sections
+		g.Sections, w.Sections = nil, nil
+		if !reflect.DeepEqual(g, w) || len(gs) != len(ws) {
+			t.Fatalf("transcript %d differs:\n got %+v\nwant %+v", i, g, w)
+		}
+		for name, wsec := range ws {
+			gsec := gs[name]
+			for label, wl := range wsec.Results {
+				gl := gsec.Results[label]
+				if len(gl.Scores) != len(wl.Scores) {
+					t.Fatalf("%s %s %s: %d scores, want %d", w.CallID, name, label, len(gl.Scores), len(wl.Scores))
+				}
+				for j := range wl.Scores {
+					if math.Abs(float64(gl.Scores[j]-wl.Scores[j])) > 1e-5 {
+						t.Fatalf("%s %s %s[%d] = %v, want %v", w.CallID, name, label, j, gl.Scores[j], wl.Scores[j])
+					}
+				}
+				gl.Scores, wl.Scores = nil, nil
+				if !reflect.DeepEqual(gl, wl) {
+					t.Fatalf("%s %s %s differs: %+v vs %+v", w.CallID, name, label, gl, wl)
+				}
+			}
+			gsec.Results, wsec.Results = nil, nil
+			if !reflect.DeepEqual(gsec, wsec) {
+				t.Fatalf("%s %s differs", w.CallID, name)
+			}
+		}
+	}
+}
+
+// TestScoreResume interrupts a real `scorer score --resume` run once some
+// transcripts are written, resumes it, and checks the final file against
+// an uninterrupted run's: every transcript once, in input order.
+func TestScoreResume(t *testing.T) {
+	env := baseEnv(t)
+	in, events := shortestTranscripts(t, 6)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out.jsonl")
+	partial := out + ".partial"
+
+	// The run is cancelled as soon as the partial file holds two complete
+	// transcripts: a real run, stopped as Ctrl-C would stop it.
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() {
+		for ctx.Err() == nil {
+			if b, err := os.ReadFile(partial); err == nil && bytes.Count(b, []byte("\n")) >= 2 {
+				cancel()
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	var errb bytes.Buffer
+	err := run(ctx, []string{"score", "--in", in, "--out", out, "--resume", "--chunk", "1"},
+		func(k string) string { return env[k] }, nil, io.Discard, &errb)
+	if !errors.Is(err, errInterrupted) {
+		t.Fatalf("interrupted run: %v, want interrupted\n%s", err, errb.String())
+	}
+	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("--out exists after an interrupted run: %v", err)
+	}
+	kept := readJSONL[schema.ScoredTranscript](t, partial)
+	if len(kept) < 2 || len(kept) >= len(events) {
+		t.Fatalf("the partial file holds %d transcripts; want 2..%d (the run was stopped early)", len(kept), len(events)-1)
+	}
+	// A crash can cut the last line short: it is dropped and rescored.
+	f, err := os.OpenFile(partial, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(`{"call_id": "cut-off-by-a-cra`)
+	f.Close()
+
+	stdout, stderr, err := runCLI(t, env, "", "score", "--in", in, "--out", out, "--resume", "--chunk", "1", "--progress", "on")
+	if err != nil {
+		t.Fatalf("resumed run: %v\n%s", err, stderr)
+	}
+	if stdout != "" {
+		t.Errorf("resumed run wrote to stdout: %q", stdout)
+	}
+	if want := fmt.Sprintf("%d skipped", len(kept)); !strings.Contains(stderr, want) {
+		t.Errorf("progress does not say %q:\n%s", want, tail(stderr, 500))
+	}
+	if _, err := os.Stat(partial); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the partial file is still there after success: %v", err)
+	}
+	resumed := readJSONL[schema.ScoredTranscript](t, out)
+	for i, st := range resumed {
+		if st.CallID != events[i].CallID {
+			t.Fatalf("output %d is %s, want %s (input order)", i, st.CallID, events[i].CallID)
+		}
+	}
+
+	whole := filepath.Join(dir, "whole.jsonl")
+	if _, stderr, err := runCLI(t, env, "", "score", "--in", in, "--out", whole); err != nil {
+		t.Fatalf("uninterrupted run: %v\n%s", err, stderr)
+	}
+	equalScored(t, resumed, readJSONL[schema.ScoredTranscript](t, whole))
+	// The kept transcripts were not rescored: they are byte for byte the
+	// interrupted run's lines, scored_at included.
+	for i := range kept {
+		if resumed[i].ScoredAt != kept[i].ScoredAt {
+			t.Errorf("transcript %d was rescored on resume", i)
+		}
+	}
+
+	t.Run("a changed input is refused", func(t *testing.T) {
+		raw, _ := os.ReadFile(in)
+		if err := os.WriteFile(partial, raw[:bytes.IndexByte(raw, '\n')+1], 0o644); err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.SplitAfter(string(raw), "\n")
+		swapped := filepath.Join(dir, "swapped.jsonl")
+		os.WriteFile(swapped, []byte(lines[1]+lines[0]), 0o644)
+		_, _, err := runCLI(t, env, "", "score", "--in", swapped, "--out", out, "--resume")
+		if err == nil || !strings.Contains(err.Error(), "input changed") {
+			t.Errorf("resume over a different input: %v", err)
+		}
+		if _, err := os.Stat(partial); err != nil {
+			t.Errorf("the partial file was lost: %v", err)
+		}
+	})
+
+	t.Run("--resume needs a file --out", func(t *testing.T) {
+		if _, _, err := runCLI(t, env, "", "score", "--in", in, "--resume"); exitCode(err) != 2 {
+			t.Errorf("--resume to stdout: %v (exit %d), want exit 2", err, exitCode(err))
 		}
 	})
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/model"
+	"github.com/scorer/scorer/model/scorecache"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -23,6 +24,7 @@ type scoringStack struct {
 	model   *model.Model
 	pool    *gpupool.Pool
 	scorer  *model.TranscriptScorer
+	cache   *scorecache.Cache // nil when SCORE_CACHE_BYTES=0
 	labels  model.LabelConfig
 	limits  schema.Limits
 	closers []func(context.Context) error
@@ -100,7 +102,14 @@ func openScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg promet
 	})
 
 	s.labels = model.LabelConfig{Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold}
-	s.scorer, err = model.NewTranscriptScorer(m, s.labels, pool)
+	var scorerOpts []model.ScorerOption
+	if cfg.ScoreCacheBytes > 0 {
+		if s.cache, err = scorecache.New(int64(cfg.ScoreCacheBytes), reg); err != nil {
+			return nil, err
+		}
+		scorerOpts = append(scorerOpts, model.WithCache(s.cache))
+	}
+	s.scorer, err = model.NewTranscriptScorer(m, s.labels, pool, scorerOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -182,8 +191,6 @@ func newPool(ctx context.Context, cfg Config, m *model.Model, log zerolog.Logger
 	}
 	opts := []gpupool.Option{
 		gpupool.Mode(devMode),
-		gpupool.MaxBatchTokens(cfg.MaxBatchTokens),
-		gpupool.MaxBatchRows(cfg.MaxBatchRows),
 		gpupool.MemFraction(cfg.GPUMemFraction),
 		gpupool.GPUMemLimit(memLimit),
 		gpupool.Probation(cfg.GPUProbation),
@@ -222,6 +229,8 @@ func newPool(ctx context.Context, cfg Config, m *model.Model, log zerolog.Logger
 			log.Debug().Err(perr).Msg("NVML unavailable")
 		}
 	}
+	tokens, rows := batchShape(cfg, probe == nil)
+	opts = append(opts, gpupool.MaxBatchTokens(tokens), gpupool.MaxBatchRows(rows))
 	pool, err := gpupool.New(ctx, factory, opts...)
 	if err != nil {
 		closeNVML()

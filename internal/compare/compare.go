@@ -1,0 +1,315 @@
+// Package compare scores one transcript sample with two models (or two
+// ONNX files of one model, or one model on two devices) and measures how
+// far apart they are: |Δp| quantiles, decision agreement at the threshold
+// per label, the sentences whose decision flips, and each side's
+// throughput. It is the gate before switching to an int8 export, rolling
+// out a new model version, or trusting a GPU against the CPU.
+package compare
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/scorer/scorer/schema"
+)
+
+// Scorer scores whole transcripts; model.TranscriptScorer implements it.
+type Scorer interface {
+	Score(ctx context.Context, events []schema.TranscriptEvent) ([]schema.ScoredTranscript, error)
+}
+
+// Run is one side's scores of the sample and how long they took.
+type Run struct {
+	// Name says which side this is (model folder, ONNX file, device).
+	Name    string
+	Results []schema.ScoredTranscript
+	// Pairs is sentences × labels scored.
+	Pairs int
+	// Seconds is the wall time of scoring, tokenizing included.
+	Seconds float64
+}
+
+// Score runs events through s chunk transcripts at a time, as `scorer
+// score` does, and times it.
+func Score(ctx context.Context, name string, s Scorer, events []schema.TranscriptEvent, chunk int) (Run, error) {
+	if chunk <= 0 {
+		return Run{}, fmt.Errorf("compare: chunk %d must be > 0", chunk)
+	}
+	r := Run{Name: name}
+	t0 := time.Now()
+	for lo := 0; lo < len(events); lo += chunk {
+		out, err := s.Score(ctx, events[lo:min(lo+chunk, len(events))])
+		if err != nil {
+			return Run{}, fmt.Errorf("compare: %s: %w", name, err)
+		}
+		r.Results = append(r.Results, out...)
+	}
+	r.Seconds = time.Since(t0).Seconds()
+	for _, st := range r.Results {
+		for _, sec := range st.Sections {
+			r.Pairs += sec.Sentences * len(st.Labels)
+		}
+	}
+	return r, nil
+}
+
+// ReadEvents decodes a TranscriptEvent JSONL sample, at most limit
+// transcripts (0 = all). A bad line is an error: a comparison over a
+// silently shortened sample would mislead.
+func ReadEvents(r io.Reader, lim schema.Limits, limit int) ([]schema.TranscriptEvent, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), max(lim.MaxMessageBytes, 1<<20)+1)
+	var out []schema.TranscriptEvent
+	for line := 1; sc.Scan(); line++ {
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
+		ev, err := schema.DecodeEvent(b, lim)
+		if err != nil {
+			return nil, fmt.Errorf("compare: line %d: %w", line, err)
+		}
+		out = append(out, ev)
+		if limit > 0 && len(out) >= limit {
+			break
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("compare: reading input: %w", err)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("compare: the input holds no transcripts")
+	}
+	return out, nil
+}
+
+// Options set the decision threshold and the gate.
+type Options struct {
+	// Threshold decides a pair as a match when its score is above it,
+	// as the scorer's THRESHOLD does.
+	Threshold float64
+	// MinAgreement is the smallest share of pairs, per label, whose
+	// decision must agree for the comparison to pass (0 to 1).
+	MinAgreement float64
+	// Flips is how many flipped sentences the report lists, largest |Δp|
+	// first.
+	Flips int
+}
+
+// Side is one side's identity and speed in a Report.
+type Side struct {
+	Name        string  `json:"name"`
+	Seconds     float64 `json:"seconds"`
+	PairsPerSec float64 `json:"pairs_per_sec"`
+}
+
+// LabelAgreement is decision agreement for one label.
+type LabelAgreement struct {
+	Label     string  `json:"label"`
+	Pairs     int     `json:"pairs"`
+	Agree     int     `json:"agree"`
+	Agreement float64 `json:"agreement"`
+	// OnlyA and OnlyB count pairs flagged by one side only.
+	OnlyA int `json:"only_a"`
+	OnlyB int `json:"only_b"`
+}
+
+// Flip is a pair whose decision differs between the sides.
+type Flip struct {
+	CallID   string  `json:"call_id"`
+	Section  string  `json:"section"`
+	Sentence int     `json:"sentence_index"`
+	Label    string  `json:"label"`
+	Text     string  `json:"text"`
+	A        float32 `json:"a"`
+	B        float32 `json:"b"`
+}
+
+// Report is the comparison's result; --json prints it as is.
+type Report struct {
+	A            Side             `json:"a"`
+	B            Side             `json:"b"`
+	Transcripts  int              `json:"transcripts"`
+	Pairs        int              `json:"pairs"`
+	Threshold    float64          `json:"threshold"`
+	MaxAbsDiff   float64          `json:"max_abs_diff"`
+	P50AbsDiff   float64          `json:"p50_abs_diff"`
+	P99AbsDiff   float64          `json:"p99_abs_diff"`
+	MeanAbsDiff  float64          `json:"mean_abs_diff"`
+	Agreement    float64          `json:"agreement"`
+	Labels       []LabelAgreement `json:"labels"`
+	FlipCount    int              `json:"flips"`
+	Flips        []Flip           `json:"flipped"`
+	MinAgreement float64          `json:"min_agreement"`
+	// Pass is true when every label's agreement is at least MinAgreement.
+	Pass bool `json:"pass"`
+}
+
+// maxFlipText keeps a flipped sentence to one readable line.
+const maxFlipText = 120
+
+// Compare lines up a and b pair by pair. Both must have scored the same
+// transcripts with the same labels, in the same order.
+func Compare(a, b Run, opts Options) (Report, error) {
+	if math.IsNaN(opts.Threshold) || opts.Threshold < 0 || opts.Threshold > 1 {
+		return Report{}, fmt.Errorf("compare: threshold %v is outside [0, 1]", opts.Threshold)
+	}
+	if math.IsNaN(opts.MinAgreement) || opts.MinAgreement < 0 || opts.MinAgreement > 1 {
+		return Report{}, fmt.Errorf("compare: min agreement %v is outside [0, 1]", opts.MinAgreement)
+	}
+	if len(a.Results) != len(b.Results) {
+		return Report{}, fmt.Errorf("compare: %s scored %d transcripts, %s %d", a.Name, len(a.Results), b.Name, len(b.Results))
+	}
+	rep := Report{A: side(a), B: side(b), Transcripts: len(a.Results), Threshold: opts.Threshold, MinAgreement: opts.MinAgreement}
+	byLabel := map[string]*LabelAgreement{}
+	var diffs []float64
+	var flips []Flip
+	sum := 0.0
+	for i := range a.Results {
+		ra, rb := &a.Results[i], &b.Results[i]
+		if ra.CallID != rb.CallID {
+			return Report{}, fmt.Errorf("compare: transcript %d is %q on one side and %q on the other", i, ra.CallID, rb.CallID)
+		}
+		if !slices.Equal(ra.Labels, rb.Labels) {
+			return Report{}, fmt.Errorf("compare: %s has labels %q on one side and %q on the other", ra.CallID, ra.Labels, rb.Labels)
+		}
+		secs := make([]string, 0, len(ra.Sections))
+		for name := range ra.Sections {
+			secs = append(secs, name)
+		}
+		slices.Sort(secs)
+		if len(rb.Sections) != len(secs) {
+			return Report{}, fmt.Errorf("compare: %s has %d sections on one side and %d on the other", ra.CallID, len(secs), len(rb.Sections))
+		}
+		for _, name := range secs {
+			sa, sb := ra.Sections[name], rb.Sections[name]
+			if sa.Sentences != sb.Sentences {
+				return Report{}, fmt.Errorf("compare: %s section %q has %d sentences on one side and %d on the other", ra.CallID, name, sa.Sentences, sb.Sentences)
+			}
+			for _, label := range ra.Labels {
+				la, lb := sa.Results[label].Scores, sb.Results[label].Scores
+				if len(la) != sa.Sentences || len(lb) != sa.Sentences {
+					return Report{}, fmt.Errorf("compare: %s section %q label %q: %d and %d scores for %d sentences", ra.CallID, name, label, len(la), len(lb), sa.Sentences)
+				}
+				ag := byLabel[label]
+				if ag == nil {
+					ag = &LabelAgreement{Label: label}
+					byLabel[label] = ag
+					rep.Labels = append(rep.Labels, LabelAgreement{Label: label})
+				}
+				for j := range la {
+					d := math.Abs(float64(la[j]) - float64(lb[j]))
+					diffs = append(diffs, d)
+					sum += d
+					da, db := float64(la[j]) > opts.Threshold, float64(lb[j]) > opts.Threshold
+					ag.Pairs++
+					switch {
+					case da == db:
+						ag.Agree++
+					case da:
+						ag.OnlyA++
+					default:
+						ag.OnlyB++
+					}
+					if da != db {
+						text := ""
+						if j < len(sa.Text) {
+							text = truncate(sa.Text[j], maxFlipText)
+						}
+						flips = append(flips, Flip{CallID: ra.CallID, Section: name, Sentence: j, Label: label, Text: text, A: la[j], B: lb[j]})
+					}
+				}
+			}
+		}
+	}
+	if len(diffs) == 0 {
+		return Report{}, errors.New("compare: the sample has no sentences to compare")
+	}
+	rep.Pairs = len(diffs)
+	slices.Sort(diffs)
+	rep.MaxAbsDiff = diffs[len(diffs)-1]
+	rep.P50AbsDiff = quantile(diffs, 0.50)
+	rep.P99AbsDiff = quantile(diffs, 0.99)
+	rep.MeanAbsDiff = sum / float64(len(diffs))
+	agree := 0
+	rep.Pass = true
+	for i := range rep.Labels {
+		ag := byLabel[rep.Labels[i].Label]
+		ag.Agreement = float64(ag.Agree) / float64(ag.Pairs)
+		rep.Labels[i] = *ag
+		agree += ag.Agree
+		if ag.Agreement < opts.MinAgreement {
+			rep.Pass = false
+		}
+	}
+	rep.Agreement = float64(agree) / float64(rep.Pairs)
+	rep.FlipCount = len(flips)
+	slices.SortStableFunc(flips, func(x, y Flip) int {
+		return cmp.Compare(math.Abs(float64(y.A-y.B)), math.Abs(float64(x.A-x.B)))
+	})
+	rep.Flips = flips[:min(len(flips), max(opts.Flips, 0))]
+	return rep, nil
+}
+
+func side(r Run) Side {
+	s := Side{Name: r.Name, Seconds: r.Seconds}
+	if r.Seconds > 0 {
+		s.PairsPerSec = float64(r.Pairs) / r.Seconds
+	}
+	return s
+}
+
+// quantile is the nearest-rank q-quantile of sorted xs.
+func quantile(sorted []float64, q float64) float64 {
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// truncate cuts s to at most n runes, marking the cut.
+func truncate(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
+
+// WriteText prints the report for a person.
+func (r Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "A: %s\nB: %s\n", r.A.Name, r.B.Name)
+	fmt.Fprintf(&b, "transcripts %d, pairs %d\n", r.Transcripts, r.Pairs)
+	fmt.Fprintf(&b, "|Δp|: max %.6f  p99 %.6f  p50 %.6f  mean %.6f\n", r.MaxAbsDiff, r.P99AbsDiff, r.P50AbsDiff, r.MeanAbsDiff)
+	fmt.Fprintf(&b, "decision agreement at threshold %g: %.4f%% overall (%d flips)\n", r.Threshold, 100*r.Agreement, r.FlipCount)
+	for _, l := range r.Labels {
+		fmt.Fprintf(&b, "  %-40s %.4f%%  (%d of %d; flagged by A only %d, by B only %d)\n",
+			l.Label, 100*l.Agreement, l.Agree, l.Pairs, l.OnlyA, l.OnlyB)
+	}
+	fmt.Fprintf(&b, "throughput: A %.1f pairs/s (%.1fs), B %.1f pairs/s (%.1fs)", r.A.PairsPerSec, r.A.Seconds, r.B.PairsPerSec, r.B.Seconds)
+	if r.A.PairsPerSec > 0 {
+		fmt.Fprintf(&b, ", B/A %.2f×", r.B.PairsPerSec/r.A.PairsPerSec)
+	}
+	b.WriteString("\n")
+	if len(r.Flips) > 0 {
+		fmt.Fprintf(&b, "flipped (largest |Δp| first, %d of %d):\n", len(r.Flips), r.FlipCount)
+		for _, f := range r.Flips {
+			fmt.Fprintf(&b, "  %s %s[%d] %q: A %.4f B %.4f  %q\n", f.CallID, f.Section, f.Sentence, f.Label, f.A, f.B, f.Text)
+		}
+	}
+	verdict := "PASS"
+	if !r.Pass {
+		verdict = "FAIL"
+	}
+	fmt.Fprintf(&b, "%s: every label's agreement ≥ %.4f%%? %v\n", verdict, 100*r.MinAgreement, r.Pass)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
