@@ -18,6 +18,7 @@ import (
 	ort "github.com/yalue/onnxruntime_go"
 
 	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/model/scorecache"
 	"github.com/scorer/scorer/schema"
@@ -65,9 +66,9 @@ type benchFlags struct {
 // against raw ORT, padding, tokenizer cost, latency, memory under a backlog
 // and CPU scaling, prints one table and writes it as JSON. It prints
 // numbers; it passes or fails nothing except on errors.
-func runBench(ctx context.Context, e procEnv, args []string) error {
+func runBench(ctx context.Context, e service.Env, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs.SetOutput(e.Stderr)
 	var bf benchFlags
 	fs.StringVar(&bf.modelDirs, "model-dirs", "", "comma-separated model folders to benchmark; empty = MODEL_DIR")
 	fs.StringVar(&bf.transcripts, "transcripts", "../shared/data/transcripts/transcripts.jsonl", "TranscriptEvent JSONL corpus")
@@ -99,25 +100,25 @@ func runBench(ctx context.Context, e procEnv, args []string) error {
 	fs.IntVar(&bf.largePairs, "large-pairs", 150, "pairs per measurement on --large-model")
 	fs.StringVar(&bf.largeRows, "large-shape-rows", "8,16,64", "MAX_BATCH_ROWS values of --large-model's batch-shape sweep (one round, the largest --shape-tokens)")
 	fs.DurationVar(&bf.pipelineDeadline, "run-timeout", 15*time.Minute, "deadline of each pipeline run")
-	cfg, err := loadConfig(e.getenv, fs, args)
+	cfg, err := service.LoadConfig(e.Getenv, fs, args)
 	if err != nil {
-		return usageOr(err)
+		return service.UsageOr(err)
 	}
 	// The pool's and consumer's info lines would bury the table; warnings
 	// still show. LOG_LEVEL or --log-level asks for more.
 	level := "warn"
-	if e.getenv("LOG_LEVEL") != "" || flagSet(fs, "log-level") {
+	if e.Getenv("LOG_LEVEL") != "" || flagSet(fs, "log-level") {
 		level = cfg.LogLevel
 	}
-	log, err := newLogger(e.stderr, level, cfg.LogFormat)
+	log, err := service.NewLogger(e.Stderr, level, cfg.LogFormat)
 	if err != nil {
 		return err
 	}
 	skip := map[string]bool{}
-	for _, s := range splitList(bf.skip, ",") {
+	for _, s := range service.SplitList(bf.skip, ",") {
 		skip[s] = true
 	}
-	dirs := splitList(bf.modelDirs, ",")
+	dirs := service.SplitList(bf.modelDirs, ",")
 	if len(dirs) == 0 {
 		dirs = []string{cfg.ModelDir}
 	}
@@ -134,7 +135,7 @@ func runBench(ctx context.Context, e procEnv, args []string) error {
 		return fmt.Errorf("bench: --memory-multiples: %w", err)
 	}
 
-	path, err := resolvePath(bf.transcripts)
+	path, err := service.ResolvePath(bf.transcripts)
 	if err != nil {
 		return fmt.Errorf("bench: --transcripts: %w", err)
 	}
@@ -145,7 +146,7 @@ func runBench(ctx context.Context, e procEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	lib, err := resolvePath(cfg.ORTLib)
+	lib, err := service.ResolvePath(cfg.ORTLib)
 	if err != nil {
 		return fmt.Errorf("ORT_LIB: %w (run `make` to fetch ONNX Runtime)", err)
 	}
@@ -176,7 +177,7 @@ func runBench(ctx context.Context, e procEnv, args []string) error {
 
 	rep := benchReport{Machine: machineInfo(), Settings: benchSettingsOf(cfg, bf, len(corpus))}
 	for _, d := range dirs {
-		dir, err := resolvePath(d)
+		dir, err := service.ResolvePath(d)
 		if err != nil {
 			return fmt.Errorf("bench: model dir: %w", err)
 		}
@@ -191,7 +192,7 @@ func runBench(ctx context.Context, e procEnv, args []string) error {
 		perfDirs = append(perfDirs, bf.largeModel)
 	}
 	for i, d := range perfDirs {
-		dir, err := resolvePath(d)
+		dir, err := service.ResolvePath(d)
 		if err != nil {
 			return fmt.Errorf("bench: model dir: %w", err)
 		}
@@ -210,8 +211,8 @@ func runBench(ctx context.Context, e procEnv, args []string) error {
 		}
 		rep.Perf = append(rep.Perf, pr)
 	}
-	printTable(e.stdout, &rep)
-	printPerfTable(e.stdout, rep.Perf)
+	printTable(e.Stdout, &rep)
+	printPerfTable(e.Stdout, rep.Perf)
 	if bf.out != "" {
 		b, err := json.MarshalIndent(rep, "", "  ")
 		if err != nil {
@@ -226,9 +227,9 @@ func runBench(ctx context.Context, e procEnv, args []string) error {
 }
 
 // benchModel runs every section for one model folder.
-func benchModel(ctx context.Context, e procEnv, cfg Config, bf benchFlags, log zerolog.Logger, dir string, corpus []corpusLine, several bool, skip map[string]bool, threads, workers, multiples []int) (modelReport, error) {
+func benchModel(ctx context.Context, e service.Env, cfg service.Config, bf benchFlags, log zerolog.Logger, dir string, corpus []corpusLine, several bool, skip map[string]bool, threads, workers, multiples []int) (modelReport, error) {
 	cfg.ModelDir = dir
-	m, err := loadModel(cfg)
+	m, err := service.LoadModel(cfg)
 	if err != nil {
 		return modelReport{}, err
 	}
@@ -257,7 +258,7 @@ func benchModel(ctx context.Context, e procEnv, cfg Config, bf benchFlags, log z
 		return mr, fmt.Errorf("pipeline: %w", err)
 	}
 	progress(e, "%s: raw ORT replay of %d batches", m.Name, len(run.rec.batches))
-	rawPairs, rawDur, rawCPU, err := replayRaw(ctx, gpupool.SessionFactory(m, sessionConfig(cfg)), run.device, run.workers, run.rec.batches)
+	rawPairs, rawDur, rawCPU, err := replayRaw(ctx, gpupool.SessionFactory(m, service.SessionConfig(cfg)), run.device, run.workers, run.rec.batches)
 	if err != nil {
 		return mr, fmt.Errorf("raw replay: %w", err)
 	}
@@ -277,7 +278,7 @@ func benchModel(ctx context.Context, e procEnv, cfg Config, bf benchFlags, log z
 	tp.OK = tp.Ratio >= tp.Target
 	mr.Throughput = tp
 
-	shapeTokens, shapeRows := batchShape(cfg, run.device.Kind == gpupool.CPU)
+	shapeTokens, shapeRows := service.BatchShape(cfg, run.device.Kind == gpupool.CPU)
 	arrReal, arrPadded := arrivalPadding(run.rec.arrivals, shapeTokens, shapeRows)
 	mr.Padding = paddingResult{Ours: run.stats.PaddingEfficiency(), ArrivalOrder: float64(arrReal) / float64(arrPadded),
 		RealTokens: run.stats.RealTokens, PaddedTokens: run.stats.PaddedTokens, ArrivalPaddedTokens: arrPadded, Target: 0.85}
@@ -349,9 +350,9 @@ func benchModel(ctx context.Context, e procEnv, cfg Config, bf benchFlags, log z
 // benchPerf runs the sections about doing less work per pair for one model
 // folder: CPU batch shapes, the revision workload (not on the large
 // stand-in: its cache behaviour is the small models'), fp32 vs int8.
-func benchPerf(ctx context.Context, e procEnv, cfg Config, bf benchFlags, dir string, corpus []corpusLine, skip map[string]bool, large bool, rows, tokens []int, plans []cpuShape) (perfReport, error) {
+func benchPerf(ctx context.Context, e service.Env, cfg service.Config, bf benchFlags, dir string, corpus []corpusLine, skip map[string]bool, large bool, rows, tokens []int, plans []cpuShape) (perfReport, error) {
 	cfg.ModelDir, cfg.ModelFile = dir, ""
-	m, err := loadModel(cfg)
+	m, err := service.LoadModel(cfg)
 	if err != nil {
 		return perfReport{}, err
 	}
@@ -438,8 +439,8 @@ func scalingEvents(sample []corpusLine, pairs, labels int) []schema.TranscriptEv
 	return evs
 }
 
-func progress(e procEnv, format string, args ...any) {
-	fmt.Fprintf(e.stderr, "bench: "+format+"\n", args...)
+func progress(e service.Env, format string, args ...any) {
+	fmt.Fprintf(e.Stderr, "bench: "+format+"\n", args...)
 }
 
 func flagSet(fs *flag.FlagSet, name string) bool {
@@ -450,7 +451,7 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 
 func intList(s string) ([]int, error) {
 	var out []int
-	for _, p := range splitList(s, ",") {
+	for _, p := range service.SplitList(s, ",") {
 		n, err := strconv.Atoi(p)
 		if err != nil || n <= 0 {
 			return nil, fmt.Errorf("%q is not a positive integer", p)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/compare"
+	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/model/scorecache"
 	"github.com/scorer/scorer/schema"
@@ -54,7 +55,7 @@ type cpuScorer struct {
 	plain *model.TranscriptScorer // without the cache, for the warm-up
 }
 
-func newCPUScorer(ctx context.Context, cfg Config, m *model.Model, s cpuShape, cache *scorecache.Cache) (*cpuScorer, error) {
+func newCPUScorer(ctx context.Context, cfg service.Config, m *model.Model, s cpuShape, cache *scorecache.Cache) (*cpuScorer, error) {
 	pool, err := gpupool.New(ctx, gpupool.SessionFactory(m, gpupool.SessionConfig{IntraOpThreads: s.Threads}),
 		gpupool.Mode(gpupool.ModeCPU), gpupool.WorkersPerDevice(s.Workers),
 		gpupool.MaxBatchTokens(s.Tokens), gpupool.MaxBatchRows(s.Rows))
@@ -92,9 +93,9 @@ func (cs *cpuScorer) warm(ctx context.Context, ev schema.TranscriptEvent) error 
 func (cs *cpuScorer) close() { _ = cs.pool.Close(context.Background()) }
 
 // defaultCPUShape is what a CPU-only `scorer run` would use with cfg.
-func defaultCPUShape(cfg Config) cpuShape {
-	workers, threads := cpuPlan(cfg)
-	tokens, rows := batchShape(cfg, true)
+func defaultCPUShape(cfg service.Config) cpuShape {
+	workers, threads := service.CPUPlan(cfg)
+	tokens, rows := service.BatchShape(cfg, true)
 	return cpuShape{Rows: rows, Tokens: tokens, Workers: workers, Threads: threads}
 }
 
@@ -102,7 +103,7 @@ func defaultCPUShape(cfg Config) cpuShape {
 // the same events in interleaved rounds, keeping each setting's best round
 // by wall time and by CPU time (a burst from another tenant then spoils
 // one round, not a setting).
-func runShapes(ctx context.Context, cfg Config, m *model.Model, evs []schema.TranscriptEvent, rows, tokens []int, plans []cpuShape, rounds int) ([]shapePoint, error) {
+func runShapes(ctx context.Context, cfg service.Config, m *model.Model, evs []schema.TranscriptEvent, rows, tokens []int, plans []cpuShape, rounds int) ([]shapePoint, error) {
 	var out []shapePoint
 	for round := range rounds {
 		i := 0
@@ -130,7 +131,7 @@ func runShapes(ctx context.Context, cfg Config, m *model.Model, evs []schema.Tra
 
 // timeShape scores evs[1:] in one call (the engine sees every pair at
 // once, as under a backlog) after a warm-up on evs[0].
-func timeShape(ctx context.Context, cfg Config, m *model.Model, evs []schema.TranscriptEvent, s cpuShape) (shapePoint, error) {
+func timeShape(ctx context.Context, cfg service.Config, m *model.Model, evs []schema.TranscriptEvent, s cpuShape) (shapePoint, error) {
 	cs, err := newCPUScorer(ctx, cfg, m, s, nil)
 	if err != nil {
 		return shapePoint{}, err
@@ -155,7 +156,7 @@ func timeShape(ctx context.Context, cfg Config, m *model.Model, evs []schema.Tra
 // parsePlans reads "WORKERSxTHREADS,…", e.g. "2x1,1x2".
 func parsePlans(s string) ([]cpuShape, error) {
 	var out []cpuShape
-	for _, p := range splitList(s, ",") {
+	for _, p := range service.SplitList(s, ",") {
 		w, t, ok := strings.Cut(p, "x")
 		wn, err1 := strconv.Atoi(w)
 		tn, err2 := strconv.Atoi(t)
@@ -257,7 +258,7 @@ func editSentence(s string, v int) string {
 // runRevision scores the workload through a CPU pool, chunk transcripts
 // per call as the consumer batches them: cache off and on at capBytes in
 // alternating rounds (each keeps its best), then once at cappedBytes.
-func runRevision(ctx context.Context, cfg Config, m *model.Model, evs []schema.TranscriptEvent, versions int, share float64, capBytes, cappedBytes int64, rounds int) (*revisionResult, error) {
+func runRevision(ctx context.Context, cfg service.Config, m *model.Model, evs []schema.TranscriptEvent, versions int, share float64, capBytes, cappedBytes int64, rounds int) (*revisionResult, error) {
 	work := revisionWorkload(evs, versions, share)
 	r := &revisionResult{Transcripts: len(evs), Versions: versions, EditShare: share, CacheCapBytes: capBytes,
 		CappedCapBytes: cappedBytes, SavedTarget: 0.60, SpeedupTarget: 2.5}
@@ -366,7 +367,7 @@ const int8File = "onnx/model_quantized.onnx"
 // the default shape, alternating over rounds (each keeps its best), and
 // compares their scores with internal/compare. It returns nil when the
 // folder has no int8 file.
-func runInt8(ctx context.Context, cfg Config, dir string, evs []schema.TranscriptEvent, rounds int) (*int8Result, error) {
+func runInt8(ctx context.Context, cfg service.Config, dir string, evs []schema.TranscriptEvent, rounds int) (*int8Result, error) {
 	if _, err := os.Stat(filepath.Join(dir, int8File)); err != nil {
 		return nil, nil
 	}
@@ -375,7 +376,7 @@ func runInt8(ctx context.Context, cfg Config, dir string, evs []schema.Transcrip
 		for i, file := range []string{"model.onnx", int8File} {
 			c := cfg
 			c.ModelDir, c.ModelFile = dir, file
-			m, err := loadModel(c)
+			m, err := service.LoadModel(c)
 			if err != nil {
 				return nil, err
 			}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/scorer/scorer/consumer"
 	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/producer"
 	"github.com/scorer/scorer/schema"
@@ -164,10 +165,10 @@ func (s *ackSink) DeadLetter(ctx context.Context, dls []schema.DeadLetter) error
 	return nil
 }
 
-// newBenchPool builds the pool through the same newPool and session config
-// as openScoring, except that each engine is wrapped to record its batches.
-func newBenchPool(ctx context.Context, cfg Config, m *model.Model, log zerolog.Logger, reg prometheus.Registerer, rec *batchRecorder) (*gpupool.Pool, func(), error) {
-	inner := gpupool.SessionFactory(m, sessionConfig(cfg))
+// newBenchPool builds the pool through the same NewPool and session config
+// as OpenScoring, except that each engine is wrapped to record its batches.
+func newBenchPool(ctx context.Context, cfg service.Config, m *model.Model, log zerolog.Logger, reg prometheus.Registerer, rec *batchRecorder) (*gpupool.Pool, func(), error) {
+	inner := gpupool.SessionFactory(m, service.SessionConfig(cfg))
 	factory := func(d gpupool.Device) (gpupool.Engine, error) {
 		e, err := inner(d)
 		if err != nil || rec == nil {
@@ -175,7 +176,7 @@ func newBenchPool(ctx context.Context, cfg Config, m *model.Model, log zerolog.L
 		}
 		return recordingEngine{Engine: e, rec: rec, maxLength: m.MaxLength}, nil
 	}
-	return newPool(ctx, cfg, m, log, reg, factory)
+	return service.NewPool(ctx, cfg, m, log, reg, factory)
 }
 
 // pipelineOpts says what one pipeline run produces and how.
@@ -204,10 +205,10 @@ type pipelineRun struct {
 }
 
 // runPipeline runs the real service stack in this process — pool, model,
-// TranscriptScorer, consumer and producer wired as runService wires them —
+// TranscriptScorer, consumer and producer wired as Run wires them —
 // against `scorer broker` in a child process, produces the records and waits
 // until every one is acknowledged on the output topic.
-func runPipeline(ctx context.Context, cfg Config, m *model.Model, log zerolog.Logger, o pipelineOpts) (*pipelineRun, error) {
+func runPipeline(ctx context.Context, cfg service.Config, m *model.Model, log zerolog.Logger, o pipelineOpts) (*pipelineRun, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	broker, addr, err := startBrokerChild(ctx, cfg.InputPartitions)
@@ -216,12 +217,12 @@ func runPipeline(ctx context.Context, cfg Config, m *model.Model, log zerolog.Lo
 	}
 	defer broker.stop(2 * time.Second)
 	cfg.KafkaBrokers = []string{addr}
-	sec, err := newKafkaSecurity(&cfg)
+	sec, err := service.NewKafkaSecurity(&cfg)
 	if err != nil {
 		return nil, err
 	}
 	topics := []producer.TopicSpec{{Name: cfg.InputTopic, Partitions: cfg.InputPartitions}, {Name: cfg.OutputTopic, Partitions: cfg.InputPartitions}, {Name: cfg.DLQTopic, Partitions: 1}}
-	if err := ensureTopicsRetry(ctx, cfg.KafkaBrokers, sec.dialer(cfg.ClientID), topics, log); err != nil {
+	if err := service.EnsureTopicsRetry(ctx, cfg.KafkaBrokers, sec.Dialer(cfg.ClientID), topics, log); err != nil {
 		return nil, err
 	}
 
@@ -251,7 +252,7 @@ func runPipeline(ctx context.Context, cfg Config, m *model.Model, log zerolog.Lo
 
 	prod, err := producer.New(producer.Config{
 		Brokers: cfg.KafkaBrokers, Topic: cfg.OutputTopic, DLQTopic: cfg.DLQTopic,
-		Format: cfg.OutputFormat, ClientID: cfg.ClientID, Transport: sec.transport(cfg.ClientID),
+		Format: cfg.OutputFormat, ClientID: cfg.ClientID, Transport: sec.Transport(cfg.ClientID),
 	}, log.With().Str("component", "producer").Logger(), reg)
 	if err != nil {
 		return nil, err
@@ -263,7 +264,7 @@ func runPipeline(ctx context.Context, cfg Config, m *model.Model, log zerolog.Lo
 		Brokers: cfg.KafkaBrokers, Topic: cfg.InputTopic, GroupID: cfg.GroupID, ClientID: cfg.ClientID,
 		BatchMaxMessages: cfg.BatchMaxMessages, BatchMaxBytes: cfg.BatchMaxBytes, BatchMaxWait: cfg.BatchMaxWait,
 		MaxMessageBytes: cfg.MaxMessageBytes, MaxInflightBatches: cfg.MaxInflightBatches, MaxUncommitted: cfg.MaxUncommitted,
-		Limits: limits, ShutdownTimeout: cfg.ShutdownTimeout, Dialer: sec.dialer(cfg.ClientID),
+		Limits: limits, ShutdownTimeout: cfg.ShutdownTimeout, Dialer: sec.Dialer(cfg.ClientID),
 	}, scorer, sink, log.With().Str("component", "consumer").Logger(), reg)
 	if err != nil {
 		return nil, err
@@ -282,7 +283,7 @@ func runPipeline(ctx context.Context, cfg Config, m *model.Model, log zerolog.Lo
 		}
 	}
 
-	w := newInputWriter(cfg.KafkaBrokers, cfg.InputTopic, sec.transport(cfg.ClientID))
+	w := service.NewInputWriter(cfg.KafkaBrokers, cfg.InputTopic, sec.Transport(cfg.ClientID))
 	w.BatchTimeout = time.Millisecond // each paced record goes out at once
 	defer w.Close()
 
@@ -357,7 +358,7 @@ func runPipeline(ctx context.Context, cfg Config, m *model.Model, log zerolog.Lo
 // produceTimed writes the records keyed by their call_id and returns when
 // each was sent. Each record's timestamp is set just before its write, so
 // the consumer's end-to-end histogram and our latencies measure from the
-// same instant; produceLines stamps a record before waiting for its rate
+// same instant; ProduceLines stamps a record before waiting for its rate
 // tick, which would add up to one tick of phantom latency at a low rate.
 func produceTimed(ctx context.Context, w *kafka.Writer, recs [][]byte, keys []string, rate float64) (map[string]time.Time, error) {
 	sent := make(map[string]time.Time, len(recs))

@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/scorer/scorer/internal/service"
 )
 
 // benchReport is docs/benchmarks.json: where and how the numbers were
@@ -46,7 +48,7 @@ type benchSettings struct {
 	MemoryDurationSec  float64 `json:"memory_duration_sec"`
 }
 
-func benchSettingsOf(cfg Config, bf benchFlags, corpus int) benchSettings {
+func benchSettingsOf(cfg service.Config, bf benchFlags, corpus int) benchSettings {
 	return benchSettings{CorpusTranscripts: corpus, Device: cfg.Device, CPUThreads: cfg.CPUThreads, Workers: cfg.Workers,
 		MaxBatchTokens: cfg.MaxBatchTokens, MaxBatchRows: cfg.MaxBatchRows, BatchMaxMessages: cfg.BatchMaxMessages,
 		CPUMaxBatchTokens: cfg.CPUMaxBatchTokens, CPUMaxBatchRows: cfg.CPUMaxBatchRows,

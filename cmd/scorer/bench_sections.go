@@ -11,6 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
 )
@@ -60,7 +61,7 @@ type scalingPoint struct {
 // tokenization included, no Kafka) at each threads × workers setting. Kafka
 // is left out because it does not change with these settings and would only
 // add noise and minutes.
-func runScaling(ctx context.Context, cfg Config, m *model.Model, evs []schema.TranscriptEvent, threads, workers []int, rounds int) ([]scalingPoint, error) {
+func runScaling(ctx context.Context, cfg service.Config, m *model.Model, evs []schema.TranscriptEvent, threads, workers []int, rounds int) ([]scalingPoint, error) {
 	lc := model.LabelConfig{Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold}
 	var out []scalingPoint
 	// Settings are measured in interleaved rounds and each keeps its best
@@ -70,7 +71,7 @@ func runScaling(ctx context.Context, cfg Config, m *model.Model, evs []schema.Tr
 		i := 0
 		for _, t := range threads {
 			for _, w := range workers {
-				tokens, rows := batchShape(cfg, true)
+				tokens, rows := service.BatchShape(cfg, true)
 				pool, err := gpupool.New(ctx, gpupool.SessionFactory(m, gpupool.SessionConfig{IntraOpThreads: t}),
 					gpupool.Mode(gpupool.ModeCPU), gpupool.WorkersPerDevice(w),
 					gpupool.MaxBatchTokens(tokens), gpupool.MaxBatchRows(rows))
@@ -124,7 +125,7 @@ type memoryPoint struct {
 // then runs `scorer run` (another child) against it for a fixed time and
 // reads its VmHWM. The backlog is in the topic before the scorer starts, so
 // an unbounded fetch would show up as RSS growing with the backlog.
-func runMemory(ctx context.Context, cfg Config, modelDir string, corpus []corpusLine, backlog, multiple int, d time.Duration) (memoryPoint, error) {
+func runMemory(ctx context.Context, cfg service.Config, modelDir string, corpus []corpusLine, backlog, multiple int, d time.Duration) (memoryPoint, error) {
 	mp := memoryPoint{Multiple: multiple, Backlog: backlog}
 	broker, addr, err := startBrokerChild(ctx, cfg.InputPartitions)
 	if err != nil {
@@ -135,11 +136,11 @@ func runMemory(ctx context.Context, cfg Config, modelDir string, corpus []corpus
 	if err != nil {
 		return mp, err
 	}
-	w := newInputWriter([]string{addr}, cfg.InputTopic, nil)
+	w := service.NewInputWriter([]string{addr}, cfg.InputTopic, nil)
 	w.BatchTimeout = time.Millisecond
 	msgs := make([]kafka.Message, 0, 64)
 	for i, r := range recs {
-		msgs = append(msgs, kafka.Message{Key: eventKey(r), Value: r})
+		msgs = append(msgs, kafka.Message{Key: service.EventKey(r), Value: r})
 		if len(msgs) == cap(msgs) || i == len(recs)-1 {
 			if err := w.WriteMessages(ctx, msgs...); err != nil {
 				_ = w.Close()
@@ -150,7 +151,7 @@ func runMemory(ctx context.Context, cfg Config, modelDir string, corpus []corpus
 	}
 	_ = w.Close()
 
-	lib, err := resolvePath(cfg.ORTLib)
+	lib, err := service.ResolvePath(cfg.ORTLib)
 	if err != nil {
 		return mp, err
 	}

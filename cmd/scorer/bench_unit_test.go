@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
 )
@@ -72,7 +73,7 @@ func TestSpreadSampleAndRepeat(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, r := range recs {
-		k := string(eventKey(r))
+		k := string(service.EventKey(r))
 		if seen[k] {
 			t.Fatalf("call_id %q repeated", k)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/compare"
+	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
 )
@@ -24,9 +25,9 @@ var errCompareFailed = errors.New("compare: agreement below --min-agreement")
 // runCompare is `scorer compare`: flags only; the work is in
 // internal/compare. Each side is loaded, scored and closed before the next,
 // so two large models never share the memory.
-func runCompare(ctx context.Context, e procEnv, args []string) error {
+func runCompare(ctx context.Context, e service.Env, args []string) error {
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs.SetOutput(e.Stderr)
 	a := fs.String("a", "", "model folder of side A (default MODEL_DIR)")
 	b := fs.String("b", "", "model folder of side B (default: the same as A)")
 	aFile := fs.String("a-file", "", "ONNX file of A relative to its folder (default MODEL_FILE, else model.onnx)")
@@ -38,21 +39,21 @@ func runCompare(ctx context.Context, e procEnv, args []string) error {
 	minAgree := fs.Float64("min-agreement", 0.99, "exit 1 when any label's decision agreement at THRESHOLD is below this (0 to 1)")
 	flips := fs.Int("flips", 5, "flipped sentences to list")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	cfg, err := loadConfig(e.getenv, fs, args)
+	cfg, err := service.LoadConfig(e.Getenv, fs, args)
 	if err != nil {
-		return usageOr(err)
+		return service.UsageOr(err)
 	}
 	if *in == "" {
-		return usageError{"compare: --in is required"}
+		return service.UsageError{Msg: "compare: --in is required"}
 	}
 	if *limit < 0 || *flips < 0 || !(*minAgree >= 0 && *minAgree <= 1) {
-		return usageError{"compare: --limit and --flips must be >= 0, --min-agreement in [0, 1]"}
+		return service.UsageError{Msg: "compare: --limit and --flips must be >= 0, --min-agreement in [0, 1]"}
 	}
-	log, err := newLogger(e.stderr, cfg.LogLevel, cfg.LogFormat)
+	log, err := service.NewLogger(e.Stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		return err
 	}
-	sides := [2]Config{cfg, cfg}
+	sides := [2]service.Config{cfg, cfg}
 	for i, s := range []struct{ dir, file, dev *string }{{a, aFile, aDev}, {b, bFile, bDev}} {
 		if *s.dir != "" {
 			sides[i].ModelDir = *s.dir
@@ -68,7 +69,7 @@ func runCompare(ctx context.Context, e procEnv, args []string) error {
 		// Each side scores everything itself: a cache would make the
 		// second side's throughput meaningless.
 		sides[i].ScoreCacheBytes = 0
-		if err := sides[i].validate(); err != nil {
+		if err := sides[i].Validate(); err != nil {
 			return err
 		}
 	}
@@ -85,7 +86,7 @@ func runCompare(ctx context.Context, e procEnv, args []string) error {
 		return err
 	}
 
-	lib, err := resolvePath(cfg.ORTLib)
+	lib, err := service.ResolvePath(cfg.ORTLib)
 	if err != nil {
 		return fmt.Errorf("ORT_LIB: %w (run `make` to fetch ONNX Runtime)", err)
 	}
@@ -99,7 +100,7 @@ func runCompare(ctx context.Context, e procEnv, args []string) error {
 	for i, sc := range sides {
 		if runs[i], err = compareSide(ctx, sc, log, events); err != nil {
 			if ctx.Err() != nil {
-				return fmt.Errorf("compare: %w", errInterrupted)
+				return fmt.Errorf("compare: %w", service.ErrInterrupted)
 			}
 			return err
 		}
@@ -111,11 +112,11 @@ func runCompare(ctx context.Context, e procEnv, args []string) error {
 		return err
 	}
 	if *asJSON {
-		enc := json.NewEncoder(e.stdout)
+		enc := json.NewEncoder(e.Stdout)
 		enc.SetIndent("", "  ")
 		err = enc.Encode(rep)
 	} else {
-		err = rep.WriteText(e.stdout)
+		err = rep.WriteText(e.Stdout)
 	}
 	if err != nil {
 		return fmt.Errorf("compare: write: %w", err)
@@ -128,12 +129,12 @@ func runCompare(ctx context.Context, e procEnv, args []string) error {
 
 // compareSide opens one side's scoring stack, scores the sample and closes
 // the stack again.
-func compareSide(ctx context.Context, cfg Config, log zerolog.Logger, events []schema.TranscriptEvent) (compare.Run, error) {
-	m, err := loadModel(cfg)
+func compareSide(ctx context.Context, cfg service.Config, log zerolog.Logger, events []schema.TranscriptEvent) (compare.Run, error) {
+	m, err := service.LoadModel(cfg)
 	if err != nil {
 		return compare.Run{}, err
 	}
-	pool, closeNVML, err := newPool(ctx, cfg, m, log, nil, gpupool.SessionFactory(m, sessionConfig(cfg)))
+	pool, closeNVML, err := service.NewPool(ctx, cfg, m, log, nil, gpupool.SessionFactory(m, service.SessionConfig(cfg)))
 	if err != nil {
 		return compare.Run{}, err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/doctor"
+	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/model"
 )
 
@@ -16,28 +17,28 @@ import (
 // its own flags and hands the check to internal/doctor. It exits 0 when the
 // configured DEVICE works here as configured (auto on a CPU-only host
 // included) and 1, with the cause, when it does not.
-func runDoctor(ctx context.Context, e procEnv, args []string) error {
+func runDoctor(ctx context.Context, e service.Env, args []string) error {
 	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs.SetOutput(e.Stderr)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	duration := fs.Duration("duration", 3*time.Second, "length of each device's throughput run")
-	cfg, err := loadConfig(e.getenv, fs, args)
+	cfg, err := service.LoadConfig(e.Getenv, fs, args)
 	if err != nil {
-		return usageOr(err)
+		return service.UsageOr(err)
 	}
 	if *duration <= 0 {
-		return usageError{"doctor: --duration must be > 0"}
+		return service.UsageError{Msg: "doctor: --duration must be > 0"}
 	}
 	// The pool's own lines would interleave with the report; warnings show.
-	log, err := newLogger(e.stderr, "warn", cfg.LogFormat)
+	log, err := service.NewLogger(e.Stderr, "warn", cfg.LogFormat)
 	if err != nil {
 		return err
 	}
-	lib, err := resolvePath(cfg.ORTLib)
+	lib, err := service.ResolvePath(cfg.ORTLib)
 	if err != nil {
 		return fmt.Errorf("doctor: ORT_LIB: %w (run `make` to fetch ONNX Runtime, or point ORT_LIB at libonnxruntime.so.1)", err)
 	}
-	dir, err := resolvePath(cfg.ModelDir)
+	dir, err := service.ResolvePath(cfg.ModelDir)
 	if err != nil {
 		return fmt.Errorf("doctor: MODEL_DIR: %w", err)
 	}
@@ -58,9 +59,9 @@ func runDoctor(ctx context.Context, e procEnv, args []string) error {
 	if err != nil {
 		return fmt.Errorf("GPU_MEM_LIMIT: %w", err)
 	}
-	workers, threads := cpuPlan(cfg)
+	workers, threads := service.CPUPlan(cfg)
 	if devMode != gpupool.ModeCPU {
-		pciBusOrder(log) // as the service does, so the mapping shown is the one it uses
+		service.PCIBusOrder(log) // as the service does, so the mapping shown is the one it uses
 	}
 	rep, err := doctor.Run(ctx, doctor.Options{
 		ORTLib: lib, Model: lo, Device: devMode, GPUIDs: cfg.GPUIDs,
@@ -75,12 +76,12 @@ func runDoctor(ctx context.Context, e procEnv, args []string) error {
 		return fmt.Errorf("doctor: %w", err)
 	}
 	if ctx.Err() != nil {
-		return errInterrupted
+		return service.ErrInterrupted
 	}
 	if *asJSON {
-		err = doctor.WriteJSON(e.stdout, rep)
+		err = doctor.WriteJSON(e.Stdout, rep)
 	} else {
-		err = doctor.WriteText(e.stdout, rep)
+		err = doctor.WriteText(e.Stdout, rep)
 	}
 	if err != nil {
 		return err

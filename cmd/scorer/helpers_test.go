@@ -20,6 +20,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/internal/testenv"
 	"github.com/scorer/scorer/schema"
 )
@@ -218,11 +219,11 @@ func produceFile(t testing.TB, broker, topic, path string) int {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	w := newInputWriter([]string{broker}, topic, nil)
+	w := service.NewInputWriter([]string{broker}, topic, nil)
 	defer w.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	n, err := produceLines(ctx, w, f, 0, 0)
+	n, err := service.ProduceLines(ctx, w, f, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +284,7 @@ func decodeScored(t testing.TB, msgs []kafka.Message) []schema.ScoredTranscript 
 	out := make([]schema.ScoredTranscript, 0, len(msgs))
 	for _, m := range msgs {
 		var st schema.ScoredTranscript
-		if err := decodeOutput(m.Value, &st); err != nil {
+		if err := service.DecodeOutput(m.Value, &st); err != nil {
 			t.Fatalf("output record at %s/%d/%d: %v", m.Topic, m.Partition, m.Offset, err)
 		}
 		out = append(out, st)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -73,7 +74,7 @@ func TestKcatInterop(t *testing.T) {
 	}
 	kcat := kcatPath(t)
 	_, events := shortestTranscripts(t, 3)
-	cluster, broker, err := startBroker(brokerOptions{Addr: "127.0.0.1:0", Partitions: 2})
+	cluster, broker, err := service.StartBroker(service.BrokerOptions{Addr: "127.0.0.1:0", Partitions: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func TestKcatInterop(t *testing.T) {
 			t.Errorf("%s: %v", *r.Key, err)
 		}
 		var st schema.ScoredTranscript
-		if err := decodeOutput([]byte(*r.Payload), &st); err != nil || st.CallID != *r.Key {
+		if err := service.DecodeOutput([]byte(*r.Payload), &st); err != nil || st.CallID != *r.Key {
 			t.Errorf("%s: payload call_id %q err %v", *r.Key, st.CallID, err)
 		}
 		for _, sec := range st.Sections {
@@ -209,7 +210,7 @@ func TestKcatVersionsAndTombstones(t *testing.T) {
 	}
 	kcat := kcatPath(t)
 	_, events := shortestTranscripts(t, 4)
-	cluster, broker, err := startBroker(brokerOptions{Addr: "127.0.0.1:0", Partitions: 1})
+	cluster, broker, err := service.StartBroker(service.BrokerOptions{Addr: "127.0.0.1:0", Partitions: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

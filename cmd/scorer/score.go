@@ -17,19 +17,20 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/schema"
 )
 
 // runScore is the offline scorer: TranscriptEvent JSONL in, ScoredTranscript
 // JSONL out, same order, through the same scoring stack as the service.
 // A file --out appears only when the whole run succeeds. When ctx ends (the
-// first SIGINT/SIGTERM) it stops at once with errInterrupted, even while
+// first SIGINT/SIGTERM) it stops at once with ErrInterrupted, even while
 // waiting on stdin. With --resume, completed transcripts are kept in
 // <out>.partial (fsynced as they complete), and a later --resume run skips
 // them and appends the rest, so a long backfill never starts over.
-func runScore(ctx context.Context, e procEnv, args []string) error {
+func runScore(ctx context.Context, e service.Env, args []string) error {
 	fs := flag.NewFlagSet("score", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs.SetOutput(e.Stderr)
 	in := fs.String("in", "-", "TranscriptEvent JSONL file; - = stdin")
 	out := fs.String("out", "-", "ScoredTranscript JSONL file, written to a temporary file beside it and renamed over it only when the run succeeds; - = stdout")
 	modelDir := fs.String("model", "", "model folder (overrides MODEL_DIR / --model-dir)")
@@ -38,9 +39,9 @@ func runScore(ctx context.Context, e procEnv, args []string) error {
 	progress := fs.String("progress", "auto", "progress bar on stderr: auto (when a terminal), on, off")
 	resume := fs.Bool("resume", false, "keep completed transcripts in <out>.partial (fsynced as they complete); a later --resume run skips them and appends the rest, and renames it to --out at the end")
 	var outFile *outputFile
-	cfg, err := loadConfig(e.getenv, fs, args)
+	cfg, err := service.LoadConfig(e.Getenv, fs, args)
 	if err != nil {
-		return usageOr(err)
+		return service.UsageOr(err)
 	}
 	if *modelDir != "" {
 		cfg.ModelDir = *modelDir
@@ -49,22 +50,22 @@ func runScore(ctx context.Context, e procEnv, args []string) error {
 		return errors.New("score: --chunk must be > 0")
 	}
 	if *resume && *out == "-" {
-		return usageError{"score: --resume needs --out FILE (the partial output is kept beside it)"}
+		return service.UsageError{Msg: "score: --resume needs --out FILE (the partial output is kept beside it)"}
 	}
 	if *in != "-" && *out != "-" && sameFile(*in, *out) {
-		return usageError{fmt.Sprintf("score: --in and --out are the same file (%s): the output would overwrite the input", *out)}
+		return service.UsageError{Msg: fmt.Sprintf("score: --in and --out are the same file (%s): the output would overwrite the input", *out)}
 	}
-	log, err := newLogger(e.stderr, cfg.LogLevel, cfg.LogFormat)
+	log, err := service.NewLogger(e.Stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		return err
 	}
 
-	r, total, closeIn, err := openInput(*in, e.stdin) // total: input bytes, for the ETA
+	r, total, closeIn, err := service.OpenInput(*in, e.Stdin) // total: input bytes, for the ETA
 	if err != nil {
 		return fmt.Errorf("score: %w", err)
 	}
 	defer closeIn()
-	var w io.Writer = e.stdout
+	var w io.Writer = e.Stdout
 	var done []string // call_ids already in the partial output, in order
 	switch {
 	case *resume:
@@ -87,10 +88,10 @@ func runScore(ctx context.Context, e procEnv, args []string) error {
 		outFile = o
 	}
 
-	stack, err := openScoring(ctx, cfg, log, nil)
+	stack, err := service.OpenScoring(ctx, cfg, log, nil)
 	if err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("score: %w", errInterrupted)
+			return fmt.Errorf("score: %w", service.ErrInterrupted)
 		}
 		return err
 	}
@@ -98,7 +99,7 @@ func runScore(ctx context.Context, e procEnv, args []string) error {
 
 	bw := bufio.NewWriterSize(w, 1<<20)
 	sj := &scoreJob{
-		stack: stack, in: bufio.NewReaderSize(r, 1<<20), out: bw, stderr: e.stderr,
+		stack: stack, in: bufio.NewReaderSize(r, 1<<20), out: bw, stderr: e.Stderr,
 		skipBad: *skipBad, chunk: *chunk, totalBytes: total, started: time.Now(), resumeDone: done,
 	}
 	if *resume {
@@ -111,7 +112,7 @@ func runScore(ctx context.Context, e procEnv, args []string) error {
 			return outFile.f.Sync()
 		}
 	}
-	showProgress := *progress == "on" || (*progress == "auto" && isTerminal(e.stderr))
+	showProgress := *progress == "on" || (*progress == "auto" && isTerminal(e.Stderr))
 	var stopProgress func()
 	if showProgress {
 		stopProgress = sj.startProgress()
@@ -121,7 +122,7 @@ func runScore(ctx context.Context, e procEnv, args []string) error {
 		stopProgress()
 	}
 	if err != nil && ctx.Err() != nil {
-		err = fmt.Errorf("score: %w", errInterrupted)
+		err = fmt.Errorf("score: %w", service.ErrInterrupted)
 	}
 	// On stdout the lines scored so far still go out; a file is all or nothing.
 	if ferr := bw.Flush(); err == nil && ferr != nil {
@@ -146,7 +147,7 @@ func runScore(ctx context.Context, e procEnv, args []string) error {
 // scoreJob is one `scorer score` run: a reader that decodes lines into
 // chunks, up to two chunks scoring at once, and a writer that keeps order.
 type scoreJob struct {
-	stack      *scoringStack
+	stack      *service.ScoringStack
 	in         *bufio.Reader
 	out        io.Writer
 	stderr     io.Writer
@@ -240,10 +241,10 @@ func (j *scoreJob) read(ctx context.Context, chunks chan<- *scoreChunk) error {
 		c := &scoreChunk{events: events, result: make(chan scoreResult, 1)}
 		events = nil
 		for _, ev := range c.events {
-			j.pairs.Add(int64(j.stack.scorer.PairCount(&ev)))
+			j.pairs.Add(int64(j.stack.Scorer.PairCount(&ev)))
 		}
 		go func() {
-			scored, err := j.stack.scorer.Score(ctx, c.events)
+			scored, err := j.stack.Scorer.Score(ctx, c.events)
 			c.result <- scoreResult{scored: scored, err: err}
 		}()
 		select {
@@ -261,7 +262,7 @@ func (j *scoreJob) read(ctx context.Context, chunks chan<- *scoreChunk) error {
 		line, err := j.in.ReadBytes('\n')
 		j.readBytes.Add(int64(len(line)))
 		if trimmed := bytes.TrimSpace(line); len(trimmed) > 0 {
-			ev, derr := schema.DecodeEvent(trimmed, j.stack.limits)
+			ev, derr := schema.DecodeEvent(trimmed, j.stack.Limits)
 			switch {
 			case derr == nil && valid < len(j.resumeDone):
 				// Already in the partial output. The partial file is a
@@ -489,7 +490,7 @@ func (j *scoreJob) startProgress() func() {
 func (j *scoreJob) drawProgress(final bool) {
 	elapsed := time.Since(j.started)
 	done := j.done.Load()
-	stats := j.stack.pool.Stats()
+	stats := j.stack.Pool.Stats()
 	rate := float64(stats.Pairs) / max(elapsed.Seconds(), 1e-9)
 	line := fmt.Sprintf("\r%d transcripts scored, %d pairs, %.0f pairs/s, %s", done, stats.Pairs, rate, elapsed.Truncate(time.Second))
 	if read := j.readBytes.Load(); j.totalBytes > 0 && read > 0 && !final {
@@ -515,13 +516,4 @@ func (j *scoreJob) drawProgress(final bool) {
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
-}
-
-// usageOr maps flag parsing errors (already printed by the flag package) to
-// errUsage and passes other errors through.
-func usageOr(err error) error {
-	if errors.Is(err, flag.ErrHelp) {
-		return errUsage
-	}
-	return err
 }

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -271,7 +272,7 @@ func TestScoreInterrupt(t *testing.T) {
 		cancel()
 		select {
 		case err := <-done:
-			if !errors.Is(err, errInterrupted) || exitCode(err) != 130 {
+			if !errors.Is(err, service.ErrInterrupted) || exitCode(err) != 130 {
 				t.Errorf("err = %v (exit %d), want interrupted (exit 130)", err, exitCode(err))
 			}
 		case <-time.After(20 * time.Second):
@@ -407,7 +408,7 @@ func TestScoreResume(t *testing.T) {
 	var errb bytes.Buffer
 	err := run(ctx, []string{"score", "--in", in, "--out", out, "--resume", "--chunk", "1"},
 		func(k string) string { return env[k] }, nil, io.Discard, &errb)
-	if !errors.Is(err, errInterrupted) {
+	if !errors.Is(err, service.ErrInterrupted) {
 		t.Fatalf("interrupted run: %v, want interrupted\n%s", err, errb.String())
 	}
 	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {

@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"flag"
@@ -18,7 +18,7 @@ func parseConfig(t *testing.T, environ map[string]string, args ...string) (Confi
 	t.Helper()
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	return loadConfig(func(k string) string { return environ[k] }, fs, args)
+	return LoadConfig(func(k string) string { return environ[k] }, fs, args)
 }
 
 func TestConfigDefaults(t *testing.T) {
@@ -195,7 +195,7 @@ func TestReadmeDocumentsEveryVariable(t *testing.T) {
 func TestSecretsAreRedactedInFlagDefaults(t *testing.T) {
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	_, err := loadConfig(func(k string) string {
+	_, err := LoadConfig(func(k string) string {
 		if k == "KAFKA_SASL_PASSWORD" {
 			return "hunter2"
 		}
@@ -223,9 +223,9 @@ func TestCPUPlanSplitsCores(t *testing.T) {
 		{1, 0, 1, n},
 		{3, 5, 3, 5},
 	} {
-		w, th := cpuPlan(Config{Workers: tc.workers, CPUThreads: tc.threads})
+		w, th := CPUPlan(Config{Workers: tc.workers, CPUThreads: tc.threads})
 		if w != tc.wantWorkers || th != tc.wantThreads {
-			t.Errorf("cpuPlan(WORKERS=%d, CPU_THREADS=%d) = %d workers × %d threads, want %d × %d",
+			t.Errorf("CPUPlan(WORKERS=%d, CPU_THREADS=%d) = %d workers × %d threads, want %d × %d",
 				tc.workers, tc.threads, w, th, tc.wantWorkers, tc.wantThreads)
 		}
 	}

@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"crypto/tls"
@@ -14,19 +14,19 @@ import (
 	"github.com/segmentio/kafka-go/sasl/scram"
 )
 
-// kafkaSecurity is the TLS and SASL setup shared by the reader and writer,
+// KafkaSecurity is the TLS and SASL setup shared by the reader and writer,
 // built once from Config. Secrets come only from the environment or files
 // and are never logged.
-type kafkaSecurity struct {
+type KafkaSecurity struct {
 	TLS  *tls.Config
 	SASL sasl.Mechanism
 }
 
-// newKafkaSecurity loads the TLS files and the SASL password. TLS is on
+// NewKafkaSecurity loads the TLS files and the SASL password. TLS is on
 // only with KAFKA_TLS=true; Config.validate rejects the other KAFKA_TLS_*
 // settings without it.
-func newKafkaSecurity(c *Config) (kafkaSecurity, error) {
-	var s kafkaSecurity
+func NewKafkaSecurity(c *Config) (KafkaSecurity, error) {
+	var s KafkaSecurity
 	if c.KafkaTLS {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: c.KafkaTLSInsecure} //nolint:gosec // opt-in for tests
 		if c.KafkaTLSCAFile != "" {
@@ -78,11 +78,11 @@ func newKafkaSecurity(c *Config) (kafkaSecurity, error) {
 }
 
 // dialer is the consumer side's connection settings.
-func (s kafkaSecurity) dialer(clientID string) *kafka.Dialer {
+func (s KafkaSecurity) Dialer(clientID string) *kafka.Dialer {
 	return &kafka.Dialer{ClientID: clientID, Timeout: 10 * time.Second, DualStack: true, TLS: s.TLS, SASLMechanism: s.SASL}
 }
 
 // transport is the producer side's connection settings.
-func (s kafkaSecurity) transport(clientID string) *kafka.Transport {
+func (s KafkaSecurity) Transport(clientID string) *kafka.Transport {
 	return &kafka.Transport{ClientID: clientID, DialTimeout: 10 * time.Second, TLS: s.TLS, SASL: s.SASL, MetadataTTL: 30 * time.Second}
 }

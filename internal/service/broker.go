@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"context"
@@ -11,10 +11,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
-// brokerOptions describes an in-memory Kafka-protocol broker (franz-go's
+// BrokerOptions describes an in-memory Kafka-protocol broker (franz-go's
 // kfake): real Kafka wire protocol, consumer groups and offsets, no
 // durability unless DataDir is set.
-type brokerOptions struct {
+type BrokerOptions struct {
 	Addr       string // host:port to listen on; port 0 picks a free one
 	Partitions int
 	Topics     []string
@@ -24,8 +24,8 @@ type brokerOptions struct {
 	MaxMessageBytes int
 }
 
-// startBroker starts the broker and returns it with its listen address.
-func startBroker(o brokerOptions) (*kfake.Cluster, string, error) {
+// StartBroker starts the broker and returns it with its listen address.
+func StartBroker(o BrokerOptions) (*kfake.Cluster, string, error) {
 	host, portStr, err := net.SplitHostPort(o.Addr)
 	if err != nil {
 		return nil, "", fmt.Errorf("broker: address %q: %w", o.Addr, err)
@@ -64,9 +64,11 @@ func startBroker(o brokerOptions) (*kfake.Cluster, string, error) {
 	return c, addrs[0], nil
 }
 
-func runBroker(ctx context.Context, e procEnv, args []string) error {
+// RunBroker is `scorer broker`: an in-memory Kafka-protocol broker (not
+// durable) that serves until ctx is cancelled, for development and tests.
+func RunBroker(ctx context.Context, e Env, args []string) error {
 	fs := flag.NewFlagSet("broker", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs.SetOutput(e.Stderr)
 	addr := fs.String("addr", "127.0.0.1:9092", "listen address (port 0 = any free port)")
 	partitions := fs.Int("partitions", 6, "partitions of the seeded and auto-created topics")
 	topics := fs.String("topics", "transcripts,transcripts.scored,transcripts.dlq", "comma-separated topics to create at start")
@@ -74,24 +76,24 @@ func runBroker(ctx context.Context, e procEnv, args []string) error {
 	maxMessage := fs.Int("max-message-bytes", 64<<20, "the broker's message.max.bytes")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
-		return errUsage
+		return ErrUsage
 	}
-	log, err := newLogger(e.stderr, *logLevel, "auto")
+	log, err := NewLogger(e.Stderr, *logLevel, "auto")
 	if err != nil {
 		return err
 	}
-	c, listen, err := startBroker(brokerOptions{Addr: *addr, Partitions: *partitions, Topics: splitList(*topics, ","), DataDir: *dataDir, MaxMessageBytes: *maxMessage})
+	c, listen, err := StartBroker(BrokerOptions{Addr: *addr, Partitions: *partitions, Topics: SplitList(*topics, ","), DataDir: *dataDir, MaxMessageBytes: *maxMessage})
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	// One plain line on stdout, for scripts and tests to read the address.
-	fmt.Fprintf(e.stdout, "broker listening on %s\n", listen)
+	fmt.Fprintf(e.Stdout, "broker listening on %s\n", listen)
 	durability := "in memory only: data is lost when this process exits"
 	if *dataDir != "" {
 		durability = "persisted to " + *dataDir
 	}
-	log.Info().Str("addr", listen).Str("topics", strings.Join(splitList(*topics, ","), ",")).
+	log.Info().Str("addr", listen).Str("topics", strings.Join(SplitList(*topics, ","), ",")).
 		Int("partitions", *partitions).Str("durability", durability).
 		Msgf("in-memory Kafka broker ready; try: kcat -b %s -L", listen)
 	<-ctx.Done()

@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"bufio"
@@ -15,54 +15,54 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// runProduce is `scorer produce`: load a TranscriptEvent JSONL file into a
+// RunProduce is `scorer produce`: load a TranscriptEvent JSONL file into a
 // topic, over TLS and SASL when the KAFKA_TLS* and KAFKA_SASL* variables
 // say so.
-func runProduce(ctx context.Context, e procEnv, args []string) error {
+func RunProduce(ctx context.Context, e Env, args []string) error {
 	fs := flag.NewFlagSet("produce", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	brokers := fs.String("brokers", e.getenv("KAFKA_BROKERS"), "comma-separated brokers (env KAFKA_BROKERS)")
-	topic := fs.String("topic", envOr(e.getenv, "KAFKA_INPUT_TOPIC", "transcripts"), "topic (env KAFKA_INPUT_TOPIC)")
+	fs.SetOutput(e.Stderr)
+	brokers := fs.String("brokers", e.Getenv("KAFKA_BROKERS"), "comma-separated brokers (env KAFKA_BROKERS)")
+	topic := fs.String("topic", envOr(e.Getenv, "KAFKA_INPUT_TOPIC", "transcripts"), "topic (env KAFKA_INPUT_TOPIC)")
 	file := fs.String("file", "-", "TranscriptEvent JSONL file; - = stdin")
 	limit := fs.Int("limit", 0, "produce at most this many lines; 0 = all")
 	rate := fs.Float64("rate", 0, "records per second; 0 = as fast as the broker takes them")
 	if err := fs.Parse(args); err != nil {
-		return errUsage
+		return ErrUsage
 	}
 	if *brokers == "" {
 		return errors.New("produce: --brokers (or KAFKA_BROKERS) is required")
 	}
 	// TLS and SASL come from the same KAFKA_TLS* and KAFKA_SASL* variables
 	// as `scorer run`, so a secured cluster is loaded with the scorer's env.
-	cfg, err := configFromEnv(e.getenv)
+	cfg, err := ConfigFromEnv(e.Getenv)
 	if err != nil {
 		return fmt.Errorf("produce: %w", err)
 	}
 	if err := errors.Join(cfg.kafkaSecurityErrors()...); err != nil {
 		return fmt.Errorf("produce: config: %w", err)
 	}
-	sec, err := newKafkaSecurity(&cfg)
+	sec, err := NewKafkaSecurity(&cfg)
 	if err != nil {
 		return fmt.Errorf("produce: %w", err)
 	}
-	in, _, closeIn, err := openInput(*file, e.stdin)
+	in, _, closeIn, err := OpenInput(*file, e.Stdin)
 	if err != nil {
 		return fmt.Errorf("produce: %w", err)
 	}
 	defer closeIn()
-	w := newInputWriter(splitList(*brokers, ","), *topic, sec.transport(cfg.ClientID+"-produce"))
+	w := NewInputWriter(SplitList(*brokers, ","), *topic, sec.Transport(cfg.ClientID+"-produce"))
 	defer w.Close()
-	n, err := produceLines(ctx, w, in, *limit, *rate)
-	fmt.Fprintf(e.stdout, "produced %d records to %s\n", n, *topic)
+	n, err := ProduceLines(ctx, w, in, *limit, *rate)
+	fmt.Fprintf(e.Stdout, "produced %d records to %s\n", n, *topic)
 	return err
 }
 
-// newInputWriter is the writer that loads TranscriptEvents into an input
+// NewInputWriter is the writer that loads TranscriptEvents into an input
 // topic (produce, the demo, the bench and tests): acks from all replicas,
 // keyed by call_id through the hash balancer so a call's versions stay in
 // order on one partition, a short batch timeout because writes are
 // synchronous, and room for large transcripts. transport may be nil.
-func newInputWriter(brokers []string, topic string, transport *kafka.Transport) *kafka.Writer {
+func NewInputWriter(brokers []string, topic string, transport *kafka.Transport) *kafka.Writer {
 	w := &kafka.Writer{
 		Addr:                   kafka.TCP(brokers...),
 		Topic:                  topic,
@@ -79,10 +79,10 @@ func newInputWriter(brokers []string, topic string, transport *kafka.Transport) 
 	return w
 }
 
-// produceLines writes each non-empty line as one record, keyed by its
+// ProduceLines writes each non-empty line as one record, keyed by its
 // call_id when the line has one. Lines go out unvalidated on purpose: the
 // scorer, not the loader, decides what is bad input.
-func produceLines(ctx context.Context, w *kafka.Writer, in io.Reader, limit int, rate float64) (int, error) {
+func ProduceLines(ctx context.Context, w *kafka.Writer, in io.Reader, limit int, rate float64) (int, error) {
 	r := bufio.NewReaderSize(in, 1<<20)
 	const chunk = 64
 	var batch []kafka.Message
@@ -116,7 +116,7 @@ func produceLines(ctx context.Context, w *kafka.Writer, in io.Reader, limit int,
 				case <-tick.C:
 				}
 			}
-			batch = append(batch, kafka.Message{Key: eventKey(value), Value: value, Time: time.Now()})
+			batch = append(batch, kafka.Message{Key: EventKey(value), Value: value, Time: time.Now()})
 			if tick != nil {
 				if ferr := flush(); ferr != nil {
 					return n, ferr
@@ -137,9 +137,9 @@ func produceLines(ctx context.Context, w *kafka.Writer, in io.Reader, limit int,
 	return n, flush()
 }
 
-// eventKey extracts call_id (or the seed's CALL_ID) for the record key, so
+// EventKey extracts call_id (or the seed's CALL_ID) for the record key, so
 // that all versions of one call land on one partition.
-func eventKey(value []byte) []byte {
+func EventKey(value []byte) []byte {
 	var k struct {
 		CallID  string `json:"call_id"`
 		CallID2 string `json:"CALL_ID"`
@@ -156,9 +156,9 @@ func eventKey(value []byte) []byte {
 	return nil
 }
 
-// openInput opens path for reading, or returns stdin for "-". size is the
+// OpenInput opens path for reading, or returns stdin for "-". size is the
 // file's size (0 for stdin), for progress estimates.
-func openInput(path string, stdin io.Reader) (r io.Reader, size int64, closeFn func() error, err error) {
+func OpenInput(path string, stdin io.Reader) (r io.Reader, size int64, closeFn func() error, err error) {
 	if path == "-" {
 		return stdin, 0, func() error { return nil }, nil
 	}

@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"errors"
@@ -83,10 +83,10 @@ type Config struct {
 	LogFormat            string        `env:"LOG_FORMAT" envDefault:"auto" help:"json, console, or auto (console on a terminal)"`
 }
 
-// loadConfig reads the environment through getenv, then applies flags from
+// LoadConfig reads the environment through getenv, then applies flags from
 // args over it, then validates. It returns the remaining positional args.
-func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Config, error) {
-	cfg, err := configFromEnv(getenv)
+func LoadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Config, error) {
+	cfg, err := ConfigFromEnv(getenv)
 	if err != nil {
 		return Config{}, err
 	}
@@ -94,16 +94,16 @@ func loadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return Config{}, err
 	}
 	return cfg, nil
 }
 
-// configFromEnv reads the environment through getenv alone, without flags
+// ConfigFromEnv reads the environment through getenv alone, without flags
 // or validation. List variables are split the way their flags are: every
 // element trimmed, empty elements dropped (the env library keeps spaces).
-func configFromEnv(getenv func(string) string) (Config, error) {
+func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	environ := map[string]string{}
 	for _, name := range envNames(reflect.TypeFor[Config]()) {
 		if v := getenv(name); v != "" {
@@ -123,7 +123,9 @@ func configFromEnv(getenv func(string) string) (Config, error) {
 	return cfg, nil
 }
 
-func (c *Config) validate() error {
+// Validate checks ranges and combinations LoadConfig cannot see field by
+// field; compare calls it again on each side after overriding the model.
+func (c *Config) Validate() error {
 	errs := c.kafkaSecurityErrors()
 	check := func(ok bool, format string, args ...any) {
 		if !ok {
@@ -312,10 +314,10 @@ func (f *fieldValue) Set(s string) error {
 		}
 		f.v.SetInt(int64(d))
 	case []string:
-		f.v.Set(reflect.ValueOf(splitList(s, f.sep)))
+		f.v.Set(reflect.ValueOf(SplitList(s, f.sep)))
 	case []int:
 		var ns []int
-		for _, p := range splitList(s, f.sep) {
+		for _, p := range SplitList(s, f.sep) {
 			n, err := strconv.Atoi(p)
 			if err != nil {
 				return err
@@ -332,8 +334,8 @@ func (f *fieldValue) Set(s string) error {
 // IsBoolFlag lets boolean flags be given without a value.
 func (f *fieldValue) IsBoolFlag() bool { return f.v.Kind() == reflect.Bool }
 
-// splitList splits a list flag or variable: see cleanList.
-func splitList(s, sep string) []string {
+// SplitList splits a list flag or variable: see cleanList.
+func SplitList(s, sep string) []string {
 	if sep == "" {
 		sep = ","
 	}

@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/scorer/scorer/internal/testenv"
 )
 
 // TestReadyGaugeAtScrape: scorer_ready follows the readiness checks at
@@ -38,7 +39,7 @@ func TestReadyGaugeAtScrape(t *testing.T) {
 		{"shutting down", func() { h.shuttingDown.Store(true) }, 0},
 	} {
 		step.do()
-		if got := metricValue(scrape(t, addr), "scorer_ready"); got != step.want {
+		if got := testenv.MetricValue(testenv.Scrape(t, addr), "scorer_ready"); got != step.want {
 			t.Errorf("%s: scorer_ready = %v, want %v", step.name, got, step.want)
 		}
 	}

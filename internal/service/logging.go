@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"fmt"
@@ -10,9 +10,9 @@ import (
 	"golang.org/x/term"
 )
 
-// newLogger builds the process's one logger: JSON for machines, console
+// NewLogger builds the process's one logger: JSON for machines, console
 // text when stderr is a terminal (LOG_FORMAT=auto) or when asked.
-func newLogger(w io.Writer, level, format string) (zerolog.Logger, error) {
+func NewLogger(w io.Writer, level, format string) (zerolog.Logger, error) {
 	lvl, err := zerolog.ParseLevel(level)
 	if err != nil || level == "" {
 		return zerolog.Nop(), fmt.Errorf("config: LOG_LEVEL %q: want debug, info, warn or error", level)

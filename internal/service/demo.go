@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"bufio"
@@ -25,9 +25,9 @@ type demoOptions struct {
 	file  string
 	limit int
 	cfg   Config
-	sec   kafkaSecurity
+	sec   KafkaSecurity
 	out   io.Writer
-	stack *scoringStack
+	stack *ScoringStack
 }
 
 func runDemo(ctx context.Context, o demoOptions, log zerolog.Logger) {
@@ -42,7 +42,7 @@ func demo(ctx context.Context, o demoOptions, log zerolog.Logger) error {
 		return fmt.Errorf("demo: %w", err)
 	}
 	defer f.Close()
-	w := newInputWriter(o.cfg.KafkaBrokers, o.cfg.InputTopic, o.sec.transport(o.cfg.ClientID+"-demo"))
+	w := NewInputWriter(o.cfg.KafkaBrokers, o.cfg.InputTopic, o.sec.Transport(o.cfg.ClientID+"-demo"))
 	defer w.Close()
 	// Keep the sample's text so the summary can quote the best sentences:
 	// results carry scores by position, and text only for matches.
@@ -51,7 +51,7 @@ func demo(ctx context.Context, o demoOptions, log zerolog.Logger) error {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() && (o.limit <= 0 || len(texts) < o.limit) {
-		if ev, err := schema.DecodeEvent(sc.Bytes(), o.stack.limits); err == nil {
+		if ev, err := schema.DecodeEvent(sc.Bytes(), o.stack.Limits); err == nil {
 			texts[ev.CallID] = ev.Sections
 		}
 		sample.Write(sc.Bytes())
@@ -61,7 +61,7 @@ func demo(ctx context.Context, o demoOptions, log zerolog.Logger) error {
 		return fmt.Errorf("demo: reading %s: %w", o.file, err)
 	}
 	start := time.Now()
-	n, err := produceLines(ctx, w, &sample, 0, 0)
+	n, err := ProduceLines(ctx, w, &sample, 0, 0)
 	if err != nil {
 		return err
 	}
@@ -71,14 +71,14 @@ func demo(ctx context.Context, o demoOptions, log zerolog.Logger) error {
 	// dead-lettered (a bad or repeated line yields no new call_id): the
 	// scorer's group has committed the input topic up to its end as of now,
 	// and the output topic has been read up to its end as of that moment.
-	cl := &kafka.Client{Addr: kafka.TCP(o.cfg.KafkaBrokers...), Timeout: 10 * time.Second, Transport: o.sec.transport(o.cfg.ClientID + "-demo")}
+	cl := &kafka.Client{Addr: kafka.TCP(o.cfg.KafkaBrokers...), Timeout: 10 * time.Second, Transport: o.sec.Transport(o.cfg.ClientID + "-demo")}
 	inEnd, err := topicOffsets(ctx, cl, o.cfg.InputTopic)
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers: o.cfg.KafkaBrokers, Topic: o.cfg.OutputTopic, GroupID: fmt.Sprintf("scorer-demo-%d", time.Now().UnixNano()),
-		StartOffset: kafka.FirstOffset, MaxBytes: 64 << 20, Dialer: o.sec.dialer(o.cfg.ClientID + "-demo"),
+		StartOffset: kafka.FirstOffset, MaxBytes: 64 << 20, Dialer: o.sec.Dialer(o.cfg.ClientID + "-demo"),
 	})
 	defer r.Close()
 	sum := newDemoSummary(texts)
@@ -95,7 +95,7 @@ func demo(ctx context.Context, o demoOptions, log zerolog.Logger) error {
 		case err == nil:
 			next[m.Partition] = m.Offset + 1
 			var st schema.ScoredTranscript
-			if err := decodeOutput(m.Value, &st); err != nil {
+			if err := DecodeOutput(m.Value, &st); err != nil {
 				return fmt.Errorf("demo: output record: %w", err)
 			}
 			sum.add(&st)
@@ -195,8 +195,9 @@ func readTo(next map[int]int64, ends map[int]kafka.PartitionOffsets) bool {
 	return true
 }
 
-// decodeOutput reads a ScoredTranscript in either output format.
-func decodeOutput(b []byte, st *schema.ScoredTranscript) error {
+// DecodeOutput reads a ScoredTranscript in either output format (plain JSON or
+// a Kafka Connect envelope), for the demo and for tests that read the output topic.
+func DecodeOutput(b []byte, st *schema.ScoredTranscript) error {
 	var envelope struct {
 		Schema  json.RawMessage `json:"schema"`
 		Payload json.RawMessage `json:"payload"`
@@ -261,13 +262,13 @@ func (s *demoSummary) add(st *schema.ScoredTranscript) {
 	}
 }
 
-func (s *demoSummary) print(w io.Writer, elapsed time.Duration, broker string, stack *scoringStack) {
+func (s *demoSummary) print(w io.Writer, elapsed time.Duration, broker string, stack *ScoringStack) {
 	fmt.Fprintf(w, "\n=== scorer demo summary ===\n")
-	fmt.Fprintf(w, "model        %s (sha256 %s…)\n", stack.model.Name, stack.model.SHA256[:12])
+	fmt.Fprintf(w, "model        %s (sha256 %s…)\n", stack.Model.Name, stack.Model.SHA256[:12])
 	fmt.Fprintf(w, "transcripts  %d\n", len(s.calls))
 	fmt.Fprintf(w, "pairs        %d (sentences × %d labels)\n", s.pairs, len(s.labels))
 	fmt.Fprintf(w, "throughput   %.0f pairs/s end to end (%s)\n", float64(s.pairs)/elapsed.Seconds(), elapsed.Truncate(time.Millisecond))
-	fmt.Fprintf(w, "threshold    %.2f\n\n", stack.labels.Threshold)
+	fmt.Fprintf(w, "threshold    %.2f\n\n", stack.Labels.Threshold)
 	for _, label := range s.labels {
 		fmt.Fprintf(w, "%-40s %6d matches\n", label, s.matches[label])
 		for _, t := range s.top[label] {

@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"context"
@@ -17,20 +17,20 @@ import (
 	"github.com/scorer/scorer/producer"
 )
 
-// runService is `scorer run`: the streaming scorer. Start-up goes in
+// Run is `scorer run`: the streaming scorer. Start-up goes in
 // dependency order (broker → model → pool → producer → consumer) and
 // shutdown in reverse, under SHUTDOWN_TIMEOUT.
-func runService(ctx context.Context, e procEnv, args []string) error {
+func Run(ctx context.Context, e Env, args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs.SetOutput(e.Stderr)
 	brokerAddr := fs.String("broker-addr", "127.0.0.1:9092", "listen address of the in-memory broker when KAFKA_BROKERS is empty (falls back to a free port when taken)")
 	demoFile := fs.String("demo-file", "", "after start-up, load this TranscriptEvent JSONL into the input topic and print a summary once all are handled (scored or dead-lettered)")
 	demoLimit := fs.Int("demo-limit", 0, "load at most this many transcripts from --demo-file; 0 = all")
-	cfg, err := loadConfig(e.getenv, fs, args)
+	cfg, err := LoadConfig(e.Getenv, fs, args)
 	if err != nil {
-		return usageOr(err)
+		return UsageOr(err)
 	}
-	log, err := newLogger(e.stderr, cfg.LogLevel, cfg.LogFormat)
+	log, err := NewLogger(e.Stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		return err
 	}
@@ -52,10 +52,10 @@ func runService(ctx context.Context, e procEnv, args []string) error {
 
 	embedded := len(cfg.KafkaBrokers) == 0
 	if embedded {
-		c, addr, err := startBroker(brokerOptions{Addr: *brokerAddr, Partitions: cfg.InputPartitions, MaxMessageBytes: 64 << 20})
+		c, addr, err := StartBroker(BrokerOptions{Addr: *brokerAddr, Partitions: cfg.InputPartitions, MaxMessageBytes: 64 << 20})
 		if err != nil {
 			log.Warn().Err(err).Str("addr", *brokerAddr).Msg("in-memory broker address taken; using a free port")
-			c, addr, err = startBroker(brokerOptions{Addr: "127.0.0.1:0", Partitions: cfg.InputPartitions, MaxMessageBytes: 64 << 20})
+			c, addr, err = StartBroker(BrokerOptions{Addr: "127.0.0.1:0", Partitions: cfg.InputPartitions, MaxMessageBytes: 64 << 20})
 			if err != nil {
 				return err
 			}
@@ -65,7 +65,7 @@ func runService(ctx context.Context, e procEnv, args []string) error {
 		log.Warn().Str("addr", addr).
 			Msgf("KAFKA_BROKERS is empty: started an in-memory Kafka broker at %s; data is NOT durable and is lost at exit (kcat -b %s -L)", addr, addr)
 	}
-	sec, err := newKafkaSecurity(&cfg)
+	sec, err := NewKafkaSecurity(&cfg)
 	if err != nil {
 		return err
 	}
@@ -85,11 +85,11 @@ func runService(ctx context.Context, e procEnv, args []string) error {
 	if cfg.RowsTopic != "" {
 		topics = append(topics, producer.TopicSpec{Name: cfg.RowsTopic, Partitions: cfg.InputPartitions, ReplicationFactor: rf})
 	}
-	if err := ensureTopicsRetry(ctx, cfg.KafkaBrokers, sec.dialer(cfg.ClientID), topics, log); err != nil {
+	if err := EnsureTopicsRetry(ctx, cfg.KafkaBrokers, sec.Dialer(cfg.ClientID), topics, log); err != nil {
 		return stoppedDuringStartup(ctx, err, log)
 	}
 
-	stack, err := openScoring(ctx, cfg, log, reg)
+	stack, err := OpenScoring(ctx, cfg, log, reg)
 	if err != nil {
 		return stoppedDuringStartup(ctx, err, log)
 	}
@@ -98,7 +98,7 @@ func runService(ctx context.Context, e procEnv, args []string) error {
 
 	prod, err := producer.New(producer.Config{
 		Brokers: cfg.KafkaBrokers, Topic: cfg.OutputTopic, RowsTopic: cfg.RowsTopic, DLQTopic: cfg.DLQTopic,
-		Format: cfg.OutputFormat, Key: cfg.OutputKey, ClientID: cfg.ClientID, Transport: sec.transport(cfg.ClientID),
+		Format: cfg.OutputFormat, Key: cfg.OutputKey, ClientID: cfg.ClientID, Transport: sec.Transport(cfg.ClientID),
 	}, log.With().Str("component", "producer").Logger(), reg)
 	if err != nil {
 		stack.Close(context.Background())
@@ -114,9 +114,9 @@ func runService(ctx context.Context, e procEnv, args []string) error {
 		Brokers: cfg.KafkaBrokers, Topic: cfg.InputTopic, GroupID: cfg.GroupID, ClientID: cfg.ClientID,
 		BatchMaxMessages: cfg.BatchMaxMessages, BatchMaxBytes: cfg.BatchMaxBytes, BatchMaxWait: cfg.BatchMaxWait,
 		MaxMessageBytes: cfg.MaxMessageBytes, MaxInflightBatches: cfg.MaxInflightBatches, MaxUncommitted: cfg.MaxUncommitted,
-		Limits: stack.limits, ShutdownTimeout: cfg.ShutdownTimeout, Dialer: sec.dialer(cfg.ClientID),
+		Limits: stack.Limits, ShutdownTimeout: cfg.ShutdownTimeout, Dialer: sec.Dialer(cfg.ClientID),
 		SessionTimeout: cfg.SessionTimeout, RebalanceTimeout: cfg.RebalanceTimeout,
-	}, stack.scorer, prod, log, reg)
+	}, stack.Scorer, prod, log, reg)
 	if err != nil {
 		closeWithin(cfg.ShutdownTimeout, log, prod.Close, stack.Close)
 		return err
@@ -126,18 +126,18 @@ func runService(ctx context.Context, e procEnv, args []string) error {
 	if cfg.LivenessStallTimeout > 0 {
 		h.progress.Store(&progressWatch{limit: cfg.LivenessStallTimeout, now: time.Now,
 			sample: func() (uint64, bool) {
-				cs, ps := cons.Stats(), stack.pool.Stats()
+				cs, ps := cons.Stats(), stack.Pool.Stats()
 				return cs.Published + cs.DeadLettered + ps.Batches, cs.Inflight > 0
 			},
 			oldest: cons.OldestUnacked})
 	}
 
 	if *demoFile != "" {
-		go runDemo(ctx, demoOptions{file: *demoFile, limit: *demoLimit, cfg: cfg, sec: sec, out: e.stdout, stack: stack}, log)
+		go runDemo(ctx, demoOptions{file: *demoFile, limit: *demoLimit, cfg: cfg, sec: sec, out: e.Stdout, stack: stack}, log)
 	}
 
 	log.Info().Str("input", cfg.InputTopic).Str("output", cfg.OutputTopic).Str("dlq", cfg.DLQTopic).
-		Str("group", cfg.GroupID).Str("model", stack.model.Name).Str("model_sha256", stack.model.SHA256).
+		Str("group", cfg.GroupID).Str("model", stack.Model.Name).Str("model_sha256", stack.Model.SHA256).
 		Msg("scorer running; SIGTERM or Ctrl-C to stop")
 	// Readiness drops the moment the signal arrives, not after the drain,
 	// and the whole shutdown shares one SHUTDOWN_TIMEOUT budget.
@@ -181,7 +181,7 @@ func stoppedDuringStartup(ctx context.Context, err error, log zerolog.Logger) er
 	return nil
 }
 
-// Fixed margins of the shutdown past SHUTDOWN_TIMEOUT (see runService).
+// Fixed margins of the shutdown past SHUTDOWN_TIMEOUT (see Run).
 const (
 	closeFloor      = 2 * time.Second
 	httpStopTimeout = time.Second
@@ -200,10 +200,10 @@ func closeWithin(d time.Duration, log zerolog.Logger, closers ...func(context.Co
 	}
 }
 
-// ensureTopicsRetry creates missing topics, retrying with backoff while the
+// EnsureTopicsRetry creates missing topics, retrying with backoff while the
 // broker is unreachable so that a broker that starts after the scorer is
 // waited for, with a clear log line each time.
-func ensureTopicsRetry(ctx context.Context, brokers []string, d *kafka.Dialer, topics []producer.TopicSpec, log zerolog.Logger) error {
+func EnsureTopicsRetry(ctx context.Context, brokers []string, d *kafka.Dialer, topics []producer.TopicSpec, log zerolog.Logger) error {
 	backoff := 500 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		err := producer.EnsureTopics(ctx, brokers, d, topics...)
@@ -224,14 +224,14 @@ func ensureTopicsRetry(ctx context.Context, brokers []string, d *kafka.Dialer, t
 	}
 }
 
-func buildInfo(s *scoringStack) prometheus.Collector {
+func buildInfo(s *ScoringStack) prometheus.Collector {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "scorer_build_info", Help: "Build and model identity; always 1."}, []string{"version", "model", "model_sha256"})
-	g.WithLabelValues(version(), s.model.Name, s.model.SHA256).Set(1)
+	g.WithLabelValues(Version(), s.Model.Name, s.Model.SHA256).Set(1)
 	return g
 }
 
 // version is the module version or VCS revision the binary was built from.
-func version() string {
+func Version() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "unknown"

@@ -1,4 +1,4 @@
-package main
+package service
 
 import (
 	"context"
@@ -17,16 +17,16 @@ import (
 	"github.com/scorer/scorer/schema"
 )
 
-// scoringStack is everything between a decoded event and its scores: the
+// ScoringStack is everything between a decoded event and its scores: the
 // ORT runtime, the model, the device pool and the transcript scorer. `run`,
 // `score` and `bench` all build the same one.
-type scoringStack struct {
-	model   *model.Model
-	pool    *gpupool.Pool
-	scorer  *model.TranscriptScorer
-	cache   *scorecache.Cache // nil when SCORE_CACHE_BYTES=0
-	labels  model.LabelConfig
-	limits  schema.Limits
+type ScoringStack struct {
+	Model   *model.Model
+	Pool    *gpupool.Pool
+	Scorer  *model.TranscriptScorer
+	Cache   *scorecache.Cache // nil when SCORE_CACHE_BYTES=0
+	Labels  model.LabelConfig
+	Limits  schema.Limits
 	closers []func(context.Context) error
 	// poolUnfinished is set when the pool's Close failed: a terminated Run
 	// or an NVML call may still be in flight, so NVML and ONNX Runtime
@@ -34,17 +34,17 @@ type scoringStack struct {
 	poolUnfinished bool
 }
 
-// openScoring starts the stack in dependency order: ORT environment, model,
+// OpenScoring starts the stack in dependency order: ORT environment, model,
 // NVML, pool (sessions per device), transcript scorer.
-func openScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg prometheus.Registerer) (_ *scoringStack, err error) {
-	s := &scoringStack{}
+func OpenScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg prometheus.Registerer) (_ *ScoringStack, err error) {
+	s := &ScoringStack{}
 	defer func() {
 		if err != nil {
 			// Undo what was opened; the error is what the caller needs.
 			_ = s.Close(context.Background())
 		}
 	}()
-	lib, err := resolvePath(cfg.ORTLib)
+	lib, err := ResolvePath(cfg.ORTLib)
 	if err != nil {
 		return nil, fmt.Errorf("ORT_LIB: %w (run `make` to fetch ONNX Runtime, or point ORT_LIB at libonnxruntime.so)", err)
 	}
@@ -62,16 +62,16 @@ func openScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg promet
 		return shutdownORT()
 	})
 
-	m, err := loadModel(cfg)
+	m, err := LoadModel(cfg)
 	if err != nil {
 		return nil, err
 	}
-	s.model = m
+	s.Model = m
 	log.Info().Str("model", m.Name).Str("sha256", m.SHA256).Strs("inputs", m.InputNames).
 		Strs("labels", m.ID2Label).Int("entailment_index", m.EntailmentIndex).Int("max_length", m.MaxLength).
 		Str("score_mode", string(m.ScoreMode)).Msg("model loaded")
 
-	pool, closeNVML, err := newPool(ctx, cfg, m, log, reg, gpupool.SessionFactory(m, sessionConfig(cfg)))
+	pool, closeNVML, err := NewPool(ctx, cfg, m, log, reg, gpupool.SessionFactory(m, SessionConfig(cfg)))
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +83,7 @@ func openScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg promet
 		closeNVML()
 		return nil
 	})
-	s.pool = pool
+	s.Pool = pool
 	s.closers = append(s.closers, func(ctx context.Context) error {
 		err := pool.Close(ctx)
 		// ErrCloseIncomplete: a run or NVML call may still be going, and
@@ -101,28 +101,28 @@ func openScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg promet
 		return err
 	})
 
-	s.labels = model.LabelConfig{Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold}
+	s.Labels = model.LabelConfig{Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold}
 	var scorerOpts []model.ScorerOption
 	if cfg.ScoreCacheBytes > 0 {
-		if s.cache, err = scorecache.New(int64(cfg.ScoreCacheBytes), reg); err != nil {
+		if s.Cache, err = scorecache.New(int64(cfg.ScoreCacheBytes), reg); err != nil {
 			return nil, err
 		}
-		scorerOpts = append(scorerOpts, model.WithCache(s.cache))
+		scorerOpts = append(scorerOpts, model.WithCache(s.Cache))
 	}
-	s.scorer, err = model.NewTranscriptScorer(m, s.labels, pool, scorerOpts...)
+	s.Scorer, err = model.NewTranscriptScorer(m, s.Labels, pool, scorerOpts...)
 	if err != nil {
 		return nil, err
 	}
-	s.limits = schema.DefaultLimits()
-	s.limits.MaxMessageBytes = cfg.MaxMessageBytes
-	s.limits.MaxSentences = cfg.MaxSentences
-	s.limits.MaxSentenceBytes = cfg.MaxSentenceBytes
+	s.Limits = schema.DefaultLimits()
+	s.Limits.MaxMessageBytes = cfg.MaxMessageBytes
+	s.Limits.MaxSentences = cfg.MaxSentences
+	s.Limits.MaxSentenceBytes = cfg.MaxSentenceBytes
 	return s, nil
 }
 
-// loadModel loads MODEL_DIR with the scoring options from cfg.
-func loadModel(cfg Config) (*model.Model, error) {
-	dir, err := resolvePath(cfg.ModelDir)
+// LoadModel loads MODEL_DIR with the scoring options from cfg.
+func LoadModel(cfg Config) (*model.Model, error) {
+	dir, err := ResolvePath(cfg.ModelDir)
 	if err != nil {
 		return nil, fmt.Errorf("MODEL_DIR: %w", err)
 	}
@@ -138,14 +138,14 @@ func loadModel(cfg Config) (*model.Model, error) {
 	return model.Load(lo)
 }
 
-// cpuPlan splits the machine's cores between CPU workers and ORT intra-op
+// CPUPlan splits the machine's cores between CPU workers and ORT intra-op
 // threads. By default every worker gets one thread and there are as many
 // workers as cores (up to 4): on the small models, two single-threaded runs
 // side by side scored 10–19% more pairs/s than one run on two threads for
 // nli-unigram-small, and −4% to +15% for nli-wordpiece-small (make bench,
 // CPU scaling, docs/benchmarks.md). An explicit WORKERS or CPU_THREADS takes the cores it
 // leaves to the other.
-func cpuPlan(cfg Config) (workers, threads int) {
+func CPUPlan(cfg Config) (workers, threads int) {
 	// GOMAXPROCS, not NumCPU: since Go 1.25 it follows the container's CPU
 	// limit, which is what the pod may really use.
 	n := runtime.GOMAXPROCS(0)
@@ -162,7 +162,7 @@ func cpuPlan(cfg Config) (workers, threads int) {
 	return workers, threads
 }
 
-// sessionConfig is how the pool's sessions are built from Config. The CUDA
+// SessionConfig is how the pool's sessions are built from Config. The CUDA
 // arena's gpu_mem_limit sits gpupool.DefaultGPUMemMargin below
 // GPU_MEM_FRACTION × total, the pool's admission limit: NVML's used memory
 // also counts the CUDA context and cuBLAS/cuDNN workspaces, and an arena
@@ -170,17 +170,17 @@ func cpuPlan(cfg Config) (workers, threads int) {
 // it for good.
 // GPU_MEM_LIMIT, when set, lowers the cap to this process's budget the same
 // way, so scorers sharing a GPU cannot grow into each other's share.
-func sessionConfig(cfg Config) gpupool.SessionConfig {
-	_, threads := cpuPlan(cfg)
-	budget, _ := gpupool.ParseMemLimit(cfg.GPUMemLimit) // newPool refuses a bad value before any session opens
+func SessionConfig(cfg Config) gpupool.SessionConfig {
+	_, threads := CPUPlan(cfg)
+	budget, _ := gpupool.ParseMemLimit(cfg.GPUMemLimit) // NewPool refuses a bad value before any session opens
 	return gpupool.SessionConfig{IntraOpThreads: threads, GPUMemFraction: cfg.GPUMemFraction,
 		GPUMemMargin: gpupool.DefaultGPUMemMargin, GPUMemBudget: budget, TF32: cfg.GPUTF32}
 }
 
-// newPool starts NVML (unless DEVICE=cpu) and the device pool over factory.
+// NewPool starts NVML (unless DEVICE=cpu) and the device pool over factory.
 // The returned func shuts NVML down after the pool is closed. The bench
 // passes a factory that records batch shapes; everything else is shared.
-func newPool(ctx context.Context, cfg Config, m *model.Model, log zerolog.Logger, reg prometheus.Registerer, factory gpupool.EngineFactory) (*gpupool.Pool, func(), error) {
+func NewPool(ctx context.Context, cfg Config, m *model.Model, log zerolog.Logger, reg prometheus.Registerer, factory gpupool.EngineFactory) (*gpupool.Pool, func(), error) {
 	devMode, err := gpupool.ParseDeviceMode(cfg.Device)
 	if err != nil {
 		return nil, nil, err
@@ -206,12 +206,12 @@ func newPool(ctx context.Context, cfg Config, m *model.Model, log zerolog.Logger
 	if cfg.Workers > 0 {
 		opts = append(opts, gpupool.WorkersPerDevice(cfg.Workers))
 	}
-	cpuWorkers, _ := cpuPlan(cfg)
+	cpuWorkers, _ := CPUPlan(cfg)
 	opts = append(opts, gpupool.CPUWorkers(cpuWorkers))
 	closeNVML := func() {}
 	var probe gpupool.Probe
 	if devMode != gpupool.ModeCPU {
-		pciBusOrder(log)
+		PCIBusOrder(log)
 		// The CUDA runtime reads CUDA_VISIBLE_DEVICES from the real process
 		// environment, so the probe must too, to number GPUs as CUDA does.
 		pr, shutdown, perr := gpupool.NewNVMLProbe(ctx, gpupool.NVMLLookupEnv(os.LookupEnv))
@@ -229,7 +229,7 @@ func newPool(ctx context.Context, cfg Config, m *model.Model, log zerolog.Logger
 			log.Debug().Err(perr).Msg("NVML unavailable")
 		}
 	}
-	tokens, rows := batchShape(cfg, probe == nil)
+	tokens, rows := BatchShape(cfg, probe == nil)
 	opts = append(opts, gpupool.MaxBatchTokens(tokens), gpupool.MaxBatchRows(rows))
 	pool, err := gpupool.New(ctx, factory, opts...)
 	if err != nil {
@@ -258,7 +258,7 @@ func hasGPU(p *gpupool.Pool) bool {
 }
 
 // Close releases the stack in reverse order of opening.
-func (s *scoringStack) Close(ctx context.Context) error {
+func (s *ScoringStack) Close(ctx context.Context) error {
 	var errs []error
 	for i := len(s.closers) - 1; i >= 0; i-- {
 		errs = append(errs, s.closers[i](ctx))
@@ -267,10 +267,10 @@ func (s *scoringStack) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// resolvePath finds a relative default path from the working directory or,
+// ResolvePath finds a relative default path from the working directory or,
 // failing that, from the repository the binary was built in (bin/..), so
 // that `bin/scorer` works from anywhere after `make`.
-func resolvePath(p string) (string, error) {
+func ResolvePath(p string) (string, error) {
 	if filepath.IsAbs(p) {
 		if _, err := os.Stat(p); err != nil {
 			return "", err
@@ -290,11 +290,11 @@ func resolvePath(p string) (string, error) {
 	return "", err
 }
 
-// pciBusOrder sets CUDA_DEVICE_ORDER=PCI_BUS_ID when it is unset, before
+// PCIBusOrder sets CUDA_DEVICE_ORDER=PCI_BUS_ID when it is unset, before
 // anything initialises CUDA: CUDA's default (fastest first) may number GPUs
 // of different models differently from NVML, and the pool maps devices by
 // PCI bus id. A value the user set is left alone.
-func pciBusOrder(log zerolog.Logger) {
+func PCIBusOrder(log zerolog.Logger) {
 	if _, set := os.LookupEnv("CUDA_DEVICE_ORDER"); set {
 		return
 	}
