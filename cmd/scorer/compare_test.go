@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/scorer/scorer/internal/compare"
+	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/internal/testenv"
 )
 
@@ -14,12 +15,12 @@ import (
 // against the int8 file of the same folder passes a loose gate with small
 // but nonzero differences; two different models fail a strict one (exit 1).
 func TestCompareCommand(t *testing.T) {
-	file, events := shortestTranscripts(t, 3)
+	file, events := testenv.ShortestTranscripts(t, 3)
 	sentences := 0
 	for i := range events {
 		sentences += events[i].SentenceCount()
 	}
-	env := baseEnv(t)
+	env := testenv.ScorerEnv(t)
 	env["DEVICE"] = "cpu"
 
 	stdout, stderr, err := runCLI(t, env, "", "compare", "--in", file, "--b-file", "onnx/model_quantized.onnx",
@@ -46,14 +47,14 @@ func TestCompareCommand(t *testing.T) {
 
 	stdout, _, err = runCLI(t, env, "", "compare", "--in", file, "--b", testenv.ModelDir(t, "nli-wordpiece-small"),
 		"--threshold", "0.5", "--min-agreement", "1")
-	if !errors.Is(err, errCompareFailed) || exitCode(err) != 1 {
-		t.Errorf("two different models at --min-agreement 1: %v (exit %d), want exit 1", err, exitCode(err))
+	if !errors.Is(err, errCompareFailed) || service.ExitCode(err) != 1 {
+		t.Errorf("two different models at --min-agreement 1: %v (exit %d), want exit 1", err, service.ExitCode(err))
 	}
 	if !strings.Contains(stdout, "FAIL") || !strings.Contains(stdout, "flipped") {
 		t.Errorf("text report of a failed gate:\n%s", stdout)
 	}
 
-	if _, _, err := runCLI(t, env, "", "compare"); exitCode(err) != 2 {
-		t.Errorf("no --in: %v (exit %d), want exit 2", err, exitCode(err))
+	if _, _, err := runCLI(t, env, "", "compare"); service.ExitCode(err) != 2 {
+		t.Errorf("no --in: %v (exit %d), want exit 2", err, service.ExitCode(err))
 	}
 }

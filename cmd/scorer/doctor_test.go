@@ -10,6 +10,7 @@ import (
 
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/doctor"
+	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/internal/testenv"
 )
 
@@ -41,8 +42,8 @@ func TestDoctorCommand(t *testing.T) {
 	}
 
 	out, err = doctorRun("cuda")
-	if !errors.Is(err, doctor.ErrNotOK) || exitCode(err) != 1 || !strings.Contains(err.Error(), "no NVIDIA driver") {
-		t.Fatalf("DEVICE=cuda: err %v (exit %d), want exit 1 naming the cause\n%s", err, exitCode(err), out)
+	if !errors.Is(err, doctor.ErrNotOK) || service.ExitCode(err) != 1 || !strings.Contains(err.Error(), "no NVIDIA driver") {
+		t.Fatalf("DEVICE=cuda: err %v (exit %d), want exit 1 naming the cause\n%s", err, service.ExitCode(err), out)
 	}
 	if !strings.Contains(out, "verdict        FAIL: DEVICE=cuda cannot work here") || !strings.Contains(out, "remedy: install an NVIDIA driver") {
 		t.Errorf("DEVICE=cuda report:\n%s", out)
@@ -54,7 +55,7 @@ func TestDoctorCommand(t *testing.T) {
 		t.Fatalf("--json: err %v, report %+v\n%s", err, rep, out)
 	}
 
-	if _, err := doctorRun("auto", "--duration", "0s"); exitCode(err) != 2 {
+	if _, err := doctorRun("auto", "--duration", "0s"); service.ExitCode(err) != 2 {
 		t.Errorf("--duration 0: err %v, want a usage error (exit 2)", err)
 	}
 }

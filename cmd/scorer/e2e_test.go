@@ -46,7 +46,7 @@ func runInProcess(t *testing.T, env map[string]string, args ...string) (stop fun
 	t.Cleanup(func() {
 		_ = stop()
 		if t.Failed() {
-			t.Logf("scorer log:\n%s", tail(logs.String(), 6000))
+			t.Logf("scorer log:\n%s", testenv.Tail(logs.String(), 6000))
 		}
 	})
 	return stop
@@ -58,9 +58,9 @@ func scoreFile(t *testing.T, env map[string]string, in string) []schema.ScoredTr
 	cmd := exec.Command(scorerBinary(t), "score", "--in", in, "--out", out)
 	cmd.Env = environ(env)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("scorer score: %v\n%s", err, tail(string(b), 4000))
+		t.Fatalf("scorer score: %v\n%s", err, testenv.Tail(string(b), 4000))
 	}
-	return readJSONL[schema.ScoredTranscript](t, out)
+	return testenv.ReadJSONL[schema.ScoredTranscript](t, out)
 }
 
 // TestRunEndToEnd is the product's main promise on the in-memory broker with
@@ -70,8 +70,8 @@ func TestRunEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test scores 50 real transcripts")
 	}
-	file, events := shortestTranscripts(t, 50)
-	env := baseEnv(t)
+	file, events := testenv.ShortestTranscripts(t, 50)
+	env := testenv.ScorerEnv(t)
 	offline := scoreFile(t, env, file)
 	if len(offline) != len(events) {
 		t.Fatalf("scorer score wrote %d records for %d transcripts", len(offline), len(events))

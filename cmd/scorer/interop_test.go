@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/testenv"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -73,13 +74,13 @@ func TestKcatInterop(t *testing.T) {
 		t.Skip("scores real transcripts")
 	}
 	kcat := kcatPath(t)
-	_, events := shortestTranscripts(t, 3)
+	_, events := testenv.ShortestTranscripts(t, 3)
 	cluster, broker, err := service.StartBroker(service.BrokerOptions{Addr: "127.0.0.1:0", Partitions: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cluster.Close)
-	env := baseEnv(t)
+	env := testenv.ScorerEnv(t)
 	env["KAFKA_BROKERS"] = broker
 	env["KAFKA_INPUT_PARTITIONS"] = "2"
 	env["OUTPUT_FORMAT"] = "connect"
@@ -209,13 +210,13 @@ func TestKcatVersionsAndTombstones(t *testing.T) {
 		t.Skip("scores real transcripts")
 	}
 	kcat := kcatPath(t)
-	_, events := shortestTranscripts(t, 4)
+	_, events := testenv.ShortestTranscripts(t, 4)
 	cluster, broker, err := service.StartBroker(service.BrokerOptions{Addr: "127.0.0.1:0", Partitions: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cluster.Close)
-	env := baseEnv(t)
+	env := testenv.ScorerEnv(t)
 	env["KAFKA_BROKERS"] = broker
 	env["KAFKA_INPUT_PARTITIONS"] = "1"
 	env["BATCH_MAX_MESSAGES"] = "1"

@@ -18,6 +18,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/scorer/scorer/internal/offline"
 	"github.com/scorer/scorer/internal/service"
 )
 
@@ -32,19 +33,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "scorer:", err)
 	}
 	if err != nil {
-		os.Exit(exitCode(err))
+		os.Exit(service.ExitCode(err))
 	}
-}
-
-func exitCode(err error) int {
-	var ue service.UsageError
-	switch {
-	case errors.Is(err, service.ErrUsage), errors.As(err, &ue):
-		return 2
-	case errors.Is(err, service.ErrInterrupted):
-		return 130
-	}
-	return 1
 }
 
 const usageText = `usage: scorer <command> [flags]
@@ -78,7 +68,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	case "run":
 		return service.Run(ctx, e, rest)
 	case "score":
-		return runScore(ctx, e, rest)
+		return offline.Run(ctx, e, rest)
 	case "broker":
 		return service.RunBroker(ctx, e, rest)
 	case "produce":

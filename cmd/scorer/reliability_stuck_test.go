@@ -31,7 +31,7 @@ func TestReliabilityStuckDeadLetter(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the service with the real model")
 	}
-	_, events := shortestTranscripts(t, 12)
+	_, events := testenv.ShortestTranscripts(t, 12)
 	cluster, broker, err := service.StartBroker(service.BrokerOptions{Addr: "127.0.0.1:0", Partitions: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +48,7 @@ func TestReliabilityStuckDeadLetter(t *testing.T) {
 		return kafkatest.ProduceError(r, kerr.TopicAuthorizationFailed.Code), nil, true
 	})
 	metricsAddr := freeAddr(t)
-	env := baseEnv(t)
+	env := testenv.ScorerEnv(t)
 	env["KAFKA_BROKERS"] = broker
 	env["KAFKA_INPUT_PARTITIONS"] = "2"
 	env["METRICS_ADDR"] = metricsAddr

@@ -37,3 +37,18 @@ func UsageOr(err error) error {
 	}
 	return err
 }
+
+// ExitCode is the process exit status for a subcommand's error: 2 for a
+// wrong use (ErrUsage, UsageError), 130 for ErrInterrupted, else 1. It lives
+// here, beside the errors it reads, so main and every subcommand's tests
+// agree on it.
+func ExitCode(err error) int {
+	var ue UsageError
+	switch {
+	case errors.Is(err, ErrUsage), errors.As(err, &ue):
+		return 2
+	case errors.Is(err, ErrInterrupted):
+		return 130
+	}
+	return 1
+}

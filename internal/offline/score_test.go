@@ -1,4 +1,4 @@
-package main
+package offline
 
 import (
 	"bytes"
@@ -9,33 +9,36 @@ import (
 	"io"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/testenv"
 	"github.com/scorer/scorer/schema"
 )
 
-// runCLI runs the binary's run() in-process with env and args.
+// runCLI runs `scorer <args>` in-process with env and args; args[0] must
+// be "score" (the tests read like the command lines they stand for).
 func runCLI(t *testing.T, env map[string]string, stdin string, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
+	if len(args) == 0 || args[0] != "score" {
+		t.Fatalf("runCLI: %q is not a score command line", args)
+	}
 	var out, errb bytes.Buffer
-	err = run(context.Background(), args, func(k string) string { return env[k] }, strings.NewReader(stdin), &out, &errb)
+	err = Run(context.Background(), service.Env{Getenv: func(k string) string { return env[k] }, Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb}, args[1:])
 	return out.String(), errb.String(), err
 }
 
 func TestScoreCommand(t *testing.T) {
-	file, events := shortestTranscripts(t, 2)
+	file, events := testenv.ShortestTranscripts(t, 2)
 	raw, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := baseEnv(t)
+	env := testenv.ScorerEnv(t)
 
 	t.Run("stdin to stdout keeps order and scores every sentence", func(t *testing.T) {
 		stdout, stderr, err := runCLI(t, env, string(raw), "score", "--in", "-", "--out", "-")
@@ -98,7 +101,7 @@ func TestScoreCommand(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v\n%s", err, stderr)
 		}
-		if n := len(readJSONL[schema.ScoredTranscript](t, out)); n != len(events) {
+		if n := len(testenv.ReadJSONL[schema.ScoredTranscript](t, out)); n != len(events) {
 			t.Errorf("%d outputs, want %d", n, len(events))
 		}
 		var reports []map[string]any
@@ -113,7 +116,7 @@ func TestScoreCommand(t *testing.T) {
 			t.Errorf("bad-line reports = %v", reports)
 		}
 		if !strings.Contains(stderr, "pairs/s") || !strings.Contains(stderr, "2 transcripts scored") {
-			t.Errorf("progress line missing from stderr: %q", tail(stderr, 500))
+			t.Errorf("progress line missing from stderr: %q", testenv.Tail(stderr, 500))
 		}
 	})
 
@@ -129,7 +132,7 @@ func TestScoreCommand(t *testing.T) {
 // that line n times: enough lines for chunking without long scoring.
 func repeatShortest(t *testing.T, n int) (line, lines string) {
 	t.Helper()
-	file, _ := shortestTranscripts(t, 1)
+	file, _ := testenv.ShortestTranscripts(t, 1)
 	raw, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
@@ -153,7 +156,7 @@ func dirNames(t *testing.T, dir string) []string {
 }
 
 func TestScoreOutputFile(t *testing.T) {
-	env := baseEnv(t)
+	env := testenv.ScorerEnv(t)
 	line, good := repeatShortest(t, 2)
 	const previous = "previous output, must survive a failed run\n"
 
@@ -169,8 +172,8 @@ func TestScoreOutputFile(t *testing.T) {
 		}
 		for _, out := range []string{in, filepath.Join(dir, ".", "sub", "..", "x.jsonl"), hard} {
 			_, stderr, err := runCLI(t, env, "", "score", "--in", in, "--out", out)
-			if err == nil || exitCode(err) != 2 || !strings.Contains(err.Error(), "same file") {
-				t.Errorf("--out %s: err = %v (exit %d), want a same-file usage error (exit 2)\n%s", out, err, exitCode(err), stderr)
+			if err == nil || service.ExitCode(err) != 2 || !strings.Contains(err.Error(), "same file") {
+				t.Errorf("--out %s: err = %v (exit %d), want a same-file usage error (exit 2)\n%s", out, err, service.ExitCode(err), stderr)
 			}
 		}
 		if b, _ := os.ReadFile(in); string(b) != good {
@@ -217,7 +220,7 @@ func TestScoreOutputFile(t *testing.T) {
 		if _, stderr, err := runCLI(t, env, "", "score", "--in", in, "--out", out); err != nil {
 			t.Fatalf("%v\n%s", err, stderr)
 		}
-		if n := len(readJSONL[schema.ScoredTranscript](t, out)); n != 2 {
+		if n := len(testenv.ReadJSONL[schema.ScoredTranscript](t, out)); n != 2 {
 			t.Errorf("%d outputs, want 2", n)
 		}
 		if st, err := os.Stat(out); err != nil || st.Mode().Perm() != 0o600 {
@@ -232,9 +235,9 @@ func TestScoreOutputFile(t *testing.T) {
 func TestScoreBadLineStdout(t *testing.T) {
 	line, good := repeatShortest(t, 10)
 	input := good + "{\"call_id\": \"broken\"\n" + line // line 11 is bad
-	stdout, stderr, err := runCLI(t, baseEnv(t), input, "score", "--chunk", "8")
+	stdout, stderr, err := runCLI(t, testenv.ScorerEnv(t), input, "score", "--chunk", "8")
 	if err == nil || !strings.Contains(err.Error(), "line 11") {
-		t.Fatalf("err = %v, want one naming line 11\n%s", err, tail(stderr, 2000))
+		t.Fatalf("err = %v, want one naming line 11\n%s", err, testenv.Tail(stderr, 2000))
 	}
 	n := 0
 	dec := json.NewDecoder(strings.NewReader(stdout))
@@ -251,7 +254,7 @@ func TestScoreBadLineStdout(t *testing.T) {
 }
 
 func TestScoreInterrupt(t *testing.T) {
-	env := baseEnv(t)
+	env := testenv.ScorerEnv(t)
 	line, _ := repeatShortest(t, 1)
 
 	t.Run("cancel while waiting on stdin returns at once", func(t *testing.T) {
@@ -262,7 +265,7 @@ func TestScoreInterrupt(t *testing.T) {
 		done := make(chan error, 1)
 		var errb bytes.Buffer
 		go func() {
-			done <- run(ctx, []string{"score", "--out", out}, func(k string) string { return env[k] }, pr, io.Discard, &errb)
+			done <- Run(ctx, service.Env{Getenv: func(k string) string { return env[k] }, Stdin: pr, Stdout: io.Discard, Stderr: &errb}, []string{"--out", out})
 		}()
 		// The write returns once the scorer has read the line: it is now
 		// blocked on a stdin that never closes.
@@ -272,8 +275,8 @@ func TestScoreInterrupt(t *testing.T) {
 		cancel()
 		select {
 		case err := <-done:
-			if !errors.Is(err, service.ErrInterrupted) || exitCode(err) != 130 {
-				t.Errorf("err = %v (exit %d), want interrupted (exit 130)", err, exitCode(err))
+			if !errors.Is(err, service.ErrInterrupted) || service.ExitCode(err) != 130 {
+				t.Errorf("err = %v (exit %d), want interrupted (exit 130)", err, service.ExitCode(err))
 			}
 		case <-time.After(20 * time.Second):
 			t.Fatal("score did not return within 20s of the cancel")
@@ -283,62 +286,6 @@ func TestScoreInterrupt(t *testing.T) {
 		}
 	})
 
-	t.Run("SIGTERM stops the binary reading stdin; exit 130", func(t *testing.T) {
-		cmd := exec.Command(scorerBinary(t), "score", "--progress", "on")
-		cmd.Env = environ(env)
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { stdin.Close() })
-		stderr, err := cmd.StderrPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill() })
-		// The progress line is drawn once the stack is open, so the signal
-		// arrives while score waits on stdin rather than during start-up.
-		running := make(chan struct{})
-		go func() {
-			var log bytes.Buffer
-			buf := make([]byte, 4096)
-			for seen := false; ; {
-				n, err := stderr.Read(buf)
-				log.Write(buf[:n])
-				if !seen && strings.Contains(log.String(), "transcripts scored") {
-					seen = true
-					close(running)
-				}
-				if err != nil {
-					return
-				}
-			}
-		}()
-		select {
-		case <-running:
-		case <-time.After(60 * time.Second):
-			t.Fatal("no progress line within 60s")
-		}
-		start := time.Now()
-		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
-		select {
-		case err := <-exited:
-			var ee *exec.ExitError
-			if !errors.As(err, &ee) || ee.ExitCode() != 130 {
-				t.Errorf("exit: %v, want status 130", err)
-			}
-			t.Logf("exited %v after SIGTERM", time.Since(start).Round(time.Millisecond))
-		case <-time.After(20 * time.Second):
-			t.Fatal("scorer score still running 20s after SIGTERM")
-		}
-	})
 }
 
 // equalScored compares two outputs transcript by transcript: every field
@@ -386,8 +333,8 @@ func equalScored(t *testing.T, got, want []schema.ScoredTranscript) {
 // transcripts are written, resumes it, and checks the final file against
 // an uninterrupted run's: every transcript once, in input order.
 func TestScoreResume(t *testing.T) {
-	env := baseEnv(t)
-	in, events := shortestTranscripts(t, 6)
+	env := testenv.ScorerEnv(t)
+	in, events := testenv.ShortestTranscripts(t, 6)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out.jsonl")
 	partial := out + ".partial"
@@ -406,15 +353,15 @@ func TestScoreResume(t *testing.T) {
 		}
 	}()
 	var errb bytes.Buffer
-	err := run(ctx, []string{"score", "--in", in, "--out", out, "--resume", "--chunk", "1"},
-		func(k string) string { return env[k] }, nil, io.Discard, &errb)
+	err := Run(ctx, service.Env{Getenv: func(k string) string { return env[k] }, Stdout: io.Discard, Stderr: &errb},
+		[]string{"--in", in, "--out", out, "--resume", "--chunk", "1"})
 	if !errors.Is(err, service.ErrInterrupted) {
 		t.Fatalf("interrupted run: %v, want interrupted\n%s", err, errb.String())
 	}
 	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("--out exists after an interrupted run: %v", err)
 	}
-	kept := readJSONL[schema.ScoredTranscript](t, partial)
+	kept := testenv.ReadJSONL[schema.ScoredTranscript](t, partial)
 	if len(kept) < 2 || len(kept) >= len(events) {
 		t.Fatalf("the partial file holds %d transcripts; want 2..%d (the run was stopped early)", len(kept), len(events)-1)
 	}
@@ -434,12 +381,12 @@ func TestScoreResume(t *testing.T) {
 		t.Errorf("resumed run wrote to stdout: %q", stdout)
 	}
 	if want := fmt.Sprintf("%d skipped", len(kept)); !strings.Contains(stderr, want) {
-		t.Errorf("progress does not say %q:\n%s", want, tail(stderr, 500))
+		t.Errorf("progress does not say %q:\n%s", want, testenv.Tail(stderr, 500))
 	}
 	if _, err := os.Stat(partial); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the partial file is still there after success: %v", err)
 	}
-	resumed := readJSONL[schema.ScoredTranscript](t, out)
+	resumed := testenv.ReadJSONL[schema.ScoredTranscript](t, out)
 	for i, st := range resumed {
 		if st.CallID != events[i].CallID {
 			t.Fatalf("output %d is %s, want %s (input order)", i, st.CallID, events[i].CallID)
@@ -450,7 +397,7 @@ func TestScoreResume(t *testing.T) {
 	if _, stderr, err := runCLI(t, env, "", "score", "--in", in, "--out", whole); err != nil {
 		t.Fatalf("uninterrupted run: %v\n%s", err, stderr)
 	}
-	equalScored(t, resumed, readJSONL[schema.ScoredTranscript](t, whole))
+	equalScored(t, resumed, testenv.ReadJSONL[schema.ScoredTranscript](t, whole))
 	// The kept transcripts were not rescored: they are byte for byte the
 	// interrupted run's lines, scored_at included.
 	for i := range kept {
@@ -477,8 +424,8 @@ func TestScoreResume(t *testing.T) {
 	})
 
 	t.Run("--resume needs a file --out", func(t *testing.T) {
-		if _, _, err := runCLI(t, env, "", "score", "--in", in, "--resume"); exitCode(err) != 2 {
-			t.Errorf("--resume to stdout: %v (exit %d), want exit 2", err, exitCode(err))
+		if _, _, err := runCLI(t, env, "", "score", "--in", in, "--resume"); service.ExitCode(err) != 2 {
+			t.Errorf("--resume to stdout: %v (exit %d), want exit 2", err, service.ExitCode(err))
 		}
 	})
 }

@@ -1,4 +1,8 @@
-package main
+// Package offline is `scorer score`: TranscriptEvent JSONL in,
+// ScoredTranscript JSONL out, through the same model and pool as the
+// service (service.OpenScoring) but with no Kafka. It writes --out
+// atomically, or resumably with --resume.
+package offline
 
 import (
 	"bufio"
@@ -21,14 +25,14 @@ import (
 	"github.com/scorer/scorer/schema"
 )
 
-// runScore is the offline scorer: TranscriptEvent JSONL in, ScoredTranscript
+// Run is `scorer score`, the offline scorer: TranscriptEvent JSONL in, ScoredTranscript
 // JSONL out, same order, through the same scoring stack as the service.
 // A file --out appears only when the whole run succeeds. When ctx ends (the
-// first SIGINT/SIGTERM) it stops at once with ErrInterrupted, even while
+// first SIGINT/SIGTERM) it stops at once with service.ErrInterrupted, even while
 // waiting on stdin. With --resume, completed transcripts are kept in
 // <out>.partial (fsynced as they complete), and a later --resume run skips
 // them and appends the rest, so a long backfill never starts over.
-func runScore(ctx context.Context, e service.Env, args []string) error {
+func Run(ctx context.Context, e service.Env, args []string) error {
 	fs := flag.NewFlagSet("score", flag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
 	in := fs.String("in", "-", "TranscriptEvent JSONL file; - = stdin")
