@@ -18,6 +18,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/scorer/scorer/internal/bench"
 	"github.com/scorer/scorer/internal/offline"
 	"github.com/scorer/scorer/internal/service"
 )
@@ -74,7 +75,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	case "produce":
 		return service.RunProduce(ctx, e, rest)
 	case "bench":
-		return runBench(ctx, e, rest)
+		return bench.Run(ctx, e, rest)
 	case "doctor":
 		return runDoctor(ctx, e, rest)
 	case "compare":

@@ -1,4 +1,11 @@
-package main
+// Package bench is `scorer bench`, the benchmark harness (docs/benchmarks.md):
+// the pipeline against raw ONNX Runtime, padding, tokenizer share, latency,
+// memory under a backlog, CPU scaling, batch shapes, the revision workload
+// and int8. It drives the service's own wiring (internal/service) so the
+// numbers are the service's; nothing imports this package but the binary.
+// Children (broker, scorer) are this same executable re-run with a
+// subcommand, so it only works inside the scorer binary.
+package bench
 
 import (
 	"context"
@@ -62,11 +69,11 @@ type benchFlags struct {
 	largeRows    string
 }
 
-// runBench is `scorer bench`: per model folder it measures the pipeline
+// Run is `scorer bench`: per model folder it measures the pipeline
 // against raw ORT, padding, tokenizer cost, latency, memory under a backlog
 // and CPU scaling, prints one table and writes it as JSON. It prints
 // numbers; it passes or fails nothing except on errors.
-func runBench(ctx context.Context, e service.Env, args []string) error {
+func Run(ctx context.Context, e service.Env, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
 	var bf benchFlags
