@@ -19,6 +19,8 @@ import (
 	"syscall"
 
 	"github.com/scorer/scorer/internal/bench"
+	"github.com/scorer/scorer/internal/compare"
+	"github.com/scorer/scorer/internal/doctor"
 	"github.com/scorer/scorer/internal/offline"
 	"github.com/scorer/scorer/internal/service"
 )
@@ -77,9 +79,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	case "bench":
 		return bench.Run(ctx, e, rest)
 	case "doctor":
-		return runDoctor(ctx, e, rest)
+		return doctor.Command(ctx, e, rest)
 	case "compare":
-		return runCompare(ctx, e, rest)
+		return compare.Command(ctx, e, rest)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usageText)
 		return nil

@@ -1,4 +1,4 @@
-package main
+package doctor
 
 import (
 	"context"
@@ -8,16 +8,15 @@ import (
 	"time"
 
 	"github.com/scorer/scorer/gpupool"
-	"github.com/scorer/scorer/internal/doctor"
 	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/model"
 )
 
-// runDoctor is `scorer doctor`: it parses the service's configuration plus
-// its own flags and hands the check to internal/doctor. It exits 0 when the
+// Command is `scorer doctor`: it parses the service's configuration plus
+// its own flags and hands the check to Run. It exits 0 when the
 // configured DEVICE works here as configured (auto on a CPU-only host
 // included) and 1, with the cause, when it does not.
-func runDoctor(ctx context.Context, e service.Env, args []string) error {
+func Command(ctx context.Context, e service.Env, args []string) error {
 	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
@@ -63,7 +62,7 @@ func runDoctor(ctx context.Context, e service.Env, args []string) error {
 	if devMode != gpupool.ModeCPU {
 		service.PCIBusOrder(log) // as the service does, so the mapping shown is the one it uses
 	}
-	rep, err := doctor.Run(ctx, doctor.Options{
+	rep, err := Run(ctx, Options{
 		ORTLib: lib, Model: lo, Device: devMode, GPUIDs: cfg.GPUIDs,
 		MemFraction: cfg.GPUMemFraction, MemLimit: memLimit, TF32: cfg.GPUTF32,
 		Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold,
@@ -79,15 +78,15 @@ func runDoctor(ctx context.Context, e service.Env, args []string) error {
 		return service.ErrInterrupted
 	}
 	if *asJSON {
-		err = doctor.WriteJSON(e.Stdout, rep)
+		err = WriteJSON(e.Stdout, rep)
 	} else {
-		err = doctor.WriteText(e.Stdout, rep)
+		err = WriteText(e.Stdout, rep)
 	}
 	if err != nil {
 		return err
 	}
 	if !rep.OK {
-		return fmt.Errorf("%w: %s", doctor.ErrNotOK, rep.Verdict)
+		return fmt.Errorf("%w: %s", ErrNotOK, rep.Verdict)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package main
+package compare
 
 import (
 	"context"
@@ -12,20 +12,19 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/scorer/scorer/gpupool"
-	"github.com/scorer/scorer/internal/compare"
 	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
 )
 
-// errCompareFailed is a comparison that ran but whose agreement is below
+// ErrBelowAgreement is a comparison that ran but whose agreement is below
 // --min-agreement: exit 1 with the report printed.
-var errCompareFailed = errors.New("compare: agreement below --min-agreement")
+var ErrBelowAgreement = errors.New("compare: agreement below --min-agreement")
 
-// runCompare is `scorer compare`: flags only; the work is in
-// internal/compare. Each side is loaded, scored and closed before the next,
+// Command is `scorer compare`: flags only; the work is in Score and
+// Compare. Each side is loaded, scored and closed before the next,
 // so two large models never share the memory.
-func runCompare(ctx context.Context, e service.Env, args []string) error {
+func Command(ctx context.Context, e service.Env, args []string) error {
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
 	a := fs.String("a", "", "model folder of side A (default MODEL_DIR)")
@@ -80,7 +79,7 @@ func runCompare(ctx context.Context, e service.Env, args []string) error {
 	}
 	lim := schema.DefaultLimits()
 	lim.MaxMessageBytes, lim.MaxSentences, lim.MaxSentenceBytes = cfg.MaxMessageBytes, cfg.MaxSentences, cfg.MaxSentenceBytes
-	events, err := compare.ReadEvents(f, lim, *limit)
+	events, err := ReadEvents(f, lim, *limit)
 	f.Close()
 	if err != nil {
 		return err
@@ -96,7 +95,7 @@ func runCompare(ctx context.Context, e service.Env, args []string) error {
 	}
 	defer shutdownORT()
 
-	var runs [2]compare.Run
+	var runs [2]Run
 	for i, sc := range sides {
 		if runs[i], err = compareSide(ctx, sc, log, events); err != nil {
 			if ctx.Err() != nil {
@@ -107,7 +106,7 @@ func runCompare(ctx context.Context, e service.Env, args []string) error {
 		log.Info().Str("side", string(rune('A'+i))).Str("name", runs[i].Name).Int("pairs", runs[i].Pairs).
 			Float64("seconds", runs[i].Seconds).Msg("side scored")
 	}
-	rep, err := compare.Compare(runs[0], runs[1], compare.Options{Threshold: cfg.Threshold, MinAgreement: *minAgree, Flips: *flips})
+	rep, err := Compare(runs[0], runs[1], Options{Threshold: cfg.Threshold, MinAgreement: *minAgree, Flips: *flips})
 	if err != nil {
 		return err
 	}
@@ -122,28 +121,28 @@ func runCompare(ctx context.Context, e service.Env, args []string) error {
 		return fmt.Errorf("compare: write: %w", err)
 	}
 	if !rep.Pass {
-		return errCompareFailed
+		return ErrBelowAgreement
 	}
 	return nil
 }
 
 // compareSide opens one side's scoring stack, scores the sample and closes
 // the stack again.
-func compareSide(ctx context.Context, cfg service.Config, log zerolog.Logger, events []schema.TranscriptEvent) (compare.Run, error) {
+func compareSide(ctx context.Context, cfg service.Config, log zerolog.Logger, events []schema.TranscriptEvent) (Run, error) {
 	m, err := service.LoadModel(cfg)
 	if err != nil {
-		return compare.Run{}, err
+		return Run{}, err
 	}
 	pool, closeNVML, err := service.NewPool(ctx, cfg, m, log, nil, gpupool.SessionFactory(m, service.SessionConfig(cfg)))
 	if err != nil {
-		return compare.Run{}, err
+		return Run{}, err
 	}
 	defer closeNVML()
 	defer pool.Close(context.Background())
 	lc := model.LabelConfig{Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold}
 	ts, err := model.NewTranscriptScorer(m, lc, pool)
 	if err != nil {
-		return compare.Run{}, err
+		return Run{}, err
 	}
 	// One short untimed call first, so neither side's throughput carries
 	// the sessions' first-run set-up.
@@ -153,7 +152,7 @@ func compareSide(ctx context.Context, cfg service.Config, log zerolog.Logger, ev
 		warm.Sections[name] = sents[:min(len(sents), 4)]
 	}
 	if _, err := ts.Score(ctx, []schema.TranscriptEvent{warm}); err != nil {
-		return compare.Run{}, fmt.Errorf("compare: warm-up: %w", err)
+		return Run{}, fmt.Errorf("compare: warm-up: %w", err)
 	}
 	rel, err := filepath.Rel(m.Dir, m.ONNXPath)
 	if err != nil {
@@ -167,5 +166,5 @@ func compareSide(ctx context.Context, cfg service.Config, log zerolog.Logger, ev
 		devs += d.Label()
 	}
 	name := fmt.Sprintf("%s/%s on %s (sha256 %.12s)", m.Name, rel, devs, m.SHA256)
-	return compare.Score(ctx, name, ts, events, 8)
+	return Score(ctx, name, ts, events, 8)
 }

@@ -1,12 +1,13 @@
-package main
+package compare
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 
-	"github.com/scorer/scorer/internal/compare"
 	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/internal/testenv"
 )
@@ -14,7 +15,7 @@ import (
 // TestCompareCommand compares real exports on real transcripts: fp32
 // against the int8 file of the same folder passes a loose gate with small
 // but nonzero differences; two different models fail a strict one (exit 1).
-func TestCompareCommand(t *testing.T) {
+func TestCommand(t *testing.T) {
 	file, events := testenv.ShortestTranscripts(t, 3)
 	sentences := 0
 	for i := range events {
@@ -28,7 +29,7 @@ func TestCompareCommand(t *testing.T) {
 	if err != nil {
 		t.Fatalf("fp32 vs int8: %v\n%s", err, stderr)
 	}
-	var rep compare.Report
+	var rep Report
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatalf("--json output: %v\n%s", err, stdout)
 	}
@@ -47,7 +48,7 @@ func TestCompareCommand(t *testing.T) {
 
 	stdout, _, err = runCLI(t, env, "", "compare", "--in", file, "--b", testenv.ModelDir(t, "nli-wordpiece-small"),
 		"--threshold", "0.5", "--min-agreement", "1")
-	if !errors.Is(err, errCompareFailed) || service.ExitCode(err) != 1 {
+	if !errors.Is(err, ErrBelowAgreement) || service.ExitCode(err) != 1 {
 		t.Errorf("two different models at --min-agreement 1: %v (exit %d), want exit 1", err, service.ExitCode(err))
 	}
 	if !strings.Contains(stdout, "FAIL") || !strings.Contains(stdout, "flipped") {
@@ -57,4 +58,16 @@ func TestCompareCommand(t *testing.T) {
 	if _, _, err := runCLI(t, env, "", "compare"); service.ExitCode(err) != 2 {
 		t.Errorf("no --in: %v (exit %d), want exit 2", err, service.ExitCode(err))
 	}
+}
+
+// runCLI runs `scorer compare <args>` in-process; args[0] must be
+// "compare" (the tests read like the command lines they stand for).
+func runCLI(t *testing.T, env map[string]string, stdin string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	if len(args) == 0 || args[0] != "compare" {
+		t.Fatalf("runCLI: %q is not a compare command line", args)
+	}
+	var out, errb bytes.Buffer
+	err = Command(context.Background(), service.Env{Getenv: func(k string) string { return env[k] }, Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb}, args[1:])
+	return out.String(), errb.String(), err
 }

@@ -1,4 +1,4 @@
-package main
+package doctor
 
 import (
 	"bytes"
@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/scorer/scorer/gpupool"
-	"github.com/scorer/scorer/internal/doctor"
 	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/internal/testenv"
 )
@@ -17,7 +16,7 @@ import (
 // `scorer doctor` on this GPU-less host: it reports the CPU path with the
 // reason there is no GPU and exits 0 for DEVICE=auto; DEVICE=cuda exits 1
 // with the cause; --json is the same report as JSON.
-func TestDoctorCommand(t *testing.T) {
+func TestCommand(t *testing.T) {
 	if probe, shutdown, err := gpupool.NewNVMLProbe(t.Context()); err == nil {
 		shutdown()
 		if _, err := probe.Devices(); err == nil {
@@ -28,8 +27,8 @@ func TestDoctorCommand(t *testing.T) {
 	doctorRun := func(device string, args ...string) (string, error) {
 		env["DEVICE"] = device
 		var out bytes.Buffer
-		err := run(t.Context(), append([]string{"doctor", "--duration", "100ms"}, args...),
-			func(k string) string { return env[k] }, strings.NewReader(""), &out, io.Discard)
+		err := Command(t.Context(), service.Env{Getenv: func(k string) string { return env[k] }, Stdin: strings.NewReader(""), Stdout: &out, Stderr: io.Discard},
+			append([]string{"--duration", "100ms"}, args...))
 		return out.String(), err
 	}
 
@@ -42,7 +41,7 @@ func TestDoctorCommand(t *testing.T) {
 	}
 
 	out, err = doctorRun("cuda")
-	if !errors.Is(err, doctor.ErrNotOK) || service.ExitCode(err) != 1 || !strings.Contains(err.Error(), "no NVIDIA driver") {
+	if !errors.Is(err, ErrNotOK) || service.ExitCode(err) != 1 || !strings.Contains(err.Error(), "no NVIDIA driver") {
 		t.Fatalf("DEVICE=cuda: err %v (exit %d), want exit 1 naming the cause\n%s", err, service.ExitCode(err), out)
 	}
 	if !strings.Contains(out, "verdict        FAIL: DEVICE=cuda cannot work here") || !strings.Contains(out, "remedy: install an NVIDIA driver") {
@@ -50,7 +49,7 @@ func TestDoctorCommand(t *testing.T) {
 	}
 
 	out, err = doctorRun("auto", "--json")
-	var rep doctor.Report
+	var rep Report
 	if err != nil || json.Unmarshal([]byte(out), &rep) != nil || !rep.OK || rep.Path != "cpu" || rep.Problem == nil || rep.Problem.Kind != gpupool.ProblemNoDriver {
 		t.Fatalf("--json: err %v, report %+v\n%s", err, rep, out)
 	}
