@@ -1,3 +1,10 @@
+// The tests of package main are the system tests of the whole binary: they
+// run the dispatcher in-process (runCLI, runInProcess) or build and exec
+// the binary (scorerBinary) against the real model, ONNX Runtime, the
+// in-memory broker and kcat: end-to-end, crash, rebalance, faults, poison,
+// security, interop, stuck partitions, signals, demo and produce. The shared
+// helpers are here and in reliability_helpers_test.go. Unit tests live beside
+// their code in internal/service, internal/offline, internal/bench, ….
 package main
 
 import (
