@@ -94,7 +94,7 @@ test-short: ort
 run: build
 	./scripts/run-demo.sh
 
-# Benchmarks print one table and write docs/benchmarks.json (about 5 minutes on 2 quiet cores); never part of `make test`.
+# Benchmarks print one table and write docs/benchmarks.json (about 10 minutes on 2 quiet cores); never part of `make test`.
 # BENCH_FLAGS adds flags, e.g. BENCH_FLAGS="--transcripts-limit 40 --skip memory"; see `bin/scorer bench -h`.
 bench: build
 	$(BIN) bench --model-dirs "$(SHARED)/models/nli-unigram-small,$(SHARED)/models/nli-wordpiece-small" --transcripts $(TRANSCRIPTS) --out docs/benchmarks.json --cpuprofile bin/bench-cpu.prof $(BENCH_FLAGS)
