@@ -36,7 +36,7 @@ const (
 	cudaDockerfile = "docker/Dockerfile.cuda"
 	connectDocker  = "compose/connect/Dockerfile"
 	chartDir       = "helm/scorer"
-	cmdConfig      = "../cmd/scorer/config.go"
+	cmdConfig      = "../internal/service/config.go"
 
 	wantORTVersion = "1.29.0"
 	ortPins        = "ort/pins.txt"
@@ -980,7 +980,7 @@ func TestHelmChart(t *testing.T) {
 }
 
 // configVars returns the variables the binary reads: design.md's table plus the env tags of
-// cmd/scorer/config.go (which may list variables, such as SASL/TLS, before design.md does).
+// internal/service/config.go (which may list variables, such as SASL/TLS, before design.md does).
 func configVars(t *testing.T, d design) map[string]bool {
 	t.Helper()
 	vars := maps.Clone(d.vars)

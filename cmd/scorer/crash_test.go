@@ -7,6 +7,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/scorer/scorer/internal/testenv"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -46,8 +47,8 @@ func TestKillAndRestart(t *testing.T) {
 	}
 	const partitions = 3
 	broker := startBrokerProcess(t, partitions)
-	file, events := shortestTranscripts(t, 30)
-	env := baseEnv(t)
+	file, events := testenv.ShortestTranscripts(t, 30)
+	env := testenv.ScorerEnv(t)
 	env["KAFKA_BROKERS"] = broker
 	env["KAFKA_INPUT_PARTITIONS"] = "3"
 	env["BATCH_MAX_MESSAGES"] = "2"

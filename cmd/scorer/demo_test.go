@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/scorer/scorer/internal/testenv"
 )
 
 // TestDemoSummaryWithBadAndRepeatedLines: a --demo-file with a line that
@@ -20,7 +22,7 @@ func TestDemoSummaryWithBadAndRepeatedLines(t *testing.T) {
 	if err := os.WriteFile(file, []byte(a+"\n"+b+"\nnot an event\n"+a+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := withEnv(baseEnv(t), "LABELS", "consumer weakness", "KAFKA_INPUT_PARTITIONS", "2")
+	env := withEnv(testenv.ScorerEnv(t), "LABELS", "consumer weakness", "KAFKA_INPUT_PARTITIONS", "2")
 	ctx, cancel := context.WithCancel(t.Context())
 	out, logs := &lockedBuffer{}, &lockedBuffer{}
 	errc := make(chan error, 1)
@@ -36,11 +38,11 @@ func TestDemoSummaryWithBadAndRepeatedLines(t *testing.T) {
 			t.Error("scorer did not stop within 30s")
 		}
 		if t.Failed() {
-			t.Logf("scorer log:\n%s", tail(logs.String(), 4000))
+			t.Logf("scorer log:\n%s", testenv.Tail(logs.String(), 4000))
 		}
 	})
 	waitUntil(t, 2*time.Minute, "the demo summary", func() bool { return strings.Contains(out.String(), "=== scorer demo summary ===") },
-		func() string { return tail(logs.String(), 1500) })
+		func() string { return testenv.Tail(logs.String(), 1500) })
 	if !strings.Contains(out.String(), "transcripts  2\n") || !strings.Contains(out.String(), "pairs        3 ") {
 		t.Errorf("summary does not count the 2 distinct calls and their 3 pairs once each:\n%s", out.String())
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -13,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/testenv"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -45,7 +46,7 @@ func runInProcess(t *testing.T, env map[string]string, args ...string) (stop fun
 	t.Cleanup(func() {
 		_ = stop()
 		if t.Failed() {
-			t.Logf("scorer log:\n%s", tail(logs.String(), 6000))
+			t.Logf("scorer log:\n%s", testenv.Tail(logs.String(), 6000))
 		}
 	})
 	return stop
@@ -57,9 +58,9 @@ func scoreFile(t *testing.T, env map[string]string, in string) []schema.ScoredTr
 	cmd := exec.Command(scorerBinary(t), "score", "--in", in, "--out", out)
 	cmd.Env = environ(env)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("scorer score: %v\n%s", err, tail(string(b), 4000))
+		t.Fatalf("scorer score: %v\n%s", err, testenv.Tail(string(b), 4000))
 	}
-	return readJSONL[schema.ScoredTranscript](t, out)
+	return testenv.ReadJSONL[schema.ScoredTranscript](t, out)
 }
 
 // TestRunEndToEnd is the product's main promise on the in-memory broker with
@@ -69,8 +70,8 @@ func TestRunEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test scores 50 real transcripts")
 	}
-	file, events := shortestTranscripts(t, 50)
-	env := baseEnv(t)
+	file, events := testenv.ShortestTranscripts(t, 50)
+	env := testenv.ScorerEnv(t)
 	offline := scoreFile(t, env, file)
 	if len(offline) != len(events) {
 		t.Fatalf("scorer score wrote %d records for %d transcripts", len(offline), len(events))
@@ -83,7 +84,7 @@ func TestRunEndToEnd(t *testing.T) {
 		want[st.CallID] = st
 	}
 
-	cluster, broker, err := startBroker(brokerOptions{Addr: "127.0.0.1:0", Partitions: 3})
+	cluster, broker, err := service.StartBroker(service.BrokerOptions{Addr: "127.0.0.1:0", Partitions: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,36 +125,36 @@ func TestRunEndToEnd(t *testing.T) {
 	}
 
 	// Metrics moved: messages in and pairs scored count what went through.
-	metrics := scrape(t, metricsAddr)
+	metrics := testenv.Scrape(t, metricsAddr)
 	pairs := 0
 	for _, ev := range events {
 		pairs += ev.SentenceCount() * 3
 	}
 	// Every pair is looked up in the score cache; only misses reach the
 	// model, each distinct one once, so fewer pairs are inferred.
-	lookups := metricValue(metrics, "scorer_score_cache_hits_total") + metricValue(metrics, "scorer_score_cache_misses_total")
+	lookups := testenv.MetricValue(metrics, "scorer_score_cache_hits_total") + testenv.MetricValue(metrics, "scorer_score_cache_misses_total")
 	if lookups < float64(pairs) {
 		t.Errorf("score cache hits + misses = %v, want >= %d", lookups, pairs)
 	}
-	if v := metricValue(metrics, "scorer_pairs_scored_total"); v <= 0 || v > lookups {
+	if v := testenv.MetricValue(metrics, "scorer_pairs_scored_total"); v <= 0 || v > lookups {
 		t.Errorf("scorer_pairs_scored_total = %v, want 1..%v (the cache's misses)", v, lookups)
 	}
-	if v := metricValue(metrics, `scorer_messages_in_total{topic="transcripts"}`); v != float64(len(events)) {
+	if v := testenv.MetricValue(metrics, `scorer_messages_in_total{topic="transcripts"}`); v != float64(len(events)) {
 		t.Errorf("scorer_messages_in_total = %v, want %d", v, len(events))
 	}
-	if v := metricValue(metrics, "scorer_ready"); v != 1 {
+	if v := testenv.MetricValue(metrics, "scorer_ready"); v != 1 {
 		t.Errorf("scorer_ready = %v, want 1", v)
 	}
-	if v := metricValue(metrics, `scorer_messages_out_total{kind="result",topic="transcripts.scored"}`); v != float64(len(events)) {
+	if v := testenv.MetricValue(metrics, `scorer_messages_out_total{kind="result",topic="transcripts.scored"}`); v != float64(len(events)) {
 		t.Errorf("scorer_messages_out_total results = %v, want %d", v, len(events))
 	}
-	if v := metricValue(metrics, "scorer_end_to_end_seconds_count"); v != float64(len(events)) {
+	if v := testenv.MetricValue(metrics, "scorer_end_to_end_seconds_count"); v != float64(len(events)) {
 		t.Errorf("scorer_end_to_end_seconds_count = %v, want %d", v, len(events))
 	}
-	if v := metricValue(metrics, "scorer_batch_padding_ratio_count"); v < 1 {
+	if v := testenv.MetricValue(metrics, "scorer_batch_padding_ratio_count"); v < 1 {
 		t.Errorf("scorer_batch_padding_ratio observed %v batches", v)
 	}
-	if v := metricValue(metrics, "scorer_assigned_partitions"); v != 3 {
+	if v := testenv.MetricValue(metrics, "scorer_assigned_partitions"); v != 3 {
 		t.Errorf("scorer_assigned_partitions = %v, want 3", v)
 	}
 	resp, err := http.Get("http://" + metricsAddr + "/healthz")
@@ -214,39 +215,4 @@ func waitReady(t *testing.T, addr string, timeout time.Duration) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("/readyz on %s not ready within %v", addr, timeout)
-}
-
-func scrape(t *testing.T, addr string) map[string]float64 {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		var v float64
-		if _, err := fmt.Sscan(line[i+1:], &v); err == nil {
-			out[line[:i]] = v
-		}
-	}
-	return out
-}
-
-// metricValue sums the series whose name and labels start with key.
-func metricValue(m map[string]float64, key string) float64 {
-	sum := 0.0
-	for k, v := range m {
-		if k == key || strings.HasPrefix(k, key+"{") || (strings.HasSuffix(key, "}") && k == key) {
-			sum += v
-		}
-	}
-	return sum
 }

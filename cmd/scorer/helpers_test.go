@@ -1,18 +1,21 @@
+// The tests of package main are the system tests of the whole binary: they
+// run the dispatcher in-process (runCLI, runInProcess) or build and exec
+// the binary (scorerBinary) against the real model, ONNX Runtime, the
+// in-memory broker and kcat: end-to-end, crash, rebalance, faults, poison,
+// security, interop, stuck partitions, signals, demo and produce. The shared
+// helpers are here and in reliability_helpers_test.go. Unit tests live beside
+// their code in internal/service, internal/offline, internal/bench, ….
 package main
 
 import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +23,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/internal/testenv"
 	"github.com/scorer/scorer/schema"
 )
@@ -53,71 +57,12 @@ func scorerBinary(t testing.TB) string {
 	return binPath
 }
 
-// baseEnv is the environment every in-test scorer gets: the real model and
-// ORT library, small batch waits so tests move quickly.
-func baseEnv(t testing.TB) map[string]string {
-	return map[string]string{
-		"MODEL_DIR":        testenv.ModelDir(t, "nli-unigram-small"),
-		"ORT_LIB":          testenv.ORTLib(t),
-		"LOG_FORMAT":       "json",
-		"BATCH_MAX_WAIT":   "50ms",
-		"METRICS_ADDR":     "off",
-		"SHUTDOWN_TIMEOUT": "20s",
-		// A killed member's partitions move after this; the default 30s
-		// would make every crash drill mostly waiting.
-		"KAFKA_SESSION_TIMEOUT": "10s",
-	}
-}
-
 func environ(m map[string]string) []string {
 	out := os.Environ()
 	for k, v := range m {
 		out = append(out, k+"="+v)
 	}
 	return out
-}
-
-// shortestTranscripts writes the n shortest real transcripts (whole, as they
-// are in the corpus) to a JSONL file and returns it with their events. The
-// shortest keep test time bounded on two cores without inventing data.
-func shortestTranscripts(t testing.TB, n int) (string, []schema.TranscriptEvent) {
-	t.Helper()
-	f, err := os.Open(testenv.Transcripts(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	type line struct {
-		raw   []byte
-		ev    schema.TranscriptEvent
-		count int
-	}
-	var lines []line
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for sc.Scan() {
-		ev, err := schema.DecodeEvent(sc.Bytes(), schema.DefaultLimits())
-		if err != nil {
-			t.Fatalf("corpus line %d: %v", len(lines)+1, err)
-		}
-		lines = append(lines, line{raw: bytes.Clone(sc.Bytes()), ev: ev, count: ev.SentenceCount()})
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	sort.SliceStable(lines, func(i, j int) bool { return lines[i].count < lines[j].count })
-	path := filepath.Join(t.TempDir(), fmt.Sprintf("shortest-%d.jsonl", n))
-	var buf bytes.Buffer
-	var evs []schema.TranscriptEvent
-	for _, l := range lines[:n] {
-		buf.Write(l.raw)
-		buf.WriteByte('\n')
-		evs = append(evs, l.ev)
-	}
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path, evs
 }
 
 // startBrokerProcess runs `scorer broker` as its own process on a free port.
@@ -197,17 +142,10 @@ func startScorerProcess(t testing.TB, env map[string]string, args ...string) *sc
 			_ = cmd.Wait()
 		}
 		if t.Failed() {
-			t.Logf("scorer log (pid %d):\n%s", cmd.Process.Pid, tail(p.log.String(), 4000))
+			t.Logf("scorer log (pid %d):\n%s", cmd.Process.Pid, testenv.Tail(p.log.String(), 4000))
 		}
 	})
 	return p
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "…" + s[len(s)-n:]
-	}
-	return s
 }
 
 // produceFile loads a JSONL file into topic the way `scorer produce` does.
@@ -218,11 +156,11 @@ func produceFile(t testing.TB, broker, topic, path string) int {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	w := newInputWriter([]string{broker}, topic, nil)
+	w := service.NewInputWriter([]string{broker}, topic, nil)
 	defer w.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	n, err := produceLines(ctx, w, f, 0, 0)
+	n, err := service.ProduceLines(ctx, w, f, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +221,7 @@ func decodeScored(t testing.TB, msgs []kafka.Message) []schema.ScoredTranscript 
 	out := make([]schema.ScoredTranscript, 0, len(msgs))
 	for _, m := range msgs {
 		var st schema.ScoredTranscript
-		if err := decodeOutput(m.Value, &st); err != nil {
+		if err := service.DecodeOutput(m.Value, &st); err != nil {
 			t.Fatalf("output record at %s/%d/%d: %v", m.Topic, m.Partition, m.Offset, err)
 		}
 		out = append(out, st)
@@ -302,21 +240,10 @@ func freeAddr(t testing.TB) string {
 	return ln.Addr().String()
 }
 
-func readJSONL[T any](t testing.TB, path string) []T {
+// runCLI runs the binary's run() in-process with env and args.
+func runCLI(t *testing.T, env map[string]string, stdin string, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []T
-	dec := json.NewDecoder(bytes.NewReader(b))
-	for {
-		var v T
-		if err := dec.Decode(&v); errors.Is(err, io.EOF) {
-			return out
-		} else if err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		out = append(out, v)
-	}
+	var out, errb bytes.Buffer
+	err = run(context.Background(), args, func(k string) string { return env[k] }, strings.NewReader(stdin), &out, &errb)
+	return out.String(), errb.String(), err
 }

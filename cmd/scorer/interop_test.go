@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/testenv"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -72,13 +74,13 @@ func TestKcatInterop(t *testing.T) {
 		t.Skip("scores real transcripts")
 	}
 	kcat := kcatPath(t)
-	_, events := shortestTranscripts(t, 3)
-	cluster, broker, err := startBroker(brokerOptions{Addr: "127.0.0.1:0", Partitions: 2})
+	_, events := testenv.ShortestTranscripts(t, 3)
+	cluster, broker, err := service.StartBroker(service.BrokerOptions{Addr: "127.0.0.1:0", Partitions: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cluster.Close)
-	env := baseEnv(t)
+	env := testenv.ScorerEnv(t)
 	env["KAFKA_BROKERS"] = broker
 	env["KAFKA_INPUT_PARTITIONS"] = "2"
 	env["OUTPUT_FORMAT"] = "connect"
@@ -136,7 +138,7 @@ func TestKcatInterop(t *testing.T) {
 			t.Errorf("%s: %v", *r.Key, err)
 		}
 		var st schema.ScoredTranscript
-		if err := decodeOutput([]byte(*r.Payload), &st); err != nil || st.CallID != *r.Key {
+		if err := service.DecodeOutput([]byte(*r.Payload), &st); err != nil || st.CallID != *r.Key {
 			t.Errorf("%s: payload call_id %q err %v", *r.Key, st.CallID, err)
 		}
 		for _, sec := range st.Sections {
@@ -208,13 +210,13 @@ func TestKcatVersionsAndTombstones(t *testing.T) {
 		t.Skip("scores real transcripts")
 	}
 	kcat := kcatPath(t)
-	_, events := shortestTranscripts(t, 4)
-	cluster, broker, err := startBroker(brokerOptions{Addr: "127.0.0.1:0", Partitions: 1})
+	_, events := testenv.ShortestTranscripts(t, 4)
+	cluster, broker, err := service.StartBroker(service.BrokerOptions{Addr: "127.0.0.1:0", Partitions: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cluster.Close)
-	env := baseEnv(t)
+	env := testenv.ScorerEnv(t)
 	env["KAFKA_BROKERS"] = broker
 	env["KAFKA_INPUT_PARTITIONS"] = "1"
 	env["BATCH_MAX_MESSAGES"] = "1"

@@ -17,6 +17,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/scorer/scorer/internal/bench"
+	"github.com/scorer/scorer/internal/compare"
+	"github.com/scorer/scorer/internal/doctor"
+	"github.com/scorer/scorer/internal/offline"
+	"github.com/scorer/scorer/internal/service"
 )
 
 func main() {
@@ -26,44 +32,12 @@ func main() {
 	// kills the process (run keeps draining on the first).
 	context.AfterFunc(ctx, stop)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
-	if err != nil && !errors.Is(err, errUsage) {
+	if err != nil && !errors.Is(err, service.ErrUsage) {
 		fmt.Fprintln(os.Stderr, "scorer:", err)
 	}
 	if err != nil {
-		os.Exit(exitCode(err))
+		os.Exit(service.ExitCode(err))
 	}
-}
-
-// errUsage marks errors already reported as usage text.
-var errUsage = errors.New("usage")
-
-// errInterrupted is a command stopped by SIGINT/SIGTERM before it finished.
-var errInterrupted = errors.New("interrupted")
-
-// usageError is a wrong use of flags found after parsing: main prints it
-// and exits 2.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
-
-func exitCode(err error) int {
-	var ue usageError
-	switch {
-	case errors.Is(err, errUsage), errors.As(err, &ue):
-		return 2
-	case errors.Is(err, errInterrupted):
-		return 130
-	}
-	return 1
-}
-
-// procEnv bundles what a subcommand may touch of the process, so tests can run
-// subcommands in-process.
-type procEnv struct {
-	getenv func(string) string
-	stdin  io.Reader
-	stdout io.Writer
-	stderr io.Writer
 }
 
 const usageText = `usage: scorer <command> [flags]
@@ -87,32 +61,32 @@ A second signal kills the process.
 `
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
-	e := procEnv{getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr}
+	e := service.Env{Getenv: getenv, Stdin: stdin, Stdout: stdout, Stderr: stderr}
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usageText)
-		return errUsage
+		return service.ErrUsage
 	}
 	cmd, rest := args[0], args[1:]
 	switch cmd {
 	case "run":
-		return runService(ctx, e, rest)
+		return service.Run(ctx, e, rest)
 	case "score":
-		return runScore(ctx, e, rest)
+		return offline.Run(ctx, e, rest)
 	case "broker":
-		return runBroker(ctx, e, rest)
+		return service.RunBroker(ctx, e, rest)
 	case "produce":
-		return runProduce(ctx, e, rest)
+		return service.RunProduce(ctx, e, rest)
 	case "bench":
-		return runBench(ctx, e, rest)
+		return bench.Run(ctx, e, rest)
 	case "doctor":
-		return runDoctor(ctx, e, rest)
+		return doctor.Command(ctx, e, rest)
 	case "compare":
-		return runCompare(ctx, e, rest)
+		return compare.Command(ctx, e, rest)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usageText)
 		return nil
 	default:
 		fmt.Fprintf(stderr, "scorer: unknown command %q\n\n%s", cmd, usageText)
-		return errUsage
+		return service.ErrUsage
 	}
 }

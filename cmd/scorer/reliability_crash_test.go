@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scorer/scorer/internal/testenv"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -47,7 +48,9 @@ func TestReliabilityCrashKill9(t *testing.T) {
 		// Work must be flowing in this incarnation before it dies: at least
 		// 200 new outputs, then a random 0–2 s more.
 		waitUntil(t, 3*time.Minute, fmt.Sprintf("kill %d: 200 new outputs", k+1), func() bool { return out.len() >= before+200 },
-			func() string { return fmt.Sprintf("%d outputs; log: %s", out.len(), tail(p.log.String(), 1500)) })
+			func() string {
+				return fmt.Sprintf("%d outputs; log: %s", out.len(), testenv.Tail(p.log.String(), 1500))
+			})
 		time.Sleep(time.Duration(rng.Int64N(int64(2 * time.Second))))
 		c := committedOffsets(t, broker, group, "transcripts", parts)
 		if _, d := signalAndWait(t, p, syscall.SIGKILL, 10*time.Second); d > 5*time.Second {
@@ -155,7 +158,7 @@ func TestReliabilitySigtermDuringLongBatch(t *testing.T) {
 	}
 	logText := p.log.String()
 	if !strings.Contains(logText, "work in flight") {
-		t.Errorf("no 'work in flight' line: the batch finished before SIGTERM, so the test proved nothing; log:\n%s", tail(logText, 3000))
+		t.Errorf("no 'work in flight' line: the batch finished before SIGTERM, so the test proved nothing; log:\n%s", testenv.Tail(logText, 3000))
 	}
 	if msgs := readTopic(t, broker, "transcripts.scored", 1, 2*time.Second); len(msgs) != 0 {
 		t.Fatalf("abandoned work was published: %d records", len(msgs))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/scorer/scorer/internal/faultproxy"
 	"github.com/scorer/scorer/internal/kafkatest"
+	"github.com/scorer/scorer/internal/testenv"
 )
 
 // startProxiedBroker is kfake in-process behind a faultproxy. kfake
@@ -161,7 +162,7 @@ func TestReliabilityBrokerDownAtStartup(t *testing.T) {
 	p := startScorerProcess(t, relEnv(t, "KAFKA_BROKERS", addr, "METRICS_ADDR", metrics, "LABELS", "consumer weakness"))
 	waitLog(t, p, `"attempt":3`, time.Minute)
 	if !strings.Contains(p.log.String(), "Kafka not reachable yet; retrying") {
-		t.Fatalf("no clear retry line in the log:\n%s", tail(p.log.String(), 2000))
+		t.Fatalf("no clear retry line in the log:\n%s", testenv.Tail(p.log.String(), 2000))
 	}
 	resp, err := http.Get("http://" + metrics + "/readyz")
 	if err != nil {

@@ -339,7 +339,7 @@ func signalAndWait(t testing.TB, p *scorerProcess, sig syscall.Signal, timeout t
 		return err, time.Since(start)
 	case <-time.After(timeout):
 		_ = p.cmd.Process.Kill()
-		t.Fatalf("scorer pid %d did not exit within %v of %v; log:\n%s", p.cmd.Process.Pid, timeout, sig, tail(p.log.String(), 4000))
+		t.Fatalf("scorer pid %d did not exit within %v of %v; log:\n%s", p.cmd.Process.Pid, timeout, sig, testenv.Tail(p.log.String(), 4000))
 		return nil, 0
 	}
 }
@@ -348,7 +348,7 @@ func signalAndWait(t testing.TB, p *scorerProcess, sig syscall.Signal, timeout t
 func waitLog(t testing.TB, p *scorerProcess, s string, timeout time.Duration) {
 	t.Helper()
 	waitUntil(t, timeout, fmt.Sprintf("log line %q", s), func() bool { return strings.Contains(p.log.String(), s) },
-		func() string { return tail(p.log.String(), 2000) })
+		func() string { return testenv.Tail(p.log.String(), 2000) })
 }
 
 // sourceKey is where an output came from.
@@ -411,7 +411,7 @@ func checkAllScored(t testing.TB, broker string, out *topicWatch, ids []string) 
 // METRICS_ADDR is read as unset (so the default :9464), which two scorer
 // processes on one machine cannot share.
 func relEnv(t testing.TB, kv ...string) map[string]string {
-	return withEnv(baseEnv(t), append([]string{"METRICS_ADDR", "127.0.0.1:0"}, kv...)...)
+	return withEnv(testenv.ScorerEnv(t), append([]string{"METRICS_ADDR", "127.0.0.1:0"}, kv...)...)
 }
 
 // withEnv returns a copy of base with the given key=value pairs set.

@@ -15,6 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/scorer/scorer/internal/kafkatest"
+	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/testenv"
 )
 
 // TestReliabilityStuckDeadLetter runs the service with a dead letter that
@@ -29,8 +31,8 @@ func TestReliabilityStuckDeadLetter(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the service with the real model")
 	}
-	_, events := shortestTranscripts(t, 12)
-	cluster, broker, err := startBroker(brokerOptions{Addr: "127.0.0.1:0", Partitions: 2})
+	_, events := testenv.ShortestTranscripts(t, 12)
+	cluster, broker, err := service.StartBroker(service.BrokerOptions{Addr: "127.0.0.1:0", Partitions: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +48,7 @@ func TestReliabilityStuckDeadLetter(t *testing.T) {
 		return kafkatest.ProduceError(r, kerr.TopicAuthorizationFailed.Code), nil, true
 	})
 	metricsAddr := freeAddr(t)
-	env := baseEnv(t)
+	env := testenv.ScorerEnv(t)
 	env["KAFKA_BROKERS"] = broker
 	env["KAFKA_INPUT_PARTITIONS"] = "2"
 	env["METRICS_ADDR"] = metricsAddr
@@ -78,20 +80,20 @@ func TestReliabilityStuckDeadLetter(t *testing.T) {
 	deadline := time.Now().Add(2 * time.Minute)
 	var m map[string]float64
 	for {
-		m = scrape(t, metricsAddr)
+		m = testenv.Scrape(t, metricsAddr)
 		// Gauges move at each commit tick (1 s): wait for partition 1's
 		// commit to catch up too.
-		if m["scorer_partition_paused"+p0] == 1 && metricValue(m, `scorer_messages_out_total{kind="result",topic="transcripts.scored"}`) >= 6 &&
+		if m["scorer_partition_paused"+p0] == 1 && testenv.MetricValue(m, `scorer_messages_out_total{kind="result",topic="transcripts.scored"}`) >= 6 &&
 			m["scorer_committed_lag"+p1] == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("partition 0 not paused with partition 1's 6 results out: paused %v, results %v", m["scorer_partition_paused"+p0],
-				metricValue(m, `scorer_messages_out_total{kind="result",topic="transcripts.scored"}`))
+				testenv.MetricValue(m, `scorer_messages_out_total{kind="result",topic="transcripts.scored"}`))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if got := metricValue(m, `scorer_messages_out_total{kind="result",topic="transcripts.scored"}`); got != 6 {
+	if got := testenv.MetricValue(m, `scorer_messages_out_total{kind="result",topic="transcripts.scored"}`); got != 6 {
 		t.Errorf("%v results published; want partition 1's 6 only (partition 0 waits behind its stuck record)", got)
 	}
 	if lag := m["scorer_committed_lag"+p0]; lag != 7 {
@@ -124,7 +126,7 @@ func TestReliabilityStuckDeadLetter(t *testing.T) {
 	}
 	// The gauge is refreshed at each commit tick, so it may trail /healthz
 	// (computed at the probe) by up to a second.
-	if age := scrape(t, metricsAddr)["scorer_oldest_unacked_seconds"+p0]; age < 3 {
+	if age := testenv.Scrape(t, metricsAddr)["scorer_oldest_unacked_seconds"+p0]; age < 3 {
 		t.Errorf("scorer_oldest_unacked_seconds partition 0 = %v, want about 4 once /healthz failed", age)
 	}
 

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/scorer/scorer/internal/testenv"
 )
 
 // TestRunStopWhileWaitingForKafka: SIGTERM (ctx cancelled) while start-up
@@ -33,6 +35,6 @@ func TestRunStopWhileWaitingForKafka(t *testing.T) {
 		t.Fatal("run did not return within 10s of the stop")
 	}
 	if !strings.Contains(logs.String(), "stopped before start-up finished") {
-		t.Errorf("no stop line in the log:\n%s", tail(logs.String(), 2000))
+		t.Errorf("no stop line in the log:\n%s", testenv.Tail(logs.String(), 2000))
 	}
 }

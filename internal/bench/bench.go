@@ -1,0 +1,512 @@
+// Package bench is `scorer bench`, the benchmark harness (docs/benchmarks.md):
+// the pipeline against raw ONNX Runtime, padding, tokenizer share, latency,
+// memory under a backlog, CPU scaling, batch shapes, the revision workload
+// and int8. It drives the service's own wiring (internal/service) so the
+// numbers are the service's; nothing imports this package but the binary.
+// Children (broker, scorer) are this same executable re-run with a
+// subcommand, so it only works inside the scorer binary.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/model"
+	"github.com/scorer/scorer/model/scorecache"
+	"github.com/scorer/scorer/schema"
+)
+
+// benchFlags are `scorer bench`'s own flags; the service configuration
+// (CPU_THREADS, BATCH_MAX_WAIT, DEVICE, …) comes from the same environment
+// variables and flags as `scorer run`, so a benchmark measures a
+// configuration the service can actually run with.
+type benchFlags struct {
+	modelDirs        string
+	transcripts      string
+	out              string
+	cpuProfile       string
+	limit            int
+	latencyN         int
+	latencyRate      float64
+	memMultiples     string
+	memDuration      time.Duration
+	scalingPairs     int
+	scalingThreads   string
+	scalingWorkers   string
+	scalingRounds    int
+	skip             string
+	pipelineDeadline time.Duration
+
+	shapeRows    string
+	shapeTokens  string
+	shapePlans   string
+	shapePairs   int
+	shapeRounds  int
+	revisionN    int
+	revisionVers int
+	revisionEdit float64
+	revisionCap  int64
+	revisionRnds int
+	int8Pairs    int
+	int8Rounds   int
+	largeModel   string
+	largePairs   int
+	largeRows    string
+}
+
+// Run is `scorer bench`: per model folder it measures the pipeline
+// against raw ORT, padding, tokenizer cost, latency, memory under a backlog
+// and CPU scaling, prints one table and writes it as JSON. It prints
+// numbers; it passes or fails nothing except on errors.
+func Run(ctx context.Context, e service.Env, args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(e.Stderr)
+	var bf benchFlags
+	fs.StringVar(&bf.modelDirs, "model-dirs", "", "comma-separated model folders to benchmark; empty = MODEL_DIR")
+	fs.StringVar(&bf.transcripts, "transcripts", "../shared/data/transcripts/transcripts.jsonl", "TranscriptEvent JSONL corpus")
+	fs.StringVar(&bf.out, "out", "", "write the results as JSON to this file; empty = none")
+	fs.StringVar(&bf.cpuProfile, "cpuprofile", "", "write a CPU profile of each model's pipeline run to this file (model name inserted before the extension when there are several models)")
+	fs.IntVar(&bf.limit, "transcripts-limit", 20, "transcripts in the throughput run, picked at evenly spaced quantiles of size")
+	fs.IntVar(&bf.latencyN, "latency-transcripts", 15, "shortest transcripts produced at --latency-rate for the low-rate latency run")
+	fs.Float64Var(&bf.latencyRate, "latency-rate", 1, "records per second of the low-rate latency run")
+	fs.StringVar(&bf.memMultiples, "memory-multiples", "20,60", "backlog sizes for the memory run, as multiples of the in-flight limit (BATCH_MAX_MESSAGES × MAX_INFLIGHT_BATCHES)")
+	fs.DurationVar(&bf.memDuration, "memory-duration", 25*time.Second, "how long the scorer process runs against each backlog")
+	fs.IntVar(&bf.scalingPairs, "scaling-pairs", 1200, "pairs (at least) scored per threads × workers setting")
+	fs.StringVar(&bf.scalingThreads, "scaling-threads", "1,2", "intra-op thread counts of the CPU scaling run")
+	fs.StringVar(&bf.scalingWorkers, "scaling-workers", "1,2", "workers per device of the CPU scaling run")
+	fs.IntVar(&bf.scalingRounds, "scaling-rounds", 2, "interleaved rounds of the CPU scaling run; each setting reports its best")
+	fs.StringVar(&bf.skip, "skip", "", "comma-separated sections to skip: pipeline (with raw ORT, padding, tokenizer), latency, memory, scaling, shapes, revision, int8; large (the --large-model rows, which ignore the others)")
+	fs.StringVar(&bf.shapeRows, "shape-rows", "8,16,32,64,256", "MAX_BATCH_ROWS values of the CPU batch-shape sweep")
+	fs.StringVar(&bf.shapeTokens, "shape-tokens", "16384", "MAX_BATCH_TOKENS values of the CPU batch-shape sweep")
+	fs.StringVar(&bf.shapePlans, "shape-plans", "2x1,1x2", "WORKERSxTHREADS settings of the CPU batch-shape sweep")
+	fs.IntVar(&bf.shapePairs, "shape-pairs", 1200, "pairs (at least) scored per batch shape")
+	fs.IntVar(&bf.shapeRounds, "shape-rounds", 2, "interleaved rounds of the batch-shape sweep; each shape reports its best")
+	fs.IntVar(&bf.revisionN, "revision-transcripts", 6, "real transcripts in the revision workload (each arrives --revision-versions times)")
+	fs.IntVar(&bf.revisionVers, "revision-versions", 3, "versions of each transcript in the revision workload")
+	fs.Float64Var(&bf.revisionEdit, "revision-edit", 0.05, "share of sentences edited in each later version")
+	fs.IntVar(&bf.revisionRnds, "revision-rounds", 2, "alternating cache off / on rounds of the revision workload; each keeps its best")
+	fs.Int64Var(&bf.revisionCap, "revision-capped-bytes", 128<<10, "score cache cap of the revision workload's capped run (smaller than its distinct pairs, so it evicts)")
+	fs.IntVar(&bf.int8Pairs, "int8-pairs", 1200, "pairs (at least) scored by fp32 and by int8 per model folder")
+	fs.IntVar(&bf.int8Rounds, "int8-rounds", 2, "alternating fp32/int8 rounds; each keeps its best")
+	fs.StringVar(&bf.largeModel, "large-model", "", "a production-size model folder (../shared/tools/large-model makes one; never commit it): adds its batch-shape and fp32/int8 rows; empty = none")
+	fs.IntVar(&bf.largePairs, "large-pairs", 150, "pairs per measurement on --large-model")
+	fs.StringVar(&bf.largeRows, "large-shape-rows", "8,16,64", "MAX_BATCH_ROWS values of --large-model's batch-shape sweep (one round, the largest --shape-tokens)")
+	fs.DurationVar(&bf.pipelineDeadline, "run-timeout", 15*time.Minute, "deadline of each pipeline run")
+	cfg, err := service.LoadConfig(e.Getenv, fs, args)
+	if err != nil {
+		return service.UsageOr(err)
+	}
+	// The pool's and consumer's info lines would bury the table; warnings
+	// still show. LOG_LEVEL or --log-level asks for more.
+	level := "warn"
+	if e.Getenv("LOG_LEVEL") != "" || flagSet(fs, "log-level") {
+		level = cfg.LogLevel
+	}
+	log, err := service.NewLogger(e.Stderr, level, cfg.LogFormat)
+	if err != nil {
+		return err
+	}
+	skip := map[string]bool{}
+	for _, s := range service.SplitList(bf.skip, ",") {
+		skip[s] = true
+	}
+	dirs := service.SplitList(bf.modelDirs, ",")
+	if len(dirs) == 0 {
+		dirs = []string{cfg.ModelDir}
+	}
+	threads, err := intList(bf.scalingThreads)
+	if err != nil {
+		return fmt.Errorf("bench: --scaling-threads: %w", err)
+	}
+	workers, err := intList(bf.scalingWorkers)
+	if err != nil {
+		return fmt.Errorf("bench: --scaling-workers: %w", err)
+	}
+	multiples, err := intList(bf.memMultiples)
+	if err != nil {
+		return fmt.Errorf("bench: --memory-multiples: %w", err)
+	}
+
+	path, err := service.ResolvePath(bf.transcripts)
+	if err != nil {
+		return fmt.Errorf("bench: --transcripts: %w", err)
+	}
+	lim := schema.DefaultLimits()
+	lim.MaxMessageBytes = cfg.MaxMessageBytes
+	progress(e, "loading %s", path)
+	corpus, err := loadCorpus(path, lim)
+	if err != nil {
+		return err
+	}
+	lib, err := service.ResolvePath(cfg.ORTLib)
+	if err != nil {
+		return fmt.Errorf("ORT_LIB: %w (run `make` to fetch ONNX Runtime)", err)
+	}
+	shutdownORT, err := model.InitRuntime(lib)
+	if err != nil {
+		return err
+	}
+	defer shutdownORT()
+
+	rows, err := intList(bf.shapeRows)
+	if err != nil {
+		return fmt.Errorf("bench: --shape-rows: %w", err)
+	}
+	tokens, err := intList(bf.shapeTokens)
+	if err != nil {
+		return fmt.Errorf("bench: --shape-tokens: %w", err)
+	}
+	plans, err := parsePlans(bf.shapePlans)
+	if err != nil {
+		return fmt.Errorf("bench: --shape-plans: %w", err)
+	}
+	if bf.revisionN <= 0 || bf.revisionVers < 2 || !(bf.revisionEdit > 0 && bf.revisionEdit < 1) || bf.revisionCap < scorecache.MinBytes {
+		return fmt.Errorf("bench: --revision-transcripts must be > 0, --revision-versions >= 2, --revision-edit in (0, 1), --revision-capped-bytes >= %d", scorecache.MinBytes)
+	}
+	if bf.shapePairs <= 0 || bf.int8Pairs <= 0 || bf.largePairs <= 0 || bf.shapeRounds <= 0 || bf.int8Rounds <= 0 || bf.revisionRnds <= 0 {
+		return errors.New("bench: --shape-pairs, --int8-pairs, --large-pairs and the --*-rounds flags must be > 0")
+	}
+
+	rep := benchReport{Machine: machineInfo(), Settings: benchSettingsOf(cfg, bf, len(corpus))}
+	for _, d := range dirs {
+		dir, err := service.ResolvePath(d)
+		if err != nil {
+			return fmt.Errorf("bench: model dir: %w", err)
+		}
+		mr, err := benchModel(ctx, e, cfg, bf, log, dir, corpus, len(dirs) > 1, skip, threads, workers, multiples)
+		if err != nil {
+			return fmt.Errorf("bench: %s: %w", filepath.Base(dir), err)
+		}
+		rep.Models = append(rep.Models, mr)
+	}
+	perfDirs := slices.Clone(dirs)
+	if bf.largeModel != "" && !skip["large"] {
+		perfDirs = append(perfDirs, bf.largeModel)
+	}
+	for i, d := range perfDirs {
+		dir, err := service.ResolvePath(d)
+		if err != nil {
+			return fmt.Errorf("bench: model dir: %w", err)
+		}
+		large := bf.largeModel != "" && i == len(perfDirs)-1
+		r, t := rows, tokens
+		if large {
+			// At ~11 pairs/s fp32 the full sweep would take an hour.
+			if r, err = intList(bf.largeRows); err != nil {
+				return fmt.Errorf("bench: --large-shape-rows: %w", err)
+			}
+			t = []int{slices.Max(tokens)}
+		}
+		pr, err := benchPerf(ctx, e, cfg, bf, dir, corpus, skip, large, r, t, plans)
+		if err != nil {
+			return fmt.Errorf("bench: %s: %w", filepath.Base(dir), err)
+		}
+		rep.Perf = append(rep.Perf, pr)
+	}
+	printTable(e.Stdout, &rep)
+	printPerfTable(e.Stdout, rep.Perf)
+	if bf.out != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(bf.out, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("bench: --out: %w", err)
+		}
+		progress(e, "wrote %s", bf.out)
+	}
+	return nil
+}
+
+// benchModel runs every section for one model folder.
+func benchModel(ctx context.Context, e service.Env, cfg service.Config, bf benchFlags, log zerolog.Logger, dir string, corpus []corpusLine, several bool, skip map[string]bool, threads, workers, multiples []int) (modelReport, error) {
+	cfg.ModelDir = dir
+	m, err := service.LoadModel(cfg)
+	if err != nil {
+		return modelReport{}, err
+	}
+	mr := modelReport{Model: m.Name, SHA256: m.SHA256}
+	labels := len(cfg.Labels)
+
+	// 1–3: throughput run at saturation, its recorded batches replayed on
+	// raw ORT, padding and tokenizer share from the same run.
+	sample := spreadSample(corpus, bf.limit)
+	recs, keys, evs := splitLines(sample)
+	prof := ""
+	if bf.cpuProfile != "" {
+		prof = bf.cpuProfile
+		if several {
+			ext := filepath.Ext(prof)
+			prof = strings.TrimSuffix(prof, ext) + "-" + m.Name + ext
+		}
+		mr.CPUProfile = prof
+	}
+	if skip["pipeline"] {
+		return mr, nil
+	}
+	progress(e, "%s: pipeline, %d transcripts (%d pairs), as fast as possible", m.Name, len(sample), pairsOf(sample, labels))
+	run, err := runPipeline(ctx, cfg, m, log, pipelineOpts{records: recs, keys: keys, keep: true, timeout: bf.pipelineDeadline, profile: prof})
+	if err != nil {
+		return mr, fmt.Errorf("pipeline: %w", err)
+	}
+	progress(e, "%s: raw ORT replay of %d batches", m.Name, len(run.rec.batches))
+	rawPairs, rawDur, rawCPU, err := replayRaw(ctx, gpupool.SessionFactory(m, service.SessionConfig(cfg)), run.device, run.workers, run.rec.batches)
+	if err != nil {
+		return mr, fmt.Errorf("raw replay: %w", err)
+	}
+	tp := throughputResult{Transcripts: len(sample), Pairs: run.pairs, Batches: len(run.rec.batches), Device: run.device.Label(),
+		PipelineSeconds: run.wall.Seconds(), RawSeconds: rawDur.Seconds(), Target: 0.90}
+	tp.PipelinePairsPerSec = float64(run.pairs) / run.wall.Seconds()
+	tp.RawPairsPerSec = float64(rawPairs) / rawDur.Seconds()
+	var engine time.Duration
+	for _, b := range run.rec.batches {
+		engine += b.dur
+	}
+	tp.EngineBusyShare = engine.Seconds() / run.wall.Seconds()
+	tp.Split = splitTime(run)
+	tp.PipelineCPUSeconds, tp.RawCPUSeconds = run.cpu.Seconds(), rawCPU.Seconds()
+	tp.CPURatio = (float64(run.pairs) / run.cpu.Seconds()) / (float64(rawPairs) / rawCPU.Seconds())
+	tp.Ratio = tp.PipelinePairsPerSec / tp.RawPairsPerSec
+	tp.OK = tp.Ratio >= tp.Target
+	mr.Throughput = tp
+
+	shapeTokens, shapeRows := service.BatchShape(cfg, run.device.Kind == gpupool.CPU)
+	arrReal, arrPadded := arrivalPadding(run.rec.arrivals, shapeTokens, shapeRows)
+	mr.Padding = paddingResult{Ours: run.stats.PaddingEfficiency(), ArrivalOrder: float64(arrReal) / float64(arrPadded),
+		RealTokens: run.stats.RealTokens, PaddedTokens: run.stats.PaddedTokens, ArrivalPaddedTokens: arrPadded, Target: 0.85}
+	mr.Padding.OK = mr.Padding.Ours >= mr.Padding.Target
+
+	tok, err := timeTokenizer(m, evs)
+	if err != nil {
+		return mr, err
+	}
+	mr.Tokenizer = tokenizerShare{tokenizerResult: tok, PipelineCPUSeconds: run.cpu.Seconds(), Target: 0.05}
+	mr.Tokenizer.Share = tok.Seconds / run.cpu.Seconds()
+	mr.Tokenizer.OK = mr.Tokenizer.Share < mr.Tokenizer.Target
+	mr.LatencySaturation = latencyOf(run.latencies)
+	mr.LatencySaturation.Transcripts = len(sample)
+
+	// 4: latency at a low steady rate.
+	if !skip["latency"] {
+		short := shortest(corpus, bf.latencyN)
+		recs, keys, _ := splitLines(short)
+		progress(e, "%s: latency, %d short transcripts (%d pairs) at %g/s", m.Name, len(short), pairsOf(short, labels), bf.latencyRate)
+		lr, err := runPipeline(ctx, cfg, m, log, pipelineOpts{records: recs, keys: keys, rate: bf.latencyRate, timeout: bf.pipelineDeadline})
+		if err != nil {
+			return mr, fmt.Errorf("latency: %w", err)
+		}
+		l := latencyOf(lr.latencies)
+		l.Transcripts, l.Rate = len(short), bf.latencyRate
+		l.BatchMaxWaitMs = ms(cfg.BatchMaxWait)
+		l.BatchScoreMs = ms(percentile(lr.scoreDurs, 0.5))
+		l.BoundMs = l.BatchMaxWaitMs + 2*l.BatchScoreMs
+		ok := l.P99Ms <= l.BoundMs
+		l.BoundOK = &ok
+		mr.LatencyLow = &l
+	}
+
+	// 6: CPU scaling (pool and tokenizer, no Kafka).
+	if !skip["scaling"] {
+		sevs := scalingEvents(sample, bf.scalingPairs, labels)
+		progress(e, "%s: CPU scaling, threads %v × workers %v", m.Name, threads, workers)
+		pts, err := runScaling(ctx, cfg, m, sevs, threads, workers, bf.scalingRounds)
+		if err != nil {
+			return mr, err
+		}
+		mr.Scaling = pts
+	}
+
+	// 5: memory of the scorer process under a backlog.
+	if !skip["memory"] {
+		limit := cfg.BatchMaxMessages * cfg.MaxInflightBatches
+		for _, k := range multiples {
+			progress(e, "%s: memory, backlog %d× in-flight limit (%d records), scorer process for %s", m.Name, k, k*limit, bf.memDuration)
+			mp, err := runMemory(ctx, cfg, dir, corpus, k*limit, k, bf.memDuration)
+			if err != nil {
+				return mr, fmt.Errorf("memory: %w", err)
+			}
+			mr.Memory.Points = append(mr.Memory.Points, mp)
+		}
+		mr.Memory.InflightLimit = limit
+		mr.Memory.MaxGrowth = 0.15
+		if n := len(mr.Memory.Points); n >= 2 {
+			lo, hi := mr.Memory.Points[0].PeakRSSMiB, mr.Memory.Points[n-1].PeakRSSMiB
+			mr.Memory.Growth = hi/lo - 1
+			flat := mr.Memory.Growth <= mr.Memory.MaxGrowth
+			mr.Memory.Flat = &flat
+		}
+	}
+	return mr, nil
+}
+
+// benchPerf runs the sections about doing less work per pair for one model
+// folder: CPU batch shapes, the revision workload (not on the large
+// stand-in: its cache behaviour is the small models'), fp32 vs int8.
+func benchPerf(ctx context.Context, e service.Env, cfg service.Config, bf benchFlags, dir string, corpus []corpusLine, skip map[string]bool, large bool, rows, tokens []int, plans []cpuShape) (perfReport, error) {
+	cfg.ModelDir, cfg.ModelFile = dir, ""
+	m, err := service.LoadModel(cfg)
+	if err != nil {
+		return perfReport{}, err
+	}
+	pr := perfReport{Model: m.Name}
+	if large {
+		// The stand-in is opt-in and slow: its rows follow --skip large
+		// alone, so they can be run without the small models' sections.
+		pr.Model += " (large stand-in)"
+		skip = map[string]bool{"revision": true}
+	}
+	labels := len(cfg.Labels)
+	sample := spreadSample(corpus, bf.limit)
+	pairs := bf.shapePairs
+	if large {
+		pairs = bf.largePairs
+	}
+	if !skip["shapes"] {
+		evs := scalingEvents(sample, pairs, labels)
+		rounds := bf.shapeRounds
+		if large {
+			rounds = 1
+		}
+		progress(e, "%s: CPU batch shapes, rows %v × tokens %v × plans %s, %d round(s)", pr.Model, rows, tokens, bf.shapePlans, rounds)
+		if pr.Shapes, err = runShapes(ctx, cfg, m, evs, rows, tokens, plans, rounds); err != nil {
+			return pr, err
+		}
+	}
+	if !skip["revision"] && !large {
+		lines := spreadSample(corpus, bf.revisionN)
+		_, _, evs := splitLines(lines)
+		progress(e, "%s: revision workload, %d transcripts × %d versions, %.0f%% edited, cache off / on / capped at %d bytes", pr.Model, len(evs), bf.revisionVers, 100*bf.revisionEdit, bf.revisionCap)
+		capBytes := int64(cfg.ScoreCacheBytes)
+		if capBytes == 0 {
+			capBytes = 256 << 20 // SCORE_CACHE_BYTES=0 turns the service's cache off, not this section
+		}
+		if pr.Revision, err = runRevision(ctx, cfg, m, evs, bf.revisionVers, bf.revisionEdit, capBytes, bf.revisionCap, bf.revisionRnds); err != nil {
+			return pr, err
+		}
+	}
+	if !skip["int8"] {
+		n := bf.int8Pairs
+		if large {
+			n = bf.largePairs
+		}
+		evs := scalingEvents(sample, n, labels)
+		progress(e, "%s: fp32 vs int8 (%s), %d transcripts", pr.Model, int8File, len(evs))
+		rounds := bf.int8Rounds
+		if large {
+			rounds = 1
+		}
+		if pr.Int8, err = runInt8(ctx, cfg, dir, evs, rounds); err != nil {
+			return pr, err
+		}
+	}
+	return pr, nil
+}
+
+// splitLines returns the records, their call_ids and decoded events.
+func splitLines(lines []corpusLine) (recs [][]byte, keys []string, evs []schema.TranscriptEvent) {
+	for _, l := range lines {
+		recs = append(recs, l.raw)
+		keys = append(keys, l.ev.CallID)
+		evs = append(evs, l.ev)
+	}
+	return recs, keys, evs
+}
+
+// scalingEvents picks, from the sample sorted by size, the smallest event
+// as a warm-up followed by events until at least pairs pairs.
+func scalingEvents(sample []corpusLine, pairs, labels int) []schema.TranscriptEvent {
+	sorted := bySize(sample)
+	evs := []schema.TranscriptEvent{sorted[0].ev}
+	n := 0
+	for _, l := range sorted[1:] {
+		if n >= pairs {
+			break
+		}
+		evs = append(evs, l.ev)
+		n += l.sentences * labels
+	}
+	if len(evs) == 1 { // a sample of one: time the warm-up event again
+		evs = append(evs, sorted[0].ev)
+	}
+	return evs
+}
+
+func progress(e service.Env, format string, args ...any) {
+	fmt.Fprintf(e.Stderr, "bench: "+format+"\n", args...)
+}
+
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+func intList(s string) ([]int, error) {
+	var out []int
+	for _, p := range service.SplitList(s, ",") {
+		n, err := strconv.Atoi(p)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%q is not a positive integer", p)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("empty list")
+	}
+	return out, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// percentile is the nearest-rank q-quantile of ds (0 when empty).
+func percentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(q*float64(len(s))+0.999999) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func latencyOf(ds []time.Duration) latencyResult {
+	return latencyResult{Samples: len(ds), P50Ms: ms(percentile(ds, 0.50)), P95Ms: ms(percentile(ds, 0.95)), P99Ms: ms(percentile(ds, 0.99))}
+}
+
+// machineInfo describes where the numbers were taken.
+func machineInfo() machine {
+	mi := machine{Cores: runtime.NumCPU(), GoVersion: runtime.Version(), ORTVersion: ort.GetVersion(),
+		OS: runtime.GOOS + "/" + runtime.GOARCH, Date: time.Now().UTC().Format(time.RFC3339)}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				mi.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		if f := strings.Fields(line); len(f) >= 2 {
+			if kib, err := strconv.ParseFloat(f[1], 64); err == nil {
+				mi.MemoryGiB = kib / (1 << 20)
+			}
+		}
+	}
+	return mi
+}

@@ -1,0 +1,514 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/scorer/scorer/consumer"
+	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/model"
+	"github.com/scorer/scorer/producer"
+	"github.com/scorer/scorer/schema"
+)
+
+// recordedBatch is one inference batch as the pool handed it to its
+// engine, and how long the engine took.
+type recordedBatch struct {
+	pairs []model.Pair
+	start time.Time
+	dur   time.Duration
+}
+
+// batchRecorder collects what a pipeline run did at two levels: the pool's
+// batches (for the raw-ORT replay at the same shapes) and the pair lists in
+// arrival order (for the unsorted-batching padding baseline).
+type batchRecorder struct {
+	keep     bool // keep pairs; off for runs that only need timings
+	mu       sync.Mutex
+	batches  []recordedBatch
+	arrivals [][]model.Pair
+}
+
+func (r *batchRecorder) addBatch(pairs []model.Pair, start time.Time, d time.Duration) {
+	b := recordedBatch{start: start, dur: d}
+	if r.keep {
+		// The pool may reuse its slice; the Pair values (slice headers over
+		// token IDs nobody mutates) are what we replay.
+		b.pairs = slices.Clone(pairs)
+	}
+	r.mu.Lock()
+	r.batches = append(r.batches, b)
+	r.mu.Unlock()
+}
+
+func (r *batchRecorder) addArrival(pairs []model.Pair) {
+	if !r.keep {
+		return
+	}
+	r.mu.Lock()
+	r.arrivals = append(r.arrivals, pairs)
+	r.mu.Unlock()
+}
+
+// recordingEngine wraps the pool's real engine to record batch shapes and
+// engine time; the cost is one clone of slice headers per batch.
+type recordingEngine struct {
+	gpupool.Engine
+	rec       *batchRecorder
+	maxLength int
+}
+
+// MaxLength passes the wrapped engine's limit through, so the pool checks
+// pairs and caps calibration as it does for the unwrapped engine.
+func (e recordingEngine) MaxLength() int { return e.maxLength }
+
+func (e recordingEngine) ScorePairs(ctx context.Context, pairs []model.Pair) ([]float32, error) {
+	t0 := time.Now()
+	out, err := e.Engine.ScorePairs(ctx, pairs)
+	if err == nil {
+		e.rec.addBatch(pairs, t0, time.Since(t0))
+	}
+	return out, err
+}
+
+// arrivalScorer sits between the TranscriptScorer and the pool and keeps
+// each call's pairs in the order the transcripts produced them.
+type arrivalScorer struct {
+	inner model.PairScorer
+	rec   *batchRecorder
+}
+
+func (a arrivalScorer) ScorePairs(ctx context.Context, pairs []model.Pair) ([]float32, error) {
+	a.rec.addArrival(pairs)
+	return a.inner.ScorePairs(ctx, pairs)
+}
+
+// timingScorer records how long each consumer batch took to score
+// (tokenization and inference): "one batch's inference time" of the latency
+// bound.
+type timingScorer struct {
+	inner consumer.Scorer
+	mu    sync.Mutex
+	durs  []time.Duration
+}
+
+func (t *timingScorer) Score(ctx context.Context, evs []schema.TranscriptEvent) ([]schema.ScoredTranscript, error) {
+	t0 := time.Now()
+	out, err := t.inner.Score(ctx, evs)
+	if err == nil {
+		t.mu.Lock()
+		t.durs = append(t.durs, time.Since(t0))
+		t.mu.Unlock()
+	}
+	return out, err
+}
+
+// ackSink notes when each result was acknowledged by the broker: Publish
+// returns only after the ack, so the time after it is the output ack time.
+type ackSink struct {
+	inner  consumer.Sink
+	acked  atomic.Int64 // results and dead letters acknowledged
+	target int64
+	// all is closed when target records are acknowledged. A channel
+	// rather than polling: a 2 ms poll loop showed up in the pipeline's
+	// CPU profile as scheduler wake-ups.
+	all     chan struct{}
+	allOnce sync.Once
+	mu      sync.Mutex
+	at      map[string]time.Time // call_id → ack time
+	dlq     int
+}
+
+func (s *ackSink) add(n int64) {
+	if s.acked.Add(n) >= s.target {
+		s.allOnce.Do(func() { close(s.all) })
+	}
+}
+
+func (s *ackSink) Publish(ctx context.Context, rs []schema.ScoredTranscript) error {
+	if err := s.inner.Publish(ctx, rs); err != nil {
+		return err
+	}
+	now := time.Now()
+	s.mu.Lock()
+	for i := range rs {
+		if _, dup := s.at[rs[i].CallID]; !dup {
+			s.at[rs[i].CallID] = now
+			s.add(1)
+		}
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *ackSink) DeadLetter(ctx context.Context, dls []schema.DeadLetter) error {
+	if err := s.inner.DeadLetter(ctx, dls); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.dlq += len(dls)
+	s.mu.Unlock()
+	s.add(int64(len(dls)))
+	return nil
+}
+
+// newBenchPool builds the pool through the same NewPool and session config
+// as OpenScoring, except that each engine is wrapped to record its batches.
+func newBenchPool(ctx context.Context, cfg service.Config, m *model.Model, log zerolog.Logger, reg prometheus.Registerer, rec *batchRecorder) (*gpupool.Pool, func(), error) {
+	inner := gpupool.SessionFactory(m, service.SessionConfig(cfg))
+	factory := func(d gpupool.Device) (gpupool.Engine, error) {
+		e, err := inner(d)
+		if err != nil || rec == nil {
+			return e, err
+		}
+		return recordingEngine{Engine: e, rec: rec, maxLength: m.MaxLength}, nil
+	}
+	return service.NewPool(ctx, cfg, m, log, reg, factory)
+}
+
+// pipelineOpts says what one pipeline run produces and how.
+type pipelineOpts struct {
+	records [][]byte
+	keys    []string // call_id of each record: the join key of produce and ack times
+	rate    float64  // records per second; 0 = as fast as the broker takes them
+	keep    bool     // record pairs for replay and the padding baseline
+	timeout time.Duration
+	profile string // CPU profile of the measured interval; empty = none
+}
+
+// pipelineRun is what a run measured.
+type pipelineRun struct {
+	records, pairs int
+	first, last    time.Time     // first produce, last output ack
+	wall           time.Duration // first produce to last output ack
+	cpu            time.Duration // this process's user+system CPU over wall
+	latencies      []time.Duration
+	scoreDurs      []time.Duration
+	rec            *batchRecorder
+	stats          gpupool.Stats
+	device         gpupool.Device
+	workers        int // the pool's workers on device
+	dlq            int
+}
+
+// runPipeline runs the real service stack in this process — pool, model,
+// TranscriptScorer, consumer and producer wired as Run wires them —
+// against `scorer broker` in a child process, produces the records and waits
+// until every one is acknowledged on the output topic.
+func runPipeline(ctx context.Context, cfg service.Config, m *model.Model, log zerolog.Logger, o pipelineOpts) (*pipelineRun, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	broker, addr, err := startBrokerChild(ctx, cfg.InputPartitions)
+	if err != nil {
+		return nil, err
+	}
+	defer broker.stop(2 * time.Second)
+	cfg.KafkaBrokers = []string{addr}
+	sec, err := service.NewKafkaSecurity(&cfg)
+	if err != nil {
+		return nil, err
+	}
+	topics := []producer.TopicSpec{{Name: cfg.InputTopic, Partitions: cfg.InputPartitions}, {Name: cfg.OutputTopic, Partitions: cfg.InputPartitions}, {Name: cfg.DLQTopic, Partitions: 1}}
+	if err := service.EnsureTopicsRetry(ctx, cfg.KafkaBrokers, sec.Dialer(cfg.ClientID), topics, log); err != nil {
+		return nil, err
+	}
+
+	reg := prometheus.NewRegistry()
+	rec := &batchRecorder{keep: o.keep}
+	pool, cleanup, err := newBenchPool(ctx, cfg, m, log, reg, rec)
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	poolClosed := false
+	defer func() {
+		if !poolClosed {
+			// On an error or Ctrl-C, do not drain the queued batches
+			// (minutes on a CPU): cancel them after a short grace.
+			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = pool.Close(cctx)
+		}
+	}()
+	ts, err := model.NewTranscriptScorer(m, model.LabelConfig{Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold}, arrivalScorer{inner: pool, rec: rec})
+	if err != nil {
+		return nil, err
+	}
+	limits := schema.DefaultLimits()
+	limits.MaxMessageBytes = cfg.MaxMessageBytes
+
+	prod, err := producer.New(producer.Config{
+		Brokers: cfg.KafkaBrokers, Topic: cfg.OutputTopic, DLQTopic: cfg.DLQTopic,
+		Format: cfg.OutputFormat, ClientID: cfg.ClientID, Transport: sec.Transport(cfg.ClientID),
+	}, log.With().Str("component", "producer").Logger(), reg)
+	if err != nil {
+		return nil, err
+	}
+	defer prod.Close(context.Background())
+	sink := &ackSink{inner: prod, at: map[string]time.Time{}, target: int64(len(o.records)), all: make(chan struct{})}
+	scorer := &timingScorer{inner: ts}
+	cons, err := consumer.New(consumer.Config{
+		Brokers: cfg.KafkaBrokers, Topic: cfg.InputTopic, GroupID: cfg.GroupID, ClientID: cfg.ClientID,
+		BatchMaxMessages: cfg.BatchMaxMessages, BatchMaxBytes: cfg.BatchMaxBytes, BatchMaxWait: cfg.BatchMaxWait,
+		MaxMessageBytes: cfg.MaxMessageBytes, MaxInflightBatches: cfg.MaxInflightBatches, MaxUncommitted: cfg.MaxUncommitted,
+		Limits: limits, ShutdownTimeout: cfg.ShutdownTimeout, Dialer: sec.Dialer(cfg.ClientID),
+	}, scorer, sink, log.With().Str("component", "consumer").Logger(), reg)
+	if err != nil {
+		return nil, err
+	}
+	cctx, stopCons := context.WithCancel(ctx)
+	consDone := make(chan error, 1)
+	go func() { consDone <- cons.Run(cctx) }()
+	defer func() { stopCons(); <-consDone }()
+	for !cons.Ready() {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("bench: consumer not ready: %w", ctx.Err())
+		case err := <-consDone:
+			return nil, fmt.Errorf("bench: consumer stopped before ready: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+
+	w := service.NewInputWriter(cfg.KafkaBrokers, cfg.InputTopic, sec.Transport(cfg.ClientID))
+	w.BatchTimeout = time.Millisecond // each paced record goes out at once
+	defer w.Close()
+
+	if o.profile != "" {
+		f, err := os.Create(o.profile)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, err
+		}
+		defer pprof.StopCPUProfile() // also on error paths; a second Stop is a no-op
+	}
+	cpu0 := cpuTime()
+	sent, err := produceTimed(ctx, w, o.records, o.keys, o.rate)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-sink.all:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("bench: %d of %d records acknowledged: %w", sink.acked.Load(), len(o.records), ctx.Err())
+	case err := <-consDone:
+		consDone <- err
+		return nil, fmt.Errorf("bench: consumer stopped: %v", err)
+	}
+	cpu1 := cpuTime()
+	if o.profile != "" {
+		pprof.StopCPUProfile()
+	}
+
+	r := &pipelineRun{records: len(o.records), rec: rec, cpu: cpu1 - cpu0}
+	sink.mu.Lock()
+	first, last := time.Time{}, time.Time{}
+	for _, t := range sent {
+		if first.IsZero() || t.Before(first) {
+			first = t
+		}
+	}
+	for k, at := range sink.at {
+		if at.After(last) {
+			last = at
+		}
+		if t, ok := sent[k]; ok {
+			r.latencies = append(r.latencies, at.Sub(t))
+		}
+	}
+	r.dlq = sink.dlq
+	sink.mu.Unlock()
+	r.first, r.last = first, last
+	r.wall = last.Sub(first)
+	scorer.mu.Lock()
+	r.scoreDurs = slices.Clone(scorer.durs)
+	scorer.mu.Unlock()
+	r.stats = pool.Stats()
+	r.pairs = int(r.stats.Pairs)
+	if len(r.stats.Devices) > 0 {
+		r.device = r.stats.Devices[0].Device
+		r.workers = r.stats.Devices[0].Workers
+	}
+	stopCons()
+	<-consDone
+	consDone <- nil // for the deferred receive
+	poolClosed = true
+	if err := pool.Close(context.Background()); err != nil && !errors.Is(err, gpupool.ErrPoolClosed) {
+		return nil, err
+	}
+	return r, nil
+}
+
+// produceTimed writes the records keyed by their call_id and returns when
+// each was sent. Each record's timestamp is set just before its write, so
+// the consumer's end-to-end histogram and our latencies measure from the
+// same instant; ProduceLines stamps a record before waiting for its rate
+// tick, which would add up to one tick of phantom latency at a low rate.
+func produceTimed(ctx context.Context, w *kafka.Writer, recs [][]byte, keys []string, rate float64) (map[string]time.Time, error) {
+	sent := make(map[string]time.Time, len(recs))
+	const chunk = 64
+	start := time.Now()
+	for i := 0; i < len(recs); {
+		n := chunk
+		if rate > 0 {
+			n = 1
+			due := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(time.Until(due)):
+			}
+		}
+		n = min(n, len(recs)-i)
+		now := time.Now()
+		msgs := make([]kafka.Message, n)
+		for j := range msgs {
+			msgs[j] = kafka.Message{Key: []byte(keys[i+j]), Value: recs[i+j], Time: now}
+			sent[keys[i+j]] = now
+		}
+		if err := w.WriteMessages(ctx, msgs...); err != nil {
+			return nil, fmt.Errorf("bench: produce: %w", err)
+		}
+		i += n
+	}
+	return sent, nil
+}
+
+// cpuTime is this process's user+system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// replayRaw scores the recorded batches, in the recorded order and shapes,
+// with a fresh engine from the same factory on the same device, in one
+// goroutine: the ORT limit the pipeline is compared with. The first batch
+// runs once untimed so both sides are measured warm.
+// It also returns the process CPU time the loop used: CPU time is far less
+// disturbed than wall time by other tenants of a shared machine.
+func replayRaw(ctx context.Context, f gpupool.EngineFactory, dev gpupool.Device, workers int, batches []recordedBatch) (pairs int, wall, cpu time.Duration, err error) {
+	eng, err := f(dev)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	defer eng.Close()
+	if len(batches) == 0 {
+		return 0, 0, 0, nil
+	}
+	if _, err := eng.ScorePairs(ctx, batches[0].pairs); err != nil {
+		return 0, 0, 0, err
+	}
+	// As many plain loops as the pool ran workers on this device, sharing one
+	// session as the pool's workers do: the raw limit of the same hardware.
+	var next atomic.Int64
+	errs := make(chan error, max(workers, 1))
+	t0, c0 := time.Now(), cpuTime()
+	var wg sync.WaitGroup
+	for range max(workers, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(batches) {
+					return
+				}
+				if _, err := eng.ScorePairs(ctx, batches[i].pairs); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	wall, cpu = time.Since(t0), cpuTime()-c0
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, 0, 0, err
+	}
+	for _, b := range batches {
+		pairs += len(b.pairs)
+	}
+	return pairs, wall, cpu, nil
+}
+
+// arrivalPadding is the padding a batcher without sorting would get: each
+// ScorePairs call's pairs in arrival order, cut greedily under the same
+// token budget and row limit as the pool.
+func arrivalPadding(calls [][]model.Pair, maxTokens, maxRows int) (real, padded uint64) {
+	for _, pairs := range calls {
+		rows, longest := 0, 0
+		flush := func() {
+			padded += uint64(rows * longest)
+			rows, longest = 0, 0
+		}
+		for _, p := range pairs {
+			l := p.Len()
+			if rows > 0 && (rows+1 > maxRows || (rows+1)*max(longest, l) > maxTokens) {
+				flush()
+			}
+			rows++
+			longest = max(longest, l)
+			real += uint64(l)
+		}
+		flush()
+	}
+	return real, padded
+}
+
+// timeSplit divides a pipeline run's wall time into the lead-in before the
+// first inference batch, the tail after the last, engine time, and engine
+// idle time in between: where a pipeline/raw ratio below 1 comes from.
+type timeSplit struct {
+	LeadInMs   float64 `json:"lead_in_ms"`
+	TailMs     float64 `json:"tail_ms"`
+	EngineMs   float64 `json:"engine_ms"`
+	IdleGapsMs float64 `json:"idle_gaps_ms"`
+}
+
+func splitTime(r *pipelineRun) timeSplit {
+	bs := r.rec.batches
+	if len(bs) == 0 {
+		return timeSplit{}
+	}
+	starts := slices.Clone(bs)
+	slices.SortFunc(starts, func(a, b recordedBatch) int { return a.start.Compare(b.start) })
+	var ts timeSplit
+	ts.LeadInMs = ms(starts[0].start.Sub(r.first))
+	// Merge busy intervals (several workers may overlap).
+	var busy time.Duration
+	curS, curE := starts[0].start, starts[0].start.Add(starts[0].dur)
+	for _, b := range starts[1:] {
+		e := b.start.Add(b.dur)
+		if b.start.After(curE) {
+			busy += curE.Sub(curS)
+			curS, curE = b.start, e
+		} else if e.After(curE) {
+			curE = e
+		}
+	}
+	busy += curE.Sub(curS)
+	ts.TailMs = ms(r.last.Sub(curE))
+	ts.EngineMs = ms(busy)
+	ts.IdleGapsMs = ms(curE.Sub(starts[0].start) - busy)
+	return ts
+}

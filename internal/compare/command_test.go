@@ -1,0 +1,73 @@
+package compare
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/testenv"
+)
+
+// TestCompareCommand compares real exports on real transcripts: fp32
+// against the int8 file of the same folder passes a loose gate with small
+// but nonzero differences; two different models fail a strict one (exit 1).
+func TestCommand(t *testing.T) {
+	file, events := testenv.ShortestTranscripts(t, 3)
+	sentences := 0
+	for i := range events {
+		sentences += events[i].SentenceCount()
+	}
+	env := testenv.ScorerEnv(t)
+	env["DEVICE"] = "cpu"
+
+	stdout, stderr, err := runCLI(t, env, "", "compare", "--in", file, "--b-file", "onnx/model_quantized.onnx",
+		"--threshold", "0.5", "--min-agreement", "0.9", "--json")
+	if err != nil {
+		t.Fatalf("fp32 vs int8: %v\n%s", err, stderr)
+	}
+	var rep Report
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, stdout)
+	}
+	if rep.Pairs != 3*sentences || rep.Transcripts != len(events) || len(rep.Labels) != 3 {
+		t.Errorf("pairs %d transcripts %d labels %d; want %d, %d, 3", rep.Pairs, rep.Transcripts, len(rep.Labels), 3*sentences, len(events))
+	}
+	// int8 moves every score a little; a difference of 0 would mean the
+	// same file was scored twice, one above 0.05 a broken export.
+	if !(rep.MaxAbsDiff > 0 && rep.MaxAbsDiff < 0.05) || rep.P50AbsDiff > rep.P99AbsDiff || rep.P99AbsDiff > rep.MaxAbsDiff {
+		t.Errorf("|Δp| max %v p99 %v p50 %v", rep.MaxAbsDiff, rep.P99AbsDiff, rep.P50AbsDiff)
+	}
+	if !rep.Pass || rep.Agreement < 0.9 || !strings.Contains(rep.B.Name, "model_quantized.onnx") || !strings.Contains(rep.A.Name, "model.onnx") ||
+		rep.A.PairsPerSec <= 0 || rep.B.PairsPerSec <= 0 {
+		t.Errorf("report %+v", rep)
+	}
+
+	stdout, _, err = runCLI(t, env, "", "compare", "--in", file, "--b", testenv.ModelDir(t, "nli-wordpiece-small"),
+		"--threshold", "0.5", "--min-agreement", "1")
+	if !errors.Is(err, ErrBelowAgreement) || service.ExitCode(err) != 1 {
+		t.Errorf("two different models at --min-agreement 1: %v (exit %d), want exit 1", err, service.ExitCode(err))
+	}
+	if !strings.Contains(stdout, "FAIL") || !strings.Contains(stdout, "flipped") {
+		t.Errorf("text report of a failed gate:\n%s", stdout)
+	}
+
+	if _, _, err := runCLI(t, env, "", "compare"); service.ExitCode(err) != 2 {
+		t.Errorf("no --in: %v (exit %d), want exit 2", err, service.ExitCode(err))
+	}
+}
+
+// runCLI runs `scorer compare <args>` in-process; args[0] must be
+// "compare" (the tests read like the command lines they stand for).
+func runCLI(t *testing.T, env map[string]string, stdin string, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	if len(args) == 0 || args[0] != "compare" {
+		t.Fatalf("runCLI: %q is not a compare command line", args)
+	}
+	var out, errb bytes.Buffer
+	err = Command(context.Background(), service.Env{Getenv: func(k string) string { return env[k] }, Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb}, args[1:])
+	return out.String(), errb.String(), err
+}

@@ -1,0 +1,92 @@
+package doctor
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/model"
+)
+
+// Command is `scorer doctor`: it parses the service's configuration plus
+// its own flags and hands the check to Run. It exits 0 when the
+// configured DEVICE works here as configured (auto on a CPU-only host
+// included) and 1, with the cause, when it does not.
+func Command(ctx context.Context, e service.Env, args []string) error {
+	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
+	fs.SetOutput(e.Stderr)
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	duration := fs.Duration("duration", 3*time.Second, "length of each device's throughput run")
+	cfg, err := service.LoadConfig(e.Getenv, fs, args)
+	if err != nil {
+		return service.UsageOr(err)
+	}
+	if *duration <= 0 {
+		return service.UsageError{Msg: "doctor: --duration must be > 0"}
+	}
+	// The pool's own lines would interleave with the report; warnings show.
+	log, err := service.NewLogger(e.Stderr, "warn", cfg.LogFormat)
+	if err != nil {
+		return err
+	}
+	lib, err := service.ResolvePath(cfg.ORTLib)
+	if err != nil {
+		return fmt.Errorf("doctor: ORT_LIB: %w (run `make` to fetch ONNX Runtime, or point ORT_LIB at libonnxruntime.so.1)", err)
+	}
+	dir, err := service.ResolvePath(cfg.ModelDir)
+	if err != nil {
+		return fmt.Errorf("doctor: MODEL_DIR: %w", err)
+	}
+	mode, err := model.ParseScoreMode(cfg.ScoreMode)
+	if err != nil {
+		return err
+	}
+	lo := model.LoadOptions{Dir: dir, ONNXFile: cfg.ModelFile, ScoreMode: mode}
+	if cfg.EntailmentIndex >= 0 {
+		idx := cfg.EntailmentIndex
+		lo.EntailmentIndex = &idx
+	}
+	devMode, err := gpupool.ParseDeviceMode(cfg.Device)
+	if err != nil {
+		return err
+	}
+	memLimit, err := gpupool.ParseMemLimit(cfg.GPUMemLimit)
+	if err != nil {
+		return fmt.Errorf("GPU_MEM_LIMIT: %w", err)
+	}
+	workers, threads := service.CPUPlan(cfg)
+	if devMode != gpupool.ModeCPU {
+		service.PCIBusOrder(log) // as the service does, so the mapping shown is the one it uses
+	}
+	rep, err := Run(ctx, Options{
+		ORTLib: lib, Model: lo, Device: devMode, GPUIDs: cfg.GPUIDs,
+		MemFraction: cfg.GPUMemFraction, MemLimit: memLimit, TF32: cfg.GPUTF32,
+		Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold,
+		MaxBatchTokens: cfg.MaxBatchTokens, MaxBatchRows: cfg.MaxBatchRows,
+		CPUWorkers: workers, CPUThreads: threads, Duration: *duration,
+		// CUDA reads the real environment, so the mapping must too.
+		LookupEnv: os.LookupEnv, Log: log,
+	})
+	if err != nil {
+		return fmt.Errorf("doctor: %w", err)
+	}
+	if ctx.Err() != nil {
+		return service.ErrInterrupted
+	}
+	if *asJSON {
+		err = WriteJSON(e.Stdout, rep)
+	} else {
+		err = WriteText(e.Stdout, rep)
+	}
+	if err != nil {
+		return err
+	}
+	if !rep.OK {
+		return fmt.Errorf("%w: %s", ErrNotOK, rep.Verdict)
+	}
+	return nil
+}

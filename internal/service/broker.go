@@ -1,0 +1,102 @@
+package service
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// BrokerOptions describes an in-memory Kafka-protocol broker (franz-go's
+// kfake): real Kafka wire protocol, consumer groups and offsets, no
+// durability unless DataDir is set.
+type BrokerOptions struct {
+	Addr       string // host:port to listen on; port 0 picks a free one
+	Partitions int
+	Topics     []string
+	DataDir    string // persist to this folder and reload on restart; empty = memory only
+	// MaxMessageBytes is the broker's message.max.bytes; 0 keeps kfake's
+	// default (about 1 MiB), which is smaller than the scorer's input limit.
+	MaxMessageBytes int
+}
+
+// StartBroker starts the broker and returns it with its listen address.
+func StartBroker(o BrokerOptions) (*kfake.Cluster, string, error) {
+	host, portStr, err := net.SplitHostPort(o.Addr)
+	if err != nil {
+		return nil, "", fmt.Errorf("broker: address %q: %w", o.Addr, err)
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, "", fmt.Errorf("broker: port %q: %w", portStr, err)
+	}
+	opts := []kfake.Opt{
+		kfake.NumBrokers(1),
+		kfake.Ports(port),
+		kfake.AllowAutoTopicCreation(),
+		kfake.DefaultNumPartitions(o.Partitions),
+		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
+			return net.Listen(network, net.JoinHostPort(host, strconv.Itoa(port)))
+		}),
+	}
+	if len(o.Topics) > 0 {
+		opts = append(opts, kfake.SeedTopics(int32(o.Partitions), o.Topics...))
+	}
+	if o.DataDir != "" {
+		opts = append(opts, kfake.DataDir(o.DataDir))
+	}
+	if o.MaxMessageBytes > 0 {
+		opts = append(opts, kfake.BrokerConfigs(map[string]string{"message.max.bytes": strconv.Itoa(o.MaxMessageBytes)}))
+	}
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		return nil, "", fmt.Errorf("broker: start: %w", err)
+	}
+	addrs := c.ListenAddrs()
+	if len(addrs) == 0 {
+		c.Close()
+		return nil, "", fmt.Errorf("broker: no listen address")
+	}
+	return c, addrs[0], nil
+}
+
+// RunBroker is `scorer broker`: an in-memory Kafka-protocol broker (not
+// durable) that serves until ctx is cancelled, for development and tests.
+func RunBroker(ctx context.Context, e Env, args []string) error {
+	fs := flag.NewFlagSet("broker", flag.ContinueOnError)
+	fs.SetOutput(e.Stderr)
+	addr := fs.String("addr", "127.0.0.1:9092", "listen address (port 0 = any free port)")
+	partitions := fs.Int("partitions", 6, "partitions of the seeded and auto-created topics")
+	topics := fs.String("topics", "transcripts,transcripts.scored,transcripts.dlq", "comma-separated topics to create at start")
+	dataDir := fs.String("data-dir", "", "persist the log to this folder (kept across restarts); empty = memory only")
+	maxMessage := fs.Int("max-message-bytes", 64<<20, "the broker's message.max.bytes")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return ErrUsage
+	}
+	log, err := NewLogger(e.Stderr, *logLevel, "auto")
+	if err != nil {
+		return err
+	}
+	c, listen, err := StartBroker(BrokerOptions{Addr: *addr, Partitions: *partitions, Topics: SplitList(*topics, ","), DataDir: *dataDir, MaxMessageBytes: *maxMessage})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	// One plain line on stdout, for scripts and tests to read the address.
+	fmt.Fprintf(e.Stdout, "broker listening on %s\n", listen)
+	durability := "in memory only: data is lost when this process exits"
+	if *dataDir != "" {
+		durability = "persisted to " + *dataDir
+	}
+	log.Info().Str("addr", listen).Str("topics", strings.Join(SplitList(*topics, ","), ",")).
+		Int("partitions", *partitions).Str("durability", durability).
+		Msgf("in-memory Kafka broker ready; try: kcat -b %s -L", listen)
+	<-ctx.Done()
+	log.Info().Msg("broker stopping")
+	return nil
+}

@@ -1,0 +1,54 @@
+package service
+
+import (
+	"errors"
+	"flag"
+	"io"
+)
+
+// ErrUsage marks errors already reported as usage text: the binary's main
+// prints nothing more and exits 2.
+var ErrUsage = errors.New("usage")
+
+// ErrInterrupted is a command stopped by SIGINT/SIGTERM before it finished;
+// main exits 130 on it.
+var ErrInterrupted = errors.New("interrupted")
+
+// UsageError is a wrong use of flags found after parsing: main prints it
+// and exits 2.
+type UsageError struct{ Msg string }
+
+func (e UsageError) Error() string { return e.Msg }
+
+// Env bundles what a subcommand may touch of the process, so tests can run
+// subcommands in-process and every subcommand package takes the same thing.
+type Env struct {
+	Getenv func(string) string
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// UsageOr maps flag parsing errors (already printed by the flag package) to
+// ErrUsage and passes other errors through.
+func UsageOr(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return ErrUsage
+	}
+	return err
+}
+
+// ExitCode is the process exit status for a subcommand's error: 2 for a
+// wrong use (ErrUsage, UsageError), 130 for ErrInterrupted, else 1. It lives
+// here, beside the errors it reads, so main and every subcommand's tests
+// agree on it.
+func ExitCode(err error) int {
+	var ue UsageError
+	switch {
+	case errors.Is(err, ErrUsage), errors.As(err, &ue):
+		return 2
+	case errors.Is(err, ErrInterrupted):
+		return 130
+	}
+	return 1
+}

@@ -1,0 +1,355 @@
+package service
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+
+	"github.com/scorer/scorer/model/scorecache"
+)
+
+// Config is the whole service configuration. Every field comes from an
+// environment variable (the env tag, with its default) and can be overridden
+// by a flag of the same name in lower case with dashes (KAFKA_BROKERS →
+// --kafka-brokers). README.md documents each variable.
+type Config struct {
+	KafkaBrokers     []string      `env:"KAFKA_BROKERS" envSeparator:"," help:"comma-separated bootstrap brokers; empty starts the in-memory broker in-process (not durable)"`
+	InputTopic       string        `env:"KAFKA_INPUT_TOPIC" envDefault:"transcripts" help:"topic of TranscriptEvents"`
+	OutputTopic      string        `env:"KAFKA_OUTPUT_TOPIC" envDefault:"transcripts.scored" help:"topic of ScoredTranscripts"`
+	DLQTopic         string        `env:"KAFKA_DLQ_TOPIC" envDefault:"transcripts.dlq" help:"dead-letter topic"`
+	RowsTopic        string        `env:"OUTPUT_ROWS_TOPIC" help:"optional topic of flat (call_id, section, sentence_index, label) rows"`
+	OutputFormat     string        `env:"OUTPUT_FORMAT" envDefault:"json" help:"json, or connect (JsonConverter envelope, schemas.enable=true)"`
+	OutputKey        string        `env:"OUTPUT_KEY" envDefault:"call_id" help:"key of results, rows and tombstones: call_id, or entity_event (entity_id + event_time, the seed's ENTITY_ID + EVENT_DATETIME_UTC dedup; records lacking either go to the DLQ)"`
+	GroupID          string        `env:"KAFKA_GROUP_ID" envDefault:"scorer" help:"consumer group"`
+	ClientID         string        `env:"KAFKA_CLIENT_ID" envDefault:"scorer" help:"Kafka client id"`
+	SessionTimeout   time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"30s" help:"group session timeout: how long a dead member keeps its partitions"`
+	RebalanceTimeout time.Duration `env:"KAFKA_REBALANCE_TIMEOUT" envDefault:"30s" help:"how long the group waits for members to rejoin; at a rebalance in-flight work gets min(10s, half of this minus the heartbeat interval) to finish"`
+	InputPartitions  int           `env:"KAFKA_INPUT_PARTITIONS" envDefault:"6" help:"partitions for topics the scorer creates (in-memory broker, or missing topics)"`
+	TopicReplication int           `env:"KAFKA_TOPIC_REPLICATION_FACTOR" envDefault:"1" help:"replication factor of topics the scorer creates when they are missing (the in-memory broker always uses 1); at least your cluster's min.insync.replicas (acks=all writes fail below it), or create topics ahead"`
+	KafkaTLS         bool          `env:"KAFKA_TLS" help:"connect with TLS; required by every other KAFKA_TLS_* setting"`
+	KafkaTLSCAFile   string        `env:"KAFKA_TLS_CA_FILE" help:"PEM CA bundle for the brokers' certificates"`
+	KafkaTLSCertFile string        `env:"KAFKA_TLS_CERT_FILE" help:"PEM client certificate (mutual TLS)"`
+	KafkaTLSKeyFile  string        `env:"KAFKA_TLS_KEY_FILE" help:"PEM client key (mutual TLS)"`
+	KafkaTLSInsecure bool          `env:"KAFKA_TLS_INSECURE_SKIP_VERIFY" help:"skip broker certificate verification (testing only)"`
+	SASLMechanism    string        `env:"KAFKA_SASL_MECHANISM" help:"PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty = no SASL"`
+	SASLUsername     string        `env:"KAFKA_SASL_USERNAME" help:"SASL user"`
+	SASLPassword     string        `env:"KAFKA_SASL_PASSWORD" help:"SASL password (prefer KAFKA_SASL_PASSWORD_FILE)" secret:"true"`
+	SASLPasswordFile string        `env:"KAFKA_SASL_PASSWORD_FILE" help:"file holding the SASL password"`
+
+	BatchMaxMessages   int           `env:"BATCH_MAX_MESSAGES" envDefault:"16" help:"messages per consumer batch"`
+	BatchMaxBytes      int           `env:"BATCH_MAX_BYTES" envDefault:"8388608" help:"bytes per consumer batch (never exceeded)"`
+	BatchMaxWait       time.Duration `env:"BATCH_MAX_WAIT" envDefault:"200ms" help:"longest a batch waits, from its oldest message"`
+	MaxMessageBytes    int           `env:"MAX_MESSAGE_BYTES" envDefault:"16777216" help:"larger input records go to the DLQ"`
+	MaxSentences       int           `env:"MAX_SENTENCES" envDefault:"100000" help:"sentences per transcript (all sections); more goes to the DLQ"`
+	MaxSentenceBytes   int           `env:"MAX_SENTENCE_BYTES" envDefault:"1048576" help:"bytes per sentence; longer goes to the DLQ (the model truncates to its max length anyway)"`
+	MaxInflightBatches int           `env:"MAX_INFLIGHT_BATCHES" envDefault:"2" help:"consumer batches between fetch and ack; fetching pauses beyond"`
+	MaxUncommitted     int           `env:"MAX_UNCOMMITTED" envDefault:"1000" help:"records per input partition fetched past its committed offset; fetching of the partition pauses at this (a crash replays at most this many per partition)"`
+	MaxBatchTokens     int           `env:"MAX_BATCH_TOKENS" envDefault:"16384" help:"rows × padded length per inference batch"`
+	MaxBatchRows       int           `env:"MAX_BATCH_ROWS" envDefault:"256" help:"rows per inference batch"`
+	CPUMaxBatchTokens  int           `env:"CPU_MAX_BATCH_TOKENS" envDefault:"16384" help:"on CPU-only pools, MAX_BATCH_TOKENS is capped at this (measured: make bench, CPU batch shapes)"`
+	CPUMaxBatchRows    int           `env:"CPU_MAX_BATCH_ROWS" envDefault:"16" help:"on CPU-only pools, MAX_BATCH_ROWS is capped at this: small batches stay in the CPU's caches (measured: make bench, CPU batch shapes)"`
+	ScoreCacheBytes    int           `env:"SCORE_CACHE_BYTES" envDefault:"268435456" help:"memory for the cache of pair scores (revised and repeated sentences skip inference); 0 = off"`
+
+	ModelDir           string   `env:"MODEL_DIR" envDefault:"../shared/models/nli-unigram-small" help:"model folder: config.json, tokenizer.json, ONNX file"`
+	ModelFile          string   `env:"MODEL_FILE" help:"ONNX file relative to MODEL_DIR; empty = model.onnx or the single onnx/model*.onnx"`
+	ORTLib             string   `env:"ORT_LIB" envDefault:".deps/ort-1.29.0/libonnxruntime.so.1" help:"ONNX Runtime shared library"`
+	ScoreMode          string   `env:"SCORE_MODE" envDefault:"softmax" help:"softmax (P(entailment) over all classes) or entail_vs_contradiction"`
+	EntailmentIndex    int      `env:"ENTAILMENT_INDEX" envDefault:"-1" help:"logit index of entailment; -1 = from id2label (other negatives are an error)"`
+	HypothesisTemplate string   `env:"HYPOTHESIS_TEMPLATE" envDefault:"This text is about {}." help:"hypothesis template with exactly one {}"`
+	Labels             []string `env:"LABELS" envSeparator:"," envDefault:"consumer strength,consumer weakness,reduced consumer's spending patterns" help:"comma-separated labels"`
+	Threshold          float64  `env:"THRESHOLD" envDefault:"0.91" help:"a sentence is flagged when its score is above this; 0 to 1"`
+
+	Device         string   `env:"DEVICE" envDefault:"auto" help:"auto, cpu or cuda"`
+	GPUIDs         []string `env:"GPU_IDS" envSeparator:"," help:"GPU indices or UUIDs to use; empty = all"`
+	GPUMemFraction float64  `env:"GPU_MEM_FRACTION" envDefault:"0.8" help:"a GPU's used/total memory stays under this"`
+	CPUThreads     int      `env:"CPU_THREADS" help:"ONNX Runtime intra-op threads per CPU worker; 0 = cores / workers"`
+	Workers        int      `env:"WORKERS" help:"workers per device; 0 = auto (CPU: one per core up to 4; GPU: 2)"`
+
+	GPUMemLimit  string        `env:"GPU_MEM_LIMIT" envDefault:"0" help:"this process's memory budget on each GPU (arena cap and admission): bytes (12GiB) or a fraction of the device (0.45); 0 = GPU_MEM_FRACTION alone"`
+	GPUTF32      bool          `env:"GPU_TF32" envDefault:"false" help:"let CUDA use TF32 tensor cores for float32 matrix products: faster, but scores can move by more than 1e-4 against the CPU"`
+	GPUProbation time.Duration `env:"GPU_PROBATION" envDefault:"5m" help:"a degraded GPU is re-probed after this and rejoins when it passes"`
+
+	MetricsAddr          string        `env:"METRICS_ADDR" envDefault:":9464" help:"address of /metrics, /healthz and /readyz; off = no HTTP server"`
+	LivenessStallTimeout time.Duration `env:"LIVENESS_STALL_TIMEOUT" envDefault:"10m" help:"/healthz fails when records are in flight and no inference batch, publish or dead letter happened for this long, or when one record stays unacknowledged this long; 0 = off"`
+	ShutdownTimeout      time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" help:"bound on the whole stop after SIGTERM: drain, final commit, leaving the group (allow about 10s more before SIGKILL; the Helm chart adds 15s)"`
+	LogLevel             string        `env:"LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error"`
+	LogFormat            string        `env:"LOG_FORMAT" envDefault:"auto" help:"json, console, or auto (console on a terminal)"`
+}
+
+// LoadConfig reads the environment through getenv, then applies flags from
+// args over it, then validates. It returns the remaining positional args.
+func LoadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Config, error) {
+	cfg, err := ConfigFromEnv(getenv)
+	if err != nil {
+		return Config{}, err
+	}
+	bindFlags(fs, &cfg)
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// ConfigFromEnv reads the environment through getenv alone, without flags
+// or validation. List variables are split the way their flags are: every
+// element trimmed, empty elements dropped (the env library keeps spaces).
+func ConfigFromEnv(getenv func(string) string) (Config, error) {
+	environ := map[string]string{}
+	for _, name := range envNames(reflect.TypeFor[Config]()) {
+		if v := getenv(name); v != "" {
+			environ[name] = v
+		}
+	}
+	cfg, err := env.ParseAsWithOptions[Config](env.Options{Environment: environ})
+	if err != nil {
+		return Config{}, envError(err)
+	}
+	v := reflect.ValueOf(&cfg).Elem()
+	for i := range v.NumField() {
+		if l, ok := v.Field(i).Interface().([]string); ok {
+			v.Field(i).Set(reflect.ValueOf(cleanList(l)))
+		}
+	}
+	return cfg, nil
+}
+
+// Validate checks ranges and combinations LoadConfig cannot see field by
+// field; compare calls it again on each side after overriding the model.
+func (c *Config) Validate() error {
+	errs := c.kafkaSecurityErrors()
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(c.InputTopic != "", "KAFKA_INPUT_TOPIC must not be empty")
+	check(c.OutputTopic != "", "KAFKA_OUTPUT_TOPIC must not be empty")
+	check(c.DLQTopic != "", "KAFKA_DLQ_TOPIC must not be empty")
+	check(c.OutputFormat == "json" || c.OutputFormat == "connect", "OUTPUT_FORMAT must be json or connect, got %q", c.OutputFormat)
+	check(c.OutputKey == "call_id" || c.OutputKey == "entity_event", "OUTPUT_KEY must be call_id or entity_event, got %q", c.OutputKey)
+	check(c.BatchMaxMessages > 0, "BATCH_MAX_MESSAGES must be > 0")
+	check(c.BatchMaxBytes > 0, "BATCH_MAX_BYTES must be > 0")
+	check(c.BatchMaxWait > 0, "BATCH_MAX_WAIT must be > 0")
+	check(c.MaxMessageBytes > 0, "MAX_MESSAGE_BYTES must be > 0")
+	check(c.MaxSentences > 0, "MAX_SENTENCES must be > 0")
+	check(c.MaxSentenceBytes > 0, "MAX_SENTENCE_BYTES must be > 0")
+	check(c.MaxInflightBatches > 0, "MAX_INFLIGHT_BATCHES must be > 0")
+	check(c.MaxUncommitted > 0, "MAX_UNCOMMITTED must be > 0")
+	check(c.MaxBatchTokens > 0, "MAX_BATCH_TOKENS must be > 0")
+	check(c.MaxBatchRows > 0, "MAX_BATCH_ROWS must be > 0")
+	check(c.CPUMaxBatchTokens > 0, "CPU_MAX_BATCH_TOKENS must be > 0")
+	check(c.CPUMaxBatchRows > 0, "CPU_MAX_BATCH_ROWS must be > 0")
+	check(c.ScoreCacheBytes == 0 || c.ScoreCacheBytes >= scorecache.MinBytes, "SCORE_CACHE_BYTES must be 0 (off) or at least %d", scorecache.MinBytes)
+	check(c.Device == "auto" || c.Device == "cpu" || c.Device == "cuda", "DEVICE must be auto, cpu or cuda, got %q", c.Device)
+	check(c.GPUMemFraction > 0 && c.GPUMemFraction <= 1, "GPU_MEM_FRACTION must be in (0, 1]")
+	check(c.GPUProbation > 0, "GPU_PROBATION must be > 0")
+	check(c.CPUThreads >= 0, "CPU_THREADS must be >= 0")
+	check(c.Workers >= 0, "WORKERS must be >= 0")
+	check(c.ShutdownTimeout > 0, "SHUTDOWN_TIMEOUT must be > 0")
+	check(c.LivenessStallTimeout >= 0, "LIVENESS_STALL_TIMEOUT must be >= 0 (0 = off)")
+	check(c.InputPartitions > 0, "KAFKA_INPUT_PARTITIONS must be > 0")
+	check(c.TopicReplication > 0, "KAFKA_TOPIC_REPLICATION_FACTOR must be > 0")
+	check(c.SessionTimeout >= 6*time.Second, "KAFKA_SESSION_TIMEOUT must be >= 6s (brokers' group.min.session.timeout.ms)")
+	check(c.RebalanceTimeout > 0, "KAFKA_REBALANCE_TIMEOUT must be > 0")
+	check(strings.Count(c.HypothesisTemplate, "{}") == 1, "HYPOTHESIS_TEMPLATE must contain exactly one {}, got %q", c.HypothesisTemplate)
+	check(c.Threshold >= 0 && c.Threshold <= 1, "THRESHOLD must be in [0, 1], got %v", c.Threshold)
+	check(c.EntailmentIndex >= -1, "ENTAILMENT_INDEX must be >= 0, or -1 for auto (from id2label), got %d", c.EntailmentIndex)
+	check(len(c.Labels) > 0, "LABELS must not be empty")
+	for _, l := range c.Labels {
+		check(strings.TrimSpace(l) != "", "LABELS must not contain an empty label")
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	return nil
+}
+
+// kafkaSecurityErrors checks the KAFKA_TLS* and KAFKA_SASL* variables, which
+// `scorer produce` shares with `scorer run`. A TLS setting without
+// KAFKA_TLS=true is an error rather than an implied TLS: the client would
+// otherwise speak plaintext to a TLS listener and retry forever.
+func (c *Config) kafkaSecurityErrors() []error {
+	var errs []error
+	switch strings.ToUpper(c.SASLMechanism) {
+	case "", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+	default:
+		errs = append(errs, fmt.Errorf("KAFKA_SASL_MECHANISM must be PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, got %q", c.SASLMechanism))
+	}
+	if (c.KafkaTLSCertFile == "") != (c.KafkaTLSKeyFile == "") {
+		errs = append(errs, errors.New("KAFKA_TLS_CERT_FILE and KAFKA_TLS_KEY_FILE go together"))
+	}
+	if !c.KafkaTLS {
+		var set []string
+		for name, on := range map[string]bool{
+			"KAFKA_TLS_CA_FILE": c.KafkaTLSCAFile != "", "KAFKA_TLS_CERT_FILE": c.KafkaTLSCertFile != "",
+			"KAFKA_TLS_KEY_FILE": c.KafkaTLSKeyFile != "", "KAFKA_TLS_INSECURE_SKIP_VERIFY": c.KafkaTLSInsecure,
+		} {
+			if on {
+				set = append(set, name)
+			}
+		}
+		if len(set) > 0 {
+			slices.Sort(set)
+			errs = append(errs, fmt.Errorf("%s given without KAFKA_TLS: set KAFKA_TLS=true to connect with TLS", strings.Join(set, ", ")))
+		}
+	}
+	return errs
+}
+
+// envError names the environment variable behind each parse failure; the
+// env library reports Go field names, which mean nothing to an operator.
+func envError(err error) error {
+	var agg env.AggregateError
+	if !errors.As(err, &agg) {
+		return fmt.Errorf("config: %w", err)
+	}
+	t := reflect.TypeFor[Config]()
+	var errs []error
+	for _, e := range agg.Errors {
+		var pe env.ParseError
+		if errors.As(e, &pe) {
+			if f, ok := t.FieldByName(pe.Name); ok {
+				name, _, _ := strings.Cut(f.Tag.Get("env"), ",")
+				errs = append(errs, fmt.Errorf("%s: %w", name, pe.Err))
+				continue
+			}
+		}
+		errs = append(errs, e)
+	}
+	return fmt.Errorf("config: %w", errors.Join(errs...))
+}
+
+// envNames lists the env tag of every field.
+func envNames(t reflect.Type) []string {
+	var names []string
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("env"), ","); name != "" {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// flagName turns an environment variable name into its flag name.
+func flagName(envName string) string {
+	return strings.ReplaceAll(strings.ToLower(envName), "_", "-")
+}
+
+// bindFlags registers one flag per Config field whose default is the value
+// already read from the environment, so a flag overrides the environment.
+func bindFlags(fs *flag.FlagSet, cfg *Config) {
+	v := reflect.ValueOf(cfg).Elem()
+	t := v.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("env"), ",")
+		if name == "" {
+			continue
+		}
+		usage := f.Tag.Get("help") + " (env " + name + ")"
+		fs.Var(&fieldValue{v: v.Field(i), sep: f.Tag.Get("envSeparator"), secret: f.Tag.Get("secret") == "true"}, flagName(name), usage)
+	}
+}
+
+// fieldValue adapts one Config field to flag.Value.
+type fieldValue struct {
+	v      reflect.Value
+	sep    string
+	secret bool
+}
+
+func (f *fieldValue) String() string {
+	if f.v == (reflect.Value{}) {
+		return ""
+	}
+	if f.secret && !f.v.IsZero() {
+		return "<redacted>"
+	}
+	if f.v.Kind() == reflect.Slice {
+		parts := make([]string, f.v.Len())
+		for i := range parts {
+			parts[i] = fmt.Sprint(f.v.Index(i).Interface())
+		}
+		return strings.Join(parts, f.sep)
+	}
+	return fmt.Sprint(f.v.Interface())
+}
+
+func (f *fieldValue) Set(s string) error {
+	switch f.v.Interface().(type) {
+	case string:
+		f.v.SetString(s)
+	case bool:
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return err
+		}
+		f.v.SetBool(b)
+	case int:
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return err
+		}
+		f.v.SetInt(int64(n))
+	case float64:
+		x, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return err
+		}
+		f.v.SetFloat(x)
+	case time.Duration:
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return err
+		}
+		f.v.SetInt(int64(d))
+	case []string:
+		f.v.Set(reflect.ValueOf(SplitList(s, f.sep)))
+	case []int:
+		var ns []int
+		for _, p := range SplitList(s, f.sep) {
+			n, err := strconv.Atoi(p)
+			if err != nil {
+				return err
+			}
+			ns = append(ns, n)
+		}
+		f.v.Set(reflect.ValueOf(ns))
+	default:
+		return fmt.Errorf("unsupported flag type %s", f.v.Type())
+	}
+	return nil
+}
+
+// IsBoolFlag lets boolean flags be given without a value.
+func (f *fieldValue) IsBoolFlag() bool { return f.v.Kind() == reflect.Bool }
+
+// SplitList splits a list flag or variable: see cleanList.
+func SplitList(s, sep string) []string {
+	if sep == "" {
+		sep = ","
+	}
+	return cleanList(strings.Split(s, sep))
+}
+
+// cleanList trims every element and drops empty ones, so that
+// "a, b,,c " is [a b c] whether it came from a flag or the environment.
+func cleanList(l []string) []string {
+	var out []string
+	for _, p := range l {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

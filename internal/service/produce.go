@@ -1,0 +1,180 @@
+package service
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// RunProduce is `scorer produce`: load a TranscriptEvent JSONL file into a
+// topic, over TLS and SASL when the KAFKA_TLS* and KAFKA_SASL* variables
+// say so.
+func RunProduce(ctx context.Context, e Env, args []string) error {
+	fs := flag.NewFlagSet("produce", flag.ContinueOnError)
+	fs.SetOutput(e.Stderr)
+	brokers := fs.String("brokers", e.Getenv("KAFKA_BROKERS"), "comma-separated brokers (env KAFKA_BROKERS)")
+	topic := fs.String("topic", envOr(e.Getenv, "KAFKA_INPUT_TOPIC", "transcripts"), "topic (env KAFKA_INPUT_TOPIC)")
+	file := fs.String("file", "-", "TranscriptEvent JSONL file; - = stdin")
+	limit := fs.Int("limit", 0, "produce at most this many lines; 0 = all")
+	rate := fs.Float64("rate", 0, "records per second; 0 = as fast as the broker takes them")
+	if err := fs.Parse(args); err != nil {
+		return ErrUsage
+	}
+	if *brokers == "" {
+		return errors.New("produce: --brokers (or KAFKA_BROKERS) is required")
+	}
+	// TLS and SASL come from the same KAFKA_TLS* and KAFKA_SASL* variables
+	// as `scorer run`, so a secured cluster is loaded with the scorer's env.
+	cfg, err := ConfigFromEnv(e.Getenv)
+	if err != nil {
+		return fmt.Errorf("produce: %w", err)
+	}
+	if err := errors.Join(cfg.kafkaSecurityErrors()...); err != nil {
+		return fmt.Errorf("produce: config: %w", err)
+	}
+	sec, err := NewKafkaSecurity(&cfg)
+	if err != nil {
+		return fmt.Errorf("produce: %w", err)
+	}
+	in, _, closeIn, err := OpenInput(*file, e.Stdin)
+	if err != nil {
+		return fmt.Errorf("produce: %w", err)
+	}
+	defer closeIn()
+	w := NewInputWriter(SplitList(*brokers, ","), *topic, sec.Transport(cfg.ClientID+"-produce"))
+	defer w.Close()
+	n, err := ProduceLines(ctx, w, in, *limit, *rate)
+	fmt.Fprintf(e.Stdout, "produced %d records to %s\n", n, *topic)
+	return err
+}
+
+// NewInputWriter is the writer that loads TranscriptEvents into an input
+// topic (produce, the demo, the bench and tests): acks from all replicas,
+// keyed by call_id through the hash balancer so a call's versions stay in
+// order on one partition, a short batch timeout because writes are
+// synchronous, and room for large transcripts. transport may be nil.
+func NewInputWriter(brokers []string, topic string, transport *kafka.Transport) *kafka.Writer {
+	w := &kafka.Writer{
+		Addr:                   kafka.TCP(brokers...),
+		Topic:                  topic,
+		Balancer:               &kafka.Hash{},
+		RequiredAcks:           kafka.RequireAll,
+		BatchTimeout:           5 * time.Millisecond,
+		BatchBytes:             64 << 20,
+		Compression:            kafka.Lz4,
+		AllowAutoTopicCreation: true,
+	}
+	if transport != nil {
+		w.Transport = transport
+	}
+	return w
+}
+
+// ProduceLines writes each non-empty line as one record, keyed by its
+// call_id when the line has one. Lines go out unvalidated on purpose: the
+// scorer, not the loader, decides what is bad input.
+func ProduceLines(ctx context.Context, w *kafka.Writer, in io.Reader, limit int, rate float64) (int, error) {
+	r := bufio.NewReaderSize(in, 1<<20)
+	const chunk = 64
+	var batch []kafka.Message
+	n := 0
+	var tick *time.Ticker
+	if rate > 0 {
+		tick = time.NewTicker(time.Duration(float64(time.Second) / rate))
+		defer tick.Stop()
+	}
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		if err := w.WriteMessages(ctx, batch...); err != nil {
+			return fmt.Errorf("produce: %w", err)
+		}
+		n += len(batch)
+		batch = batch[:0]
+		return nil
+	}
+	for limit <= 0 || n+len(batch) < limit {
+		line, err := r.ReadBytes('\n')
+		if len(bytes.TrimSpace(line)) > 0 {
+			value := bytes.TrimRight(line, "\r\n")
+			if tick != nil {
+				// Wait first, so the record's timestamp is when it is sent and
+				// end-to-end latency measured from it is not inflated by pacing.
+				select {
+				case <-ctx.Done():
+					return n, ctx.Err()
+				case <-tick.C:
+				}
+			}
+			batch = append(batch, kafka.Message{Key: EventKey(value), Value: value, Time: time.Now()})
+			if tick != nil {
+				if ferr := flush(); ferr != nil {
+					return n, ferr
+				}
+			} else if len(batch) >= chunk {
+				if ferr := flush(); ferr != nil {
+					return n, ferr
+				}
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return n, fmt.Errorf("produce: read: %w", err)
+		}
+	}
+	return n, flush()
+}
+
+// EventKey extracts call_id (or the seed's CALL_ID) for the record key, so
+// that all versions of one call land on one partition.
+func EventKey(value []byte) []byte {
+	var k struct {
+		CallID  string `json:"call_id"`
+		CallID2 string `json:"CALL_ID"`
+	}
+	if json.Unmarshal(value, &k) != nil {
+		return nil
+	}
+	if k.CallID != "" {
+		return []byte(k.CallID)
+	}
+	if k.CallID2 != "" {
+		return []byte(k.CallID2)
+	}
+	return nil
+}
+
+// OpenInput opens path for reading, or returns stdin for "-". size is the
+// file's size (0 for stdin), for progress estimates.
+func OpenInput(path string, stdin io.Reader) (r io.Reader, size int64, closeFn func() error, err error) {
+	if path == "-" {
+		return stdin, 0, func() error { return nil }, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if st, err := f.Stat(); err == nil {
+		size = st.Size()
+	}
+	return f, size, f.Close, nil
+}
+
+func envOr(getenv func(string) string, key, def string) string {
+	if v := getenv(key); v != "" {
+		return v
+	}
+	return def
+}

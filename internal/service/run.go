@@ -1,0 +1,245 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"runtime/debug"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/scorer/scorer/consumer"
+	"github.com/scorer/scorer/producer"
+)
+
+// Run is `scorer run`: the streaming scorer. Start-up goes in
+// dependency order (broker → model → pool → producer → consumer) and
+// shutdown in reverse, under SHUTDOWN_TIMEOUT.
+func Run(ctx context.Context, e Env, args []string) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(e.Stderr)
+	brokerAddr := fs.String("broker-addr", "127.0.0.1:9092", "listen address of the in-memory broker when KAFKA_BROKERS is empty (falls back to a free port when taken)")
+	demoFile := fs.String("demo-file", "", "after start-up, load this TranscriptEvent JSONL into the input topic and print a summary once all are handled (scored or dead-lettered)")
+	demoLimit := fs.Int("demo-limit", 0, "load at most this many transcripts from --demo-file; 0 = all")
+	cfg, err := LoadConfig(e.Getenv, fs, args)
+	if err != nil {
+		return UsageOr(err)
+	}
+	log, err := NewLogger(e.Stderr, cfg.LogLevel, cfg.LogFormat)
+	if err != nil {
+		return err
+	}
+	reg := newRegistry()
+	h := newHealth(reg)
+
+	if cfg.MetricsAddr != "" && cfg.MetricsAddr != "off" {
+		addr, stopHTTP, err := startHTTP(cfg.MetricsAddr, reg, h, log)
+		if err != nil {
+			return fmt.Errorf("metrics server: %w", err)
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), httpStopTimeout)
+			defer cancel()
+			_ = stopHTTP(sctx)
+		}()
+		log.Info().Str("addr", addr).Msg("serving /metrics, /healthz and /readyz")
+	}
+
+	embedded := len(cfg.KafkaBrokers) == 0
+	if embedded {
+		c, addr, err := StartBroker(BrokerOptions{Addr: *brokerAddr, Partitions: cfg.InputPartitions, MaxMessageBytes: 64 << 20})
+		if err != nil {
+			log.Warn().Err(err).Str("addr", *brokerAddr).Msg("in-memory broker address taken; using a free port")
+			c, addr, err = StartBroker(BrokerOptions{Addr: "127.0.0.1:0", Partitions: cfg.InputPartitions, MaxMessageBytes: 64 << 20})
+			if err != nil {
+				return err
+			}
+		}
+		defer c.Close()
+		cfg.KafkaBrokers = []string{addr}
+		log.Warn().Str("addr", addr).
+			Msgf("KAFKA_BROKERS is empty: started an in-memory Kafka broker at %s; data is NOT durable and is lost at exit (kcat -b %s -L)", addr, addr)
+	}
+	sec, err := NewKafkaSecurity(&cfg)
+	if err != nil {
+		return err
+	}
+
+	// Topics that exist are left alone (no CREATE permission needed); the
+	// missing ones get KAFKA_TOPIC_REPLICATION_FACTOR, 1 on the in-memory
+	// broker, which has one node.
+	rf := cfg.TopicReplication
+	if embedded {
+		rf = 1
+	}
+	topics := []producer.TopicSpec{
+		{Name: cfg.InputTopic, Partitions: cfg.InputPartitions, ReplicationFactor: rf},
+		{Name: cfg.OutputTopic, Partitions: cfg.InputPartitions, ReplicationFactor: rf},
+		{Name: cfg.DLQTopic, Partitions: 1, ReplicationFactor: rf},
+	}
+	if cfg.RowsTopic != "" {
+		topics = append(topics, producer.TopicSpec{Name: cfg.RowsTopic, Partitions: cfg.InputPartitions, ReplicationFactor: rf})
+	}
+	if err := EnsureTopicsRetry(ctx, cfg.KafkaBrokers, sec.Dialer(cfg.ClientID), topics, log); err != nil {
+		return stoppedDuringStartup(ctx, err, log)
+	}
+
+	stack, err := OpenScoring(ctx, cfg, log, reg)
+	if err != nil {
+		return stoppedDuringStartup(ctx, err, log)
+	}
+	h.modelLoaded.Store(true)
+	reg.MustRegister(buildInfo(stack))
+
+	prod, err := producer.New(producer.Config{
+		Brokers: cfg.KafkaBrokers, Topic: cfg.OutputTopic, RowsTopic: cfg.RowsTopic, DLQTopic: cfg.DLQTopic,
+		Format: cfg.OutputFormat, Key: cfg.OutputKey, ClientID: cfg.ClientID, Transport: sec.Transport(cfg.ClientID),
+	}, log.With().Str("component", "producer").Logger(), reg)
+	if err != nil {
+		stack.Close(context.Background())
+		return err
+	}
+
+	// RevokeTimeout and HeartbeatInterval are left to the consumer, which
+	// derives them from KAFKA_REBALANCE_TIMEOUT and KAFKA_SESSION_TIMEOUT
+	// (a fixed revoke timeout would reject rebalance timeouts up to 10 s).
+	// ShutdownTimeout bounds the consumer's whole stop: drain, final commit,
+	// leaving the group.
+	cons, err := consumer.New(consumer.Config{
+		Brokers: cfg.KafkaBrokers, Topic: cfg.InputTopic, GroupID: cfg.GroupID, ClientID: cfg.ClientID,
+		BatchMaxMessages: cfg.BatchMaxMessages, BatchMaxBytes: cfg.BatchMaxBytes, BatchMaxWait: cfg.BatchMaxWait,
+		MaxMessageBytes: cfg.MaxMessageBytes, MaxInflightBatches: cfg.MaxInflightBatches, MaxUncommitted: cfg.MaxUncommitted,
+		Limits: stack.Limits, ShutdownTimeout: cfg.ShutdownTimeout, Dialer: sec.Dialer(cfg.ClientID),
+		SessionTimeout: cfg.SessionTimeout, RebalanceTimeout: cfg.RebalanceTimeout,
+	}, stack.Scorer, prod, log, reg)
+	if err != nil {
+		closeWithin(cfg.ShutdownTimeout, log, prod.Close, stack.Close)
+		return err
+	}
+	ready := cons.Ready
+	h.consumerReady.Store(&ready)
+	if cfg.LivenessStallTimeout > 0 {
+		h.progress.Store(&progressWatch{limit: cfg.LivenessStallTimeout, now: time.Now,
+			sample: func() (uint64, bool) {
+				cs, ps := cons.Stats(), stack.Pool.Stats()
+				return cs.Published + cs.DeadLettered + ps.Batches, cs.Inflight > 0
+			},
+			oldest: cons.OldestUnacked})
+	}
+
+	if *demoFile != "" {
+		go runDemo(ctx, demoOptions{file: *demoFile, limit: *demoLimit, cfg: cfg, sec: sec, out: e.Stdout, stack: stack}, log)
+	}
+
+	log.Info().Str("input", cfg.InputTopic).Str("output", cfg.OutputTopic).Str("dlq", cfg.DLQTopic).
+		Str("group", cfg.GroupID).Str("model", stack.Model.Name).Str("model_sha256", stack.Model.SHA256).
+		Msg("scorer running; SIGTERM or Ctrl-C to stop")
+	// Readiness drops the moment the signal arrives, not after the drain,
+	// and the whole shutdown shares one SHUTDOWN_TIMEOUT budget.
+	var stopAt atomic.Int64
+	stopReadiness := context.AfterFunc(ctx, func() {
+		stopAt.Store(time.Now().UnixNano())
+		h.shuttingDown.Store(true)
+		log.Info().Dur("timeout", cfg.ShutdownTimeout).Msg("shutting down: fetching stopped, draining in-flight work")
+	})
+	defer stopReadiness()
+	runErr := cons.Run(ctx)
+	h.shuttingDown.Store(true)
+	remaining := cfg.ShutdownTimeout
+	if t := stopAt.Load(); t != 0 {
+		remaining -= time.Since(time.Unix(0, t))
+	}
+	log.Info().Dur("remaining", remaining).Msg("consumer stopped; closing producer and scoring pool")
+	// The consumer keeps part of SHUTDOWN_TIMEOUT back from its drain, so
+	// this normally runs within the budget; the floor lets a stop that used
+	// it all still flush and release the GPU. Worst case (runs that ignore
+	// cancellation) the process exits SHUTDOWN_TIMEOUT + closeFloor + the
+	// pool's 5 s close grace + httpStopTimeout (+ the consumer's 0.5 s)
+	// after SIGTERM, inside the Helm chart's grace period of
+	// SHUTDOWN_TIMEOUT + 15 s.
+	closeWithin(max(remaining, closeFloor), log, prod.Close, stack.Close)
+	if runErr != nil && !errors.Is(runErr, context.Canceled) {
+		return runErr
+	}
+	log.Info().Msg("scorer stopped cleanly")
+	return nil
+}
+
+// stoppedDuringStartup turns a start-up failure caused by SIGTERM or Ctrl-C
+// (ctx cancelled, e.g. while waiting for the broker) into a clean stop, exit
+// 0 as for any other stop; other failures pass through.
+func stoppedDuringStartup(ctx context.Context, err error, log zerolog.Logger) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	log.Info().AnErr("cause", err).Msg("stopped before start-up finished")
+	return nil
+}
+
+// Fixed margins of the shutdown past SHUTDOWN_TIMEOUT (see Run).
+const (
+	closeFloor      = 2 * time.Second
+	httpStopTimeout = time.Second
+)
+
+// closeWithin closes components in order under one deadline, logging
+// overruns: a stuck Close (kafka-go can hang when brokers are gone) must not
+// keep the process from exiting.
+func closeWithin(d time.Duration, log zerolog.Logger, closers ...func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	for _, c := range closers {
+		if err := c(ctx); err != nil {
+			log.Warn().Err(err).Msg("close")
+		}
+	}
+}
+
+// EnsureTopicsRetry creates missing topics, retrying with backoff while the
+// broker is unreachable so that a broker that starts after the scorer is
+// waited for, with a clear log line each time.
+func EnsureTopicsRetry(ctx context.Context, brokers []string, d *kafka.Dialer, topics []producer.TopicSpec, log zerolog.Logger) error {
+	backoff := 500 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := producer.EnsureTopics(ctx, brokers, d, topics...)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("waiting for Kafka: %w", ctx.Err())
+		}
+		log.Warn().Err(err).Strs("brokers", brokers).Int("attempt", attempt).Dur("retry_in", backoff).
+			Msg("Kafka not reachable yet; retrying")
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for Kafka: %w", ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 15*time.Second)
+	}
+}
+
+func buildInfo(s *ScoringStack) prometheus.Collector {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "scorer_build_info", Help: "Build and model identity; always 1."}, []string{"version", "model", "model_sha256"})
+	g.WithLabelValues(Version(), s.Model.Name, s.Model.SHA256).Set(1)
+	return g
+}
+
+// version is the module version or VCS revision the binary was built from.
+func Version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			return s.Value[:12]
+		}
+	}
+	return bi.Main.Version
+}

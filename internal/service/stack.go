@@ -1,0 +1,306 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/model"
+	"github.com/scorer/scorer/model/scorecache"
+	"github.com/scorer/scorer/schema"
+)
+
+// ScoringStack is everything between a decoded event and its scores: the
+// ORT runtime, the model, the device pool and the transcript scorer. `run`,
+// `score` and `bench` all build the same one.
+type ScoringStack struct {
+	Model   *model.Model
+	Pool    *gpupool.Pool
+	Scorer  *model.TranscriptScorer
+	Cache   *scorecache.Cache // nil when SCORE_CACHE_BYTES=0
+	Labels  model.LabelConfig
+	Limits  schema.Limits
+	closers []func(context.Context) error
+	// poolUnfinished is set when the pool's Close failed: a terminated Run
+	// or an NVML call may still be in flight, so NVML and ONNX Runtime
+	// must stay loaded (the process is exiting anyway).
+	poolUnfinished bool
+}
+
+// OpenScoring starts the stack in dependency order: ORT environment, model,
+// NVML, pool (sessions per device), transcript scorer.
+func OpenScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg prometheus.Registerer) (_ *ScoringStack, err error) {
+	s := &ScoringStack{}
+	defer func() {
+		if err != nil {
+			// Undo what was opened; the error is what the caller needs.
+			_ = s.Close(context.Background())
+		}
+	}()
+	lib, err := ResolvePath(cfg.ORTLib)
+	if err != nil {
+		return nil, fmt.Errorf("ORT_LIB: %w (run `make` to fetch ONNX Runtime, or point ORT_LIB at libonnxruntime.so)", err)
+	}
+	shutdownORT, err := model.InitRuntime(lib)
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func(context.Context) error {
+		if s.poolUnfinished {
+			// DestroyEnvironment dlcloses libonnxruntime under any Run
+			// still going: a crash instead of an exit.
+			log.Warn().Msg("leaving ONNX Runtime loaded: the pool did not finish closing (the process is exiting anyway)")
+			return nil
+		}
+		return shutdownORT()
+	})
+
+	m, err := LoadModel(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.Model = m
+	log.Info().Str("model", m.Name).Str("sha256", m.SHA256).Strs("inputs", m.InputNames).
+		Strs("labels", m.ID2Label).Int("entailment_index", m.EntailmentIndex).Int("max_length", m.MaxLength).
+		Str("score_mode", string(m.ScoreMode)).Msg("model loaded")
+
+	pool, closeNVML, err := NewPool(ctx, cfg, m, log, reg, gpupool.SessionFactory(m, SessionConfig(cfg)))
+	if err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func(context.Context) error {
+		if s.poolUnfinished {
+			log.Warn().Msg("leaving NVML initialised: the pool did not finish closing (the process is exiting anyway)")
+			return nil
+		}
+		closeNVML()
+		return nil
+	})
+	s.Pool = pool
+	s.closers = append(s.closers, func(ctx context.Context) error {
+		err := pool.Close(ctx)
+		// ErrCloseIncomplete: a run or NVML call may still be going, and
+		// unloading the libraries under it would crash the process. Any
+		// other Close error skips the unload too: the process is exiting,
+		// so leaving them loaded costs nothing.
+		if err != nil {
+			s.poolUnfinished = true
+			msg := "the device pool closed with an error; skipping NVML and ONNX Runtime shutdown"
+			if errors.Is(err, gpupool.ErrCloseIncomplete) {
+				msg = "the device pool still has runs going; skipping NVML and ONNX Runtime shutdown (the process is exiting anyway)"
+			}
+			log.Warn().Err(err).Msg(msg)
+		}
+		return err
+	})
+
+	s.Labels = model.LabelConfig{Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold}
+	var scorerOpts []model.ScorerOption
+	if cfg.ScoreCacheBytes > 0 {
+		if s.Cache, err = scorecache.New(int64(cfg.ScoreCacheBytes), reg); err != nil {
+			return nil, err
+		}
+		scorerOpts = append(scorerOpts, model.WithCache(s.Cache))
+	}
+	s.Scorer, err = model.NewTranscriptScorer(m, s.Labels, pool, scorerOpts...)
+	if err != nil {
+		return nil, err
+	}
+	s.Limits = schema.DefaultLimits()
+	s.Limits.MaxMessageBytes = cfg.MaxMessageBytes
+	s.Limits.MaxSentences = cfg.MaxSentences
+	s.Limits.MaxSentenceBytes = cfg.MaxSentenceBytes
+	return s, nil
+}
+
+// LoadModel loads MODEL_DIR with the scoring options from cfg.
+func LoadModel(cfg Config) (*model.Model, error) {
+	dir, err := ResolvePath(cfg.ModelDir)
+	if err != nil {
+		return nil, fmt.Errorf("MODEL_DIR: %w", err)
+	}
+	mode, err := model.ParseScoreMode(cfg.ScoreMode)
+	if err != nil {
+		return nil, err
+	}
+	lo := model.LoadOptions{Dir: dir, ONNXFile: cfg.ModelFile, ScoreMode: mode}
+	if cfg.EntailmentIndex >= 0 {
+		idx := cfg.EntailmentIndex
+		lo.EntailmentIndex = &idx
+	}
+	return model.Load(lo)
+}
+
+// CPUPlan splits the machine's cores between CPU workers and ORT intra-op
+// threads. By default every worker gets one thread and there are as many
+// workers as cores (up to 4): on the small models, two single-threaded runs
+// side by side scored 10–19% more pairs/s than one run on two threads for
+// nli-unigram-small, and −4% to +15% for nli-wordpiece-small (make bench,
+// CPU scaling, docs/benchmarks.md). An explicit WORKERS or CPU_THREADS takes the cores it
+// leaves to the other.
+func CPUPlan(cfg Config) (workers, threads int) {
+	// GOMAXPROCS, not NumCPU: since Go 1.25 it follows the container's CPU
+	// limit, which is what the pod may really use.
+	n := runtime.GOMAXPROCS(0)
+	workers, threads = cfg.Workers, cfg.CPUThreads
+	switch {
+	case workers == 0 && threads == 0:
+		workers = min(n, 4)
+		threads = max(1, n/workers)
+	case workers == 0:
+		workers = max(1, n/threads)
+	case threads == 0:
+		threads = max(1, n/workers)
+	}
+	return workers, threads
+}
+
+// SessionConfig is how the pool's sessions are built from Config. The CUDA
+// arena's gpu_mem_limit sits gpupool.DefaultGPUMemMargin below
+// GPU_MEM_FRACTION × total, the pool's admission limit: NVML's used memory
+// also counts the CUDA context and cuBLAS/cuDNN workspaces, and an arena
+// allowed to reach the admission limit itself would keep used memory above
+// it for good.
+// GPU_MEM_LIMIT, when set, lowers the cap to this process's budget the same
+// way, so scorers sharing a GPU cannot grow into each other's share.
+func SessionConfig(cfg Config) gpupool.SessionConfig {
+	_, threads := CPUPlan(cfg)
+	budget, _ := gpupool.ParseMemLimit(cfg.GPUMemLimit) // NewPool refuses a bad value before any session opens
+	return gpupool.SessionConfig{IntraOpThreads: threads, GPUMemFraction: cfg.GPUMemFraction,
+		GPUMemMargin: gpupool.DefaultGPUMemMargin, GPUMemBudget: budget, TF32: cfg.GPUTF32}
+}
+
+// NewPool starts NVML (unless DEVICE=cpu) and the device pool over factory.
+// The returned func shuts NVML down after the pool is closed. The bench
+// passes a factory that records batch shapes; everything else is shared.
+func NewPool(ctx context.Context, cfg Config, m *model.Model, log zerolog.Logger, reg prometheus.Registerer, factory gpupool.EngineFactory) (*gpupool.Pool, func(), error) {
+	devMode, err := gpupool.ParseDeviceMode(cfg.Device)
+	if err != nil {
+		return nil, nil, err
+	}
+	memLimit, err := gpupool.ParseMemLimit(cfg.GPUMemLimit)
+	if err != nil {
+		return nil, nil, fmt.Errorf("GPU_MEM_LIMIT: %w", err)
+	}
+	opts := []gpupool.Option{
+		gpupool.Mode(devMode),
+		gpupool.MemFraction(cfg.GPUMemFraction),
+		gpupool.GPUMemLimit(memLimit),
+		gpupool.Probation(cfg.GPUProbation),
+		// Calibration pairs longer than the model's maximum would be
+		// rejected, and a rejected calibration drops the GPU.
+		gpupool.Calibrate(gpupool.Calibration{MaxLen: m.MaxLength}),
+		gpupool.Logger(log.With().Str("component", "gpupool").Logger()),
+		gpupool.Registerer(reg),
+	}
+	if len(cfg.GPUIDs) > 0 {
+		opts = append(opts, gpupool.GPUIDs(cfg.GPUIDs...))
+	}
+	if cfg.Workers > 0 {
+		opts = append(opts, gpupool.WorkersPerDevice(cfg.Workers))
+	}
+	cpuWorkers, _ := CPUPlan(cfg)
+	opts = append(opts, gpupool.CPUWorkers(cpuWorkers))
+	closeNVML := func() {}
+	var probe gpupool.Probe
+	if devMode != gpupool.ModeCPU {
+		PCIBusOrder(log)
+		// The CUDA runtime reads CUDA_VISIBLE_DEVICES from the real process
+		// environment, so the probe must too, to number GPUs as CUDA does.
+		pr, shutdown, perr := gpupool.NewNVMLProbe(ctx, gpupool.NVMLLookupEnv(os.LookupEnv))
+		switch {
+		case perr == nil:
+			closeNVML, probe = shutdown, pr
+			opts = append(opts, gpupool.WithProbe(pr))
+		case devMode == gpupool.ModeCUDA:
+			if pr, ok := gpupool.DiagnoseCUDA(perr); ok {
+				return nil, nil, fmt.Errorf("DEVICE=cuda: %s; remedy: %s: %w", pr.Cause, pr.Remedy, perr)
+			}
+			return nil, nil, fmt.Errorf("DEVICE=cuda: %w", perr)
+		default:
+			// The pool logs the CPU fallback once, with its own reason.
+			log.Debug().Err(perr).Msg("NVML unavailable")
+		}
+	}
+	tokens, rows := BatchShape(cfg, probe == nil)
+	opts = append(opts, gpupool.MaxBatchTokens(tokens), gpupool.MaxBatchRows(rows))
+	pool, err := gpupool.New(ctx, factory, opts...)
+	if err != nil {
+		closeNVML()
+		return nil, nil, err
+	}
+	// GPUs left out (lost, unreadable, ignored by CUDA) while others work:
+	// said once here, not on every admission.
+	if r, ok := probe.(gpupool.DeviceReporter); ok {
+		if ws := r.DeviceWarnings(); len(ws) > 0 && hasGPU(pool) {
+			log.Warn().Errs("reasons", ws).Msg("GPU discovery: some GPUs are left out or may be misnumbered")
+		}
+	}
+	return pool, closeNVML, nil
+}
+
+// hasGPU reports whether the pool runs on at least one GPU; on the CPU the
+// pool's own fallback warning already gave the reason.
+func hasGPU(p *gpupool.Pool) bool {
+	for _, d := range p.Devices() {
+		if d.Kind == gpupool.CUDA {
+			return true
+		}
+	}
+	return false
+}
+
+// Close releases the stack in reverse order of opening.
+func (s *ScoringStack) Close(ctx context.Context) error {
+	var errs []error
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		errs = append(errs, s.closers[i](ctx))
+	}
+	s.closers = nil
+	return errors.Join(errs...)
+}
+
+// ResolvePath finds a relative default path from the working directory or,
+// failing that, from the repository the binary was built in (bin/..), so
+// that `bin/scorer` works from anywhere after `make`.
+func ResolvePath(p string) (string, error) {
+	if filepath.IsAbs(p) {
+		if _, err := os.Stat(p); err != nil {
+			return "", err
+		}
+		return p, nil
+	}
+	candidates := []string{p}
+	if exe, err := os.Executable(); err == nil {
+		candidates = append(candidates, filepath.Join(filepath.Dir(exe), "..", p))
+	}
+	for _, c := range candidates {
+		if _, err := os.Stat(c); err == nil {
+			return filepath.Abs(c)
+		}
+	}
+	_, err := os.Stat(p)
+	return "", err
+}
+
+// PCIBusOrder sets CUDA_DEVICE_ORDER=PCI_BUS_ID when it is unset, before
+// anything initialises CUDA: CUDA's default (fastest first) may number GPUs
+// of different models differently from NVML, and the pool maps devices by
+// PCI bus id. A value the user set is left alone.
+func PCIBusOrder(log zerolog.Logger) {
+	if _, set := os.LookupEnv("CUDA_DEVICE_ORDER"); set {
+		return
+	}
+	if err := os.Setenv("CUDA_DEVICE_ORDER", "PCI_BUS_ID"); err != nil {
+		log.Warn().Err(err).Msg("cannot set CUDA_DEVICE_ORDER=PCI_BUS_ID; CUDA may number GPUs differently from NVML")
+		return
+	}
+	log.Debug().Msg("CUDA_DEVICE_ORDER was unset; set it to PCI_BUS_ID so CUDA numbers GPUs as NVML does")
+}
