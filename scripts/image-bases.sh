@@ -84,12 +84,19 @@ image() {
 }
 
 path=/usr/local/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
-rootfs debian ca-certificates
-rootfs debian-gcc ca-certificates,gcc,libc6-dev
-
 runtime_ref=localhost/scorer-base/debian:$suite
 go_ref=localhost/scorer-base/golang:$goversion
 node_ref=localhost/scorer-base/node:$nodeversion
+
+# A fresh clone has an empty DEPS_DIR while podman's storage, outside the
+# clone, may still hold the images: bootstrap a rootfs only for an image
+# that is missing (debootstrap is most of a cold run's time).
+if ! pm image exists "$runtime_ref" || ! pm image exists "$node_ref"; then
+	rootfs debian ca-certificates
+fi
+if ! pm image exists "$go_ref"; then
+	rootfs debian-gcc ca-certificates,gcc,libc6-dev
+fi
 image "$runtime_ref" "$cache/debian.tar" --change "ENV PATH=$path" --change 'CMD ["/bin/bash"]'
 
 # The Go and node layers are the host's own toolchains, added to the cached
