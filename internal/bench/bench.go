@@ -26,7 +26,6 @@ import (
 
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/service"
-	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/model/scorecache"
 	"github.com/scorer/scorer/schema"
 )
@@ -153,11 +152,7 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	lib, err := service.ResolvePath(cfg.ORTLib)
-	if err != nil {
-		return fmt.Errorf("ORT_LIB: %w (run `make` to fetch ONNX Runtime)", err)
-	}
-	shutdownORT, err := model.InitRuntime(lib)
+	shutdownORT, err := service.InitORT(cfg.ORTLib)
 	if err != nil {
 		return err
 	}

@@ -85,11 +85,7 @@ func Command(ctx context.Context, e service.Env, args []string) error {
 		return err
 	}
 
-	lib, err := service.ResolvePath(cfg.ORTLib)
-	if err != nil {
-		return fmt.Errorf("ORT_LIB: %w (run `make` to fetch ONNX Runtime)", err)
-	}
-	shutdownORT, err := model.InitRuntime(lib)
+	shutdownORT, err := service.InitORT(cfg.ORTLib)
 	if err != nil {
 		return err
 	}

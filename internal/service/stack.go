@@ -44,11 +44,7 @@ func OpenScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg promet
 			_ = s.Close(context.Background())
 		}
 	}()
-	lib, err := ResolvePath(cfg.ORTLib)
-	if err != nil {
-		return nil, fmt.Errorf("ORT_LIB: %w (run `make` to fetch ONNX Runtime, or point ORT_LIB at libonnxruntime.so)", err)
-	}
-	shutdownORT, err := model.InitRuntime(lib)
+	shutdownORT, err := InitORT(cfg.ORTLib)
 	if err != nil {
 		return nil, err
 	}
@@ -265,6 +261,17 @@ func (s *ScoringStack) Close(ctx context.Context) error {
 	}
 	s.closers = nil
 	return errors.Join(errs...)
+}
+
+// InitORT resolves ORT_LIB as ResolvePath does and starts the one ONNX
+// Runtime environment of the process; every command that scores (run, score,
+// bench, compare) starts it this way, so a missing library reads alike.
+func InitORT(ortLib string) (shutdown func() error, err error) {
+	lib, err := ResolvePath(ortLib)
+	if err != nil {
+		return nil, fmt.Errorf("ORT_LIB: %w (run `make` to fetch ONNX Runtime, or point ORT_LIB at libonnxruntime.so.1)", err)
+	}
+	return model.InitRuntime(lib)
 }
 
 // ResolvePath finds a relative default path from the working directory or,
