@@ -291,6 +291,34 @@ func mustScore(t *testing.T, p *Pool, pairs []model.Pair) {
 	}
 }
 
+// scoreConcurrently scores every call at once, call i on pools[i%len(pools)],
+// and returns what failed: a call's error, or scores not in input order.
+func scoreConcurrently(t *testing.T, pools []*Pool, calls [][]model.Pair) []error {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(calls))
+	for i, pairs := range calls {
+		p := pools[i%len(pools)]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			scores, err := p.ScorePairs(testCtx(t), pairs)
+			if err == nil {
+				err = checkScores(pairs, scores)
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	var failed []error
+	for err := range errs {
+		if err != nil {
+			failed = append(failed, err)
+		}
+	}
+	return failed
+}
+
 // arenaGrowth returns an onRun hook for a fake engine whose ORT arena grows
 // to the largest batch it has run (base + perToken × rows × length) and
 // keeps it, reporting each growth in bytes to grow.

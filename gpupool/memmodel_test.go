@@ -261,25 +261,8 @@ func TestTransformerWorkloadStaysInMemory(t *testing.T) {
 	for range 40 {
 		calls = append(calls, makePairs(mixedLengths(r, 50+r.IntN(400))))
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, len(calls))
-	for _, pairs := range calls {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			scores, err := p.ScorePairs(testCtx(t), pairs)
-			if err == nil {
-				err = checkScores(pairs, scores)
-			}
-			errs <- err
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
+	if errs := scoreConcurrently(t, []*Pool{p}, calls); len(errs) > 0 {
+		t.Fatal(errs[0])
 	}
 	st := p.Stats()
 	if n := eng.oomCount() - calOOMs; n != 0 || st.OOMRetries != 0 {
@@ -446,27 +429,12 @@ func TestTwoPoolsShareOneGPU(t *testing.T) {
 		calOOMs += e.oomCount()
 	}
 	r := rand.New(rand.NewPCG(7, 3))
-	var wg sync.WaitGroup
-	errs := make(chan error, 64)
-	for i := range 32 {
-		pairs := makePairs(mixedLengths(r, 100+r.IntN(300)))
-		p := pools[i%2]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			scores, err := p.ScorePairs(testCtx(t), pairs)
-			if err == nil {
-				err = checkScores(pairs, scores)
-			}
-			errs <- err
-		}()
+	var calls [][]model.Pair
+	for range 32 {
+		calls = append(calls, makePairs(mixedLengths(r, 100+r.IntN(300))))
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
+	if errs := scoreConcurrently(t, pools, calls); len(errs) > 0 {
+		t.Fatal(errs[0])
 	}
 	ooms := -calOOMs
 	for _, e := range engines {

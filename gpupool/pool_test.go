@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/scorer/scorer/model"
 )
 
 // testCtx is t.Context with a deadline, so no test can hang.
@@ -44,26 +45,12 @@ func gpuOpts(probe *fakeProbe, extra ...Option) []Option {
 func TestScorePairsInputOrderConcurrentCalls(t *testing.T) {
 	f := newFakeFactory(nil)
 	p := newPool(t, f, Mode(ModeCPU), MaxBatchTokens(512), MaxBatchRows(16), WorkersPerDevice(3))
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
+	var calls [][]model.Pair
 	for c := 0; c < 8; c++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pairs := makePairs(realisticLengths(200+c*37, uint64(c)))
-			scores, err := p.ScorePairs(testCtx(t), pairs)
-			if err == nil {
-				err = checkScores(pairs, scores)
-			}
-			errs <- err
-		}()
+		calls = append(calls, makePairs(realisticLengths(200+c*37, uint64(c))))
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Error(err)
-		}
+	for _, err := range scoreConcurrently(t, []*Pool{p}, calls) {
+		t.Error(err)
 	}
 	st := p.Stats()
 	if st.Pairs == 0 || st.Batches < 8 || st.QueuedPairs != 0 || st.InFlightBatches != 0 {
