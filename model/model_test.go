@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,20 +61,6 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-func sha256File(t *testing.T, path string) string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
-
 // TestLoadRealModels loads every shared model and checks what Load derives
 // against config.json and the file itself, not against per-folder constants.
 func TestLoadRealModels(t *testing.T) {
@@ -88,7 +73,7 @@ func TestLoadRealModels(t *testing.T) {
 			if m.ONNXPath != filepath.Join(dir, "model.onnx") {
 				t.Errorf("ONNXPath = %q", m.ONNXPath)
 			}
-			if want := sha256File(t, m.ONNXPath); m.SHA256 != want {
+			if want := testenv.SHA256File(t, m.ONNXPath); m.SHA256 != want {
 				t.Errorf("SHA256 = %s, want %s", m.SHA256, want)
 			}
 			if info := m.Info(); info.Name != m.Name || info.SHA256 != m.SHA256 {

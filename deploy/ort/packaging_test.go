@@ -2,11 +2,8 @@ package ort_test
 
 import (
 	"bufio"
-	"crypto/sha256"
 	"debug/elf"
-	"encoding/hex"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -55,20 +52,6 @@ func readLines(t *testing.T, path string) []string {
 	return out
 }
 
-func sha256File(t *testing.T, path string) string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
-
 // TestCUDAPackaging runs the CUDA image's exact ONNX Runtime files (`make
 // cuda-ort`) as far as a machine without CUDA can: the directory holds
 // exactly the pinned files with the pinned bytes; the core is a CUDA-capable
@@ -93,7 +76,7 @@ func TestCUDAPackaging(t *testing.T) {
 		}
 		for _, p := range pins {
 			want = append(want, p.name)
-			if sum := sha256File(t, filepath.Join(dir, p.name)); sum != p.sha {
+			if sum := testenv.SHA256File(t, filepath.Join(dir, p.name)); sum != p.sha {
 				t.Errorf("%s: SHA-256 %s, pinned %s", p.name, sum, p.sha)
 			}
 		}

@@ -5,6 +5,9 @@
 package testenv
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -86,4 +89,20 @@ func ORTCUDADir(t testing.TB) string {
 		t.Fatalf("CUDA ONNX Runtime files not found in %s (run `make cuda-ort` or set ORT_CUDA_DIR): %v", dir, err)
 	}
 	return dir
+}
+
+// SHA256File is the hex SHA-256 of a file's bytes, the form model versions
+// and the ORT pin list use.
+func SHA256File(t testing.TB, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
