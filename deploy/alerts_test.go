@@ -261,15 +261,8 @@ func TestAlertRules(t *testing.T) {
 // promtoolBin returns promtool ($PROMTOOL or on PATH) or skips the calling (sub)test.
 func promtoolBin(t *testing.T) string {
 	t.Helper()
-	if p := os.Getenv("PROMTOOL"); p != "" {
-		return p
-	}
-	p, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Skip("promtool is not on PATH (and $PROMTOOL is unset): skipping `promtool check/test rules`; " +
-			"`make promtool` installs it (Debian's prometheus package)")
-	}
-	return p
+	return toolBin(t, "PROMTOOL", "promtool", "`promtool check/test rules`",
+		"`make promtool` installs it (Debian's prometheus package)")
 }
 
 func TestAlertRulesCompose(t *testing.T) {

@@ -766,15 +766,23 @@ func checkEntrypoint(t *testing.T, path string, fin stage, env map[string]string
 // helmBin returns the helm binary ($HELM or helm on PATH) or skips the calling (sub)test.
 func helmBin(t *testing.T) string {
 	t.Helper()
-	if h := os.Getenv("HELM"); h != "" {
-		return h
+	return toolBin(t, "HELM", "helm", "the chart render checks",
+		"install it with: GOBIN=/usr/local/bin go install helm.sh/helm/v3/cmd/helm@v3.22.0")
+}
+
+// toolBin returns the tool named by $envVar, else name on PATH, or skips the
+// calling (sub)test saying which checks it skips and how to install the tool
+// (`make test` installs every one, so CI never skips).
+func toolBin(t *testing.T, envVar, name, checks, install string) string {
+	t.Helper()
+	if p := os.Getenv(envVar); p != "" {
+		return p
 	}
-	h, err := exec.LookPath("helm")
+	p, err := exec.LookPath(name)
 	if err != nil {
-		t.Skip("helm is not on PATH (and $HELM is unset): skipping the chart render checks; " +
-			"install it with: GOBIN=/usr/local/bin go install helm.sh/helm/v3/cmd/helm@v3.22.0")
+		t.Skipf("%s is not on PATH (and $%s is unset): skipping %s; %s", name, envVar, checks, install)
 	}
-	return h
+	return p
 }
 
 func runHelm(t *testing.T, helm string, args ...string) (string, error) {
