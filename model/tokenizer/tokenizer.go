@@ -103,9 +103,11 @@ func parse(data []byte) (*Tokenizer, error) {
 			return nil, fmt.Errorf("tokenizer: added token %q has negative id %d", a.Content, a.ID)
 		}
 		tok := addedToken{id: a.ID, content: a.Content, singleWord: a.SingleWord, lstrip: a.LStrip, rstrip: a.RStrip}
-		// HF never normalizes special tokens' content matching, whatever
-		// the flag says for them; plain added tokens follow the flag.
-		if a.Normalized && !a.Special {
+		// Special or not, the flag decides, as HF's AddedVocabulary
+		// partitions its tries: DeBERTa-v3's [UNK] is a normalized special
+		// token, so it is matched after the normalizer strips the text
+		// around it ("and [UNK]" keeps a lone "▁" piece before it).
+		if a.Normalized {
 			tok.content = t.normalizeText(a.Content)
 			t.normalized.tokens = append(t.normalized.tokens, tok)
 		} else {

@@ -151,7 +151,10 @@ async function main() {
   const { picked, long } = pickSentences(calls);
   const premises = [...picked, ...HARD_CASES, long];
   fs.mkdirSync(outDir, { recursive: true });
-  const folders = fs.readdirSync(modelsDir).filter((d) => fs.existsSync(path.join(modelsDir, d, 'tokenizer.json'))).sort();
+  // A model folder has a graph and a config; a tokenizer-only folder (deberta-v3-tokenizer) is
+  // covered by the model built on it (nli-deberta-v3-tiny uses the same tokenizer files).
+  const isModel = (d) => ['tokenizer.json', 'config.json', 'model.onnx'].every((f) => fs.existsSync(path.join(modelsDir, d, f)));
+  const folders = fs.readdirSync(modelsDir).filter(isModel).sort();
   for (const name of folders) {
     const dir = path.join(modelsDir, name);
     const tcfg = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8'));
