@@ -40,6 +40,16 @@ func WriteText(w io.Writer, r Report) error {
 		line("cuda provider", "unusable: %s", r.ORT.CUDA.Cause)
 		problem(r.ORT.CUDA)
 	}
+	for _, l := range r.CUDALibs {
+		if l.Path != "" {
+			line("cuda library", "%s at %s (%s)", l.Name, l.Path, l.From)
+		} else {
+			line("cuda library", "%s not found", l.Name)
+		}
+	}
+	if r.SignalsRestored > 0 {
+		line("signals", "CUDA replaced %d signal handlers; restored Go's", r.SignalsRestored)
+	}
 	n := r.NVML
 	switch {
 	case r.Device == "cpu":

@@ -1,0 +1,5 @@
+//go:build !(cgo && unix)
+
+package gpupool
+
+func findLibrary(name string) (string, string) { return "", "no dynamic loader lookup in this build (cgo off)" }
