@@ -2,4 +2,6 @@
 
 package gpupool
 
-func findLibrary(name string) (string, string) { return "", "no dynamic loader lookup in this build (cgo off)" }
+func findLibrary(name string) (string, string) {
+	return "", "no dynamic loader lookup in this build (cgo off)"
+}

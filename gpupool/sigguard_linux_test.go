@@ -59,4 +59,3 @@ func TestSignalGuardCoversEverySignalGoHandles(t *testing.T) {
 		t.Fatal("SIGUSR1 not delivered after its handler was restored")
 	}
 }
-
