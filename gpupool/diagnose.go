@@ -30,6 +30,9 @@ const (
 	// ProblemMIGPermission: the GPU is in MIG mode and this process may not
 	// read the parent GPU, and no MIG instance was given to it.
 	ProblemMIGPermission = "mig_no_permission"
+	// ProblemMIGNeedsUUID: a GPU is in MIG mode and CUDA_VISIBLE_DEVICES
+	// does not name the instance by its MIG-… UUID.
+	ProblemMIGNeedsUUID = "mig_needs_uuid"
 )
 
 // CUDAProblem is a diagnosed reason the CUDA path cannot run. It wraps the
@@ -84,6 +87,9 @@ func DiagnoseCUDA(err error) (*CUDAProblem, bool) {
 	case strings.Contains(low, "not enabled in this build") || strings.Contains(low, "cuda execution provider is not enabled"):
 		return mk(ProblemNoCUDAProvider, "the ONNX Runtime library (ORT_LIB) is a CPU-only build without the CUDA execution provider",
 			"use the core pinned in deploy/ort/pins.txt (`make cuda-ort`, or the CUDA image)")
+	case errors.Is(err, ErrMIGNeedsUUID):
+		return mk(ProblemMIGNeedsUUID, "the GPU is in MIG mode and CUDA_VISIBLE_DEVICES does not name the MIG instance, so which instance CUDA uses is not known",
+			"set CUDA_VISIBLE_DEVICES=MIG-<uuid> to the instance's UUID (the error lists the readable ones; `nvidia-smi -L` too), or set DEVICE=cpu")
 	case errors.Is(err, ErrMIGNoPermission):
 		return mk(ProblemMIGPermission, "the GPU is in MIG mode and this process may not read it",
 			"give the container a MIG instance (NVIDIA_VISIBLE_DEVICES=MIG-…, or a MIG resource from the device plugin), or set DEVICE=cpu")
