@@ -11,6 +11,7 @@ import (
 func WriteJSON(w io.Writer, r Report) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // causes and remedies say ">= 580"; keep them readable
 	if err := enc.Encode(r); err != nil {
 		return fmt.Errorf("doctor: writing JSON: %w", err)
 	}
