@@ -121,7 +121,7 @@ if has bench; then
 		read -r name tf32 file <<<"$v"
 		say "bench $name"
 		DEVICE=cuda MODEL_DIR=$large MODEL_FILE=$file GPU_TF32=$tf32 MAX_BATCH_TOKENS=65536 \
-			"$scorer" gpu-proof bench --out "$out/bench-$name.json" 2>"$out/bench-$name.log" ||
+			"$scorer" gpu-proof bench --time 1s --out "$out/bench-$name.json" 2>"$out/bench-$name.log" ||
 			{ say "bench $name failed:"; tail -5 "$out/bench-$name.log" >&2; }
 	done
 fi
