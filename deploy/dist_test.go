@@ -32,12 +32,7 @@ func TestBundle(t *testing.T) {
 		ortDir = filepath.Join(root, ".deps", "ort-cuda")
 	}
 	work := t.TempDir()
-	bin := filepath.Join(work, "scorer")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/scorer")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildScorer(t)
 	archive, err := dist.Build(dist.Options{Version: "test", Binary: bin, ORTDir: ortDir,
 		Launcher: filepath.Join(root, "deploy/dist/scorer"), README: filepath.Join(root, "deploy/dist/README.md"),
 		OutDir: filepath.Join(work, "dist"), Level: zstd.SpeedFastest})

@@ -19,12 +19,7 @@ import (
 func TestGPUProofRefusesWithoutGPU(t *testing.T) {
 	root := testenv.RepoRoot()
 	work := t.TempDir()
-	bin := filepath.Join(work, "scorer")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/scorer")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildScorer(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	out := filepath.Join(work, "out")

@@ -202,20 +202,11 @@ func benchCommand(ctx context.Context, e service.Env, args []string) error {
 		return err
 	}
 	defer guard.RestoreChanged()
-	shutdown, err := service.InitORT(cfg.ORTLib)
+	m, probe, closeAll, err := open(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer shutdown()
-	m, err := service.LoadModel(cfg)
-	if err != nil {
-		return err
-	}
-	probe, closeNVML, err := gpupool.NewNVMLProbe(ctx, gpupool.NVMLLookupEnv(os.LookupEnv))
-	if err != nil {
-		return fmt.Errorf("gpu-proof: %w (run `scorer doctor` for the cause)", err)
-	}
-	defer closeNVML()
+	defer closeAll()
 	devs, err := probe.Devices()
 	if err != nil {
 		return fmt.Errorf("gpu-proof: %w", err)
@@ -312,6 +303,26 @@ func benchCommand(ctx context.Context, e service.Env, args []string) error {
 	}
 	_ = s.Close()
 	return writeJSON(*out, b)
+}
+
+// open starts ONNX Runtime, loads the configured model and opens NVML;
+// closeAll undoes all three.
+func open(ctx context.Context, cfg service.Config) (*model.Model, gpupool.Probe, func(), error) {
+	shutdown, err := service.InitORT(cfg.ORTLib)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	m, err := service.LoadModel(cfg)
+	if err != nil {
+		shutdown()
+		return nil, nil, nil, err
+	}
+	probe, closeNVML, err := gpupool.NewNVMLProbe(ctx, gpupool.NVMLLookupEnv(os.LookupEnv))
+	if err != nil {
+		shutdown()
+		return nil, nil, nil, fmt.Errorf("gpu-proof: %w (run `scorer doctor` for the cause)", err)
+	}
+	return m, probe, func() { closeNVML(); shutdown() }, nil
 }
 
 // timeShape runs one warm-up batch, then batches for d, and returns pairs/s

@@ -67,21 +67,12 @@ func shareCommand(ctx context.Context, e service.Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	shutdown, err := service.InitORT(cfg.ORTLib)
+	m, probe, closeAll, err := open(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer shutdown()
-	m, err := service.LoadModel(cfg)
-	if err != nil {
-		return err
-	}
+	defer closeAll()
 	res := Share{Name: *name, Model: m.Name + " " + m.SHA256[:12], GPUMemLimit: cfg.GPUMemLimit, Transcripts: len(events)}
-	probe, closeNVML, err := gpupool.NewNVMLProbe(ctx, gpupool.NVMLLookupEnv(os.LookupEnv))
-	if err != nil {
-		return fmt.Errorf("gpu-proof: %w (run `scorer doctor` for the cause)", err)
-	}
-	defer closeNVML()
 	// Device-wide peak, polled: it is the neighbour's and ours together.
 	var peak atomic.Uint64
 	stop := make(chan struct{})
