@@ -25,7 +25,7 @@ var defaultORTLib = func() string {
 // auto on a host with an NVIDIA driver) and ORT_LIB is the default, the CUDA
 // set is used if it is there; an explicit ORT_LIB is never changed.
 func preferCUDASet(ortLib, device string, gpuHost bool, resolve func(string) (string, error)) string {
-	if ortLib != defaultORTLib || !(device == "cuda" || (device == "auto" || device == "") && gpuHost) {
+	if !(device == "cuda" || (device == "auto" || device == "") && gpuHost) || !isDefaultLib(ortLib, resolve) {
 		return ortLib
 	}
 	if core, err := resolve(ortLib); err == nil {
@@ -40,6 +40,21 @@ func preferCUDASet(ortLib, device string, gpuHost bool, resolve func(string) (st
 		}
 	}
 	return ortLib
+}
+
+// isDefaultLib reports whether ortLib is the default library: its relative
+// path, or that file named another way (the Makefile exports it absolute).
+func isDefaultLib(ortLib string, resolve func(string) (string, error)) bool {
+	if ortLib == defaultORTLib {
+		return true
+	}
+	def, err := resolve(defaultORTLib)
+	if err != nil {
+		return false
+	}
+	a, errA := os.Stat(def)
+	b, errB := os.Stat(ortLib)
+	return errA == nil && errB == nil && os.SameFile(a, b)
 }
 
 // nvidiaDriverLoaded reports whether this host has an NVIDIA driver, from

@@ -46,6 +46,8 @@ func TestPreferCUDASet(t *testing.T) {
 		{defaultORTLib, "auto", false, defaultORTLib},
 		{defaultORTLib, "cpu", true, defaultORTLib},
 		{"/opt/ort/libonnxruntime.so.1", "cuda", true, "/opt/ort/libonnxruntime.so.1"},
+		// The default file by its absolute path, as the Makefile exports it.
+		{filepath.Join(root, defaultORTLib), "cuda", false, cudaSet},
 	} {
 		if got := preferCUDASet(tc.lib, tc.device, tc.gpuHost, resolve); got != tc.want {
 			t.Errorf("ORT_LIB=%s DEVICE=%q gpu host %v: %s, want %s", tc.lib, tc.device, tc.gpuHost, got, tc.want)
