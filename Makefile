@@ -27,7 +27,7 @@ HELM        := $(abspath $(DEPS)/bin/helm)
 export HELM
 FUZZTIME    ?= 15s
 
-.PHONY: build ort cuda-ort kcat helm promtool test test-short fuzz vet fmt lint run bench golden image image-cuda image-test clean
+.PHONY: build ort cuda-ort kcat helm promtool test test-short fuzz vet fmt lint run bench golden image image-cuda image-test dist gpu-proof onnxpb clean
 
 build: $(BIN) ort
 
@@ -49,6 +49,27 @@ $(ORT_CUDA_DIR).pins: $(ORT_PINS)
 	./scripts/fetch-ort.sh --pins $(ORT_PINS) cuda $(ORT_CUDA_DIR).tmp
 	rm -rf $(ORT_CUDA_DIR) && mv $(ORT_CUDA_DIR).tmp $(ORT_CUDA_DIR)
 	cp $(ORT_PINS) $@
+
+# The portable GPU bundle for hosts without containers (deploy/dist/README.md): the binary, the CUDA
+# set of `make cuda-ort` (one ORT release: core + CUDA providers), the launcher that finds CUDA 13 /
+# cuDNN 9 on the host or in a Python environment's NVIDIA wheels, a README and SHA256SUMS, written as
+# zstd by Go (klauspost/compress), so no zstd tool is needed to build it. deploy's TestBundle builds
+# one, unpacks it and runs its doctor in `make test`.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+dist: $(BIN) cuda-ort
+	$(GO) run ./tools/dist -version $(VERSION) -binary $(BIN) -ort $(ORT_CUDA_DIR) -out dist
+
+# The GPU evidence in one command on a GPU host (docs/gpu.md, "make gpu-proof"): doctor, CUDA-vs-CPU
+# parity on real transcripts, fp32/fp16 throughput and memory on a production-size DeBERTa, the memory
+# model against measured peaks, two scorers sharing the GPU. Without a GPU it stops at once with the
+# doctor's cause. GPU_PROOF_FLAGS adds flags (scripts/gpu-proof.sh -h).
+gpu-proof: $(BIN) cuda-ort
+	$(GO) build -o bin/onnx-fp16 ./tools/onnx-fp16
+	./scripts/gpu-proof.sh $(GPU_PROOF_FLAGS)
+
+# Regenerates internal/onnxpb from onnx.proto (protoc + protoc-gen-go); the output is committed.
+onnxpb:
+	./scripts/gen-onnxpb.sh
 
 # kcat is the independent Kafka client the interop tests talk to: Debian's
 # package, installed system-wide when we may, else unpacked under .deps/kcat.
@@ -117,4 +138,4 @@ image-test: kcat
 	./scripts/image-test.sh
 
 clean:
-	rm -rf bin $(DEPS)
+	rm -rf bin dist $(DEPS)

@@ -30,6 +30,9 @@ const (
 	// ProblemMIGPermission: the GPU is in MIG mode and this process may not
 	// read the parent GPU, and no MIG instance was given to it.
 	ProblemMIGPermission = "mig_no_permission"
+	// ProblemMIGNeedsUUID: a GPU is in MIG mode and CUDA_VISIBLE_DEVICES
+	// does not name the instance by its MIG-… UUID.
+	ProblemMIGNeedsUUID = "mig_needs_uuid"
 )
 
 // CUDAProblem is a diagnosed reason the CUDA path cannot run. It wraps the
@@ -57,6 +60,11 @@ func (p *CUDAProblem) Unwrap() error { return p.Err }
 // object file".
 var cannotOpenRe = regexp.MustCompile(`([^\s:]+\.so[.0-9]*): cannot open shared object file`)
 
+// invalidDeviceRe reads the CUDA provider's answer to a device_id past the
+// devices CUDA sees (cuda_execution_provider_info / cuda_provider_factory):
+// "Invalid device ID: 3, must be between 0 (inclusive) and 1 (exclusive)."
+var invalidDeviceRe = regexp.MustCompile(`Invalid device ID: (-?\d+), must be between 0 \(inclusive\) and (\d+) \(exclusive\)`)
+
 // DiagnoseCUDA explains err, an error from creating or appending the CUDA
 // execution provider or from NVML, as a CUDAProblem; ok is false when err is
 // none of the known causes (it is then reported as is). The texts matched
@@ -79,6 +87,9 @@ func DiagnoseCUDA(err error) (*CUDAProblem, bool) {
 	case strings.Contains(low, "not enabled in this build") || strings.Contains(low, "cuda execution provider is not enabled"):
 		return mk(ProblemNoCUDAProvider, "the ONNX Runtime library (ORT_LIB) is a CPU-only build without the CUDA execution provider",
 			"use the core pinned in deploy/ort/pins.txt (`make cuda-ort`, or the CUDA image)")
+	case errors.Is(err, ErrMIGNeedsUUID):
+		return mk(ProblemMIGNeedsUUID, "the GPU is in MIG mode and CUDA_VISIBLE_DEVICES does not name the MIG instance, so which instance CUDA uses is not known",
+			"set CUDA_VISIBLE_DEVICES=MIG-<uuid> to the instance's UUID (the error lists the readable ones; `nvidia-smi -L` too), or set DEVICE=cpu")
 	case errors.Is(err, ErrMIGNoPermission):
 		return mk(ProblemMIGPermission, "the GPU is in MIG mode and this process may not read it",
 			"give the container a MIG instance (NVIDIA_VISIBLE_DEVICES=MIG-…, or a MIG resource from the device plugin), or set DEVICE=cpu")
@@ -96,6 +107,10 @@ func DiagnoseCUDA(err error) (*CUDAProblem, bool) {
 			return mk(ProblemCUDARuntime, fmt.Sprintf("the CUDA runtime library %s is missing", lib),
 				"run the CUDA image (its nvidia/cuda 13 base has it) or install CUDA 13 runtime libraries on LD_LIBRARY_PATH, or set DEVICE=cpu")
 		}
+	}
+	if m := invalidDeviceRe.FindStringSubmatch(msg); m != nil {
+		return mk(ProblemNoDevice, fmt.Sprintf("CUDA device %s does not exist here: CUDA sees %s device(s), numbered from 0 after CUDA_VISIBLE_DEVICES", m[1], m[2]),
+			"use a CUDA index below "+m[2]+" or a GPU UUID in GPU_IDS, and check CUDA_VISIBLE_DEVICES against `scorer doctor`'s gpu lines")
 	}
 	switch {
 	case strings.Contains(low, "insufficient") && strings.Contains(low, "driver"),

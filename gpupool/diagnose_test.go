@@ -34,6 +34,8 @@ func TestDiagnoseCUDA(t *testing.T) {
 		{"no driver library", errors.New(bridge + "libcuda.so.1: cannot open shared object file: No such file or directory"), ProblemNoDriver, "libcuda.so.1"},
 		{"old driver", errors.New("CUDA failure 35: CUDA driver version is insufficient for CUDA runtime version"), ProblemNoDriver, "older"},
 		{"no device", errors.New("CUDA failure 100: no CUDA-capable device is detected"), ProblemNoDevice, "no GPU"},
+		{"bad device id", errors.New("/onnxruntime_src/onnxruntime/core/providers/cuda/cuda_execution_provider_info.cc:145 [ONNXRuntimeError] : 1 : FAIL : Invalid device ID: 3, must be between 0 (inclusive) and 1 (exclusive)."),
+			ProblemNoDevice, "CUDA device 3 does not exist here: CUDA sees 1 device"},
 		{"NVML missing", nvmlError("init", nvml.ERROR_LIBRARY_NOT_FOUND), ProblemNoDriver, "NVML"},
 		{"NVML zero devices", fmt.Errorf("gpupool: nvml lists zero devices: %w", ErrNoGPU), ProblemNoDevice, "no usable GPU"},
 		{"MIG", fmt.Errorf("gpupool: device 0: %w", ErrMIGNoPermission), ProblemMIGPermission, "MIG"},

@@ -185,36 +185,65 @@ func mixedLengths(r *rand.Rand, n int) []int {
 // float32 tensors per attention score.
 var deberta = transformerMem{weights: 1700 << 20, workspace: 64 << 20, perToken: 100 << 10, heads: 16, perScore: 24}
 
+// In float16 the two differ by more than the weights. BERT-large keeps
+// about four float16 tensors per attention score (scores, mask-added,
+// softmax, its gradient-free copy): 8 bytes. DeBERTa-v3-large's
+// disentangled attention adds, per layer, the c2p and p2c GatherElements
+// whose index tensors are int64 of rows·heads·len² elements each (8 bytes,
+// more than the float16 scores themselves) beside their gathered float16
+// results: about 16 + 4·2 = 24 bytes, three times BERT's len² coefficient
+// at the same hidden size.
+var (
+	bertFP16    = transformerMem{weights: 670 << 20, workspace: 64 << 20, perToken: 50 << 10, heads: 16, perScore: 8}
+	debertaFP16 = transformerMem{weights: 870 << 20, workspace: 64 << 20, perToken: 50 << 10, heads: 16, perScore: 24}
+)
+
 // TestCalibrationFitsTransformerMemory: calibration measures each shape
 // from an empty arena and recovers the linear and the len² cost, so the
 // estimate neither misses long batches' attention memory nor overcharges
 // short ones.
+// It does so for fp32 and for fp16 BERT- and DeBERTa-like costs, and the
+// fitted len² coefficient tells DeBERTa's (int64 gather indices) from
+// BERT's by the factor they really differ.
 func TestCalibrationFitsTransformerMemory(t *testing.T) {
-	dev := &fakeDevice{total: 80 << 30}
-	probe := deviceProbe{dev}
-	factory := func(Device) (Engine, error) { return newArenaEngine(dev, deberta, 0) }
-	p, err := New(testCtx(t), factory, Mode(ModeCUDA), WithProbe(probe), MaxBatchTokens(16384))
-	if err != nil {
-		t.Fatal(err)
+	fitted := map[string]float64{}
+	for _, tc := range []struct {
+		name string
+		mem  transformerMem
+	}{{"deberta-fp32", deberta}, {"bert-fp16", bertFP16}, {"deberta-fp16", debertaFP16}} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := tc.mem
+			dev := &fakeDevice{total: 80 << 30}
+			probe := deviceProbe{dev}
+			factory := func(Device) (Engine, error) { return newArenaEngine(dev, mem, 0) }
+			p, err := New(testCtx(t), factory, Mode(ModeCUDA), WithProbe(probe), MaxBatchTokens(16384))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close(context.Background())
+			est := p.devices[0].est
+			wantC := float64(mem.heads) * mem.perScore
+			if !est.calibrated || rel(est.perToken, mem.perToken) > 0.05 || rel(est.perTokenLen, wantC) > 0.05 {
+				t.Fatalf("fit base %.3g, per token %.4g (want %.4g), per token·len %.4g (want %.4g)",
+					est.base, est.perToken, mem.perToken, est.perTokenLen, wantC)
+			}
+			fitted[tc.name] = est.perTokenLen
+			if est.weights != mem.weights {
+				t.Errorf("weights %d, want %d", est.weights, mem.weights)
+			}
+			// Every shape is covered with the margin, and no shape is
+			// overcharged by more than the margin plus chunk rounding.
+			for _, s := range []Shape{{1, 8}, {256, 64}, {128, 128}, {64, 256}, {32, 512}, {8, 512}} {
+				truth := float64(mem.footprint(s.Rows, s.Len))
+				got := est.bytes(s.Rows, s.Len)
+				if got < truth || got > truth*1.2+4*arenaChunk {
+					t.Errorf("%d×%d: estimate %.0f MiB, true %.0f MiB", s.Rows, s.Len, got/(1<<20), truth/(1<<20))
+				}
+			}
+		})
 	}
-	defer p.Close(context.Background())
-	est := p.devices[0].est
-	wantC := float64(deberta.heads) * deberta.perScore
-	if !est.calibrated || rel(est.perToken, deberta.perToken) > 0.05 || rel(est.perTokenLen, wantC) > 0.05 {
-		t.Fatalf("fit base %.3g, per token %.4g (want %.4g), per token·len %.4g (want %.4g)",
-			est.base, est.perToken, deberta.perToken, est.perTokenLen, wantC)
-	}
-	if est.weights != deberta.weights {
-		t.Errorf("weights %d, want %d", est.weights, deberta.weights)
-	}
-	// Every shape is covered with the margin, and no shape is overcharged
-	// by more than the margin plus chunk rounding.
-	for _, s := range []Shape{{1, 8}, {256, 64}, {128, 128}, {64, 256}, {32, 512}, {8, 512}} {
-		truth := float64(deberta.footprint(s.Rows, s.Len))
-		got := est.bytes(s.Rows, s.Len)
-		if got < truth || got > truth*1.2+4*arenaChunk {
-			t.Errorf("%d×%d: estimate %.0f MiB, true %.0f MiB", s.Rows, s.Len, got/(1<<20), truth/(1<<20))
-		}
+	if r := fitted["deberta-fp16"] / fitted["bert-fp16"]; !(r > 2.7 && r < 3.3) {
+		t.Errorf("fitted len² coefficient DeBERTa/BERT in fp16: %.2f, want the true 3", r)
 	}
 }
 
@@ -235,6 +264,15 @@ func rel(got, want float64) float64 {
 // out of memory, and the average batch stays within 15% of the best any
 // admission could do (the planner given the true memory cost).
 func TestTransformerWorkloadStaysInMemory(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mem  transformerMem
+	}{{"deberta-fp32", deberta}, {"deberta-fp16", debertaFP16}} {
+		t.Run(tc.name, func(t *testing.T) { workloadStaysInMemory(t, tc.mem) })
+	}
+}
+
+func workloadStaysInMemory(t *testing.T, mem transformerMem) {
 	const (
 		total    = 8 << 30
 		fraction = 0.8
@@ -244,7 +282,7 @@ func TestTransformerWorkloadStaysInMemory(t *testing.T) {
 	dev := &fakeDevice{total: total}
 	var eng *arenaEngine
 	factory := func(d Device) (Engine, error) {
-		e, err := newArenaEngine(dev, deberta, arenaLimit(fraction*float64(d.TotalMemory), DefaultGPUMemMargin))
+		e, err := newArenaEngine(dev, mem, arenaLimit(fraction*float64(d.TotalMemory), DefaultGPUMemMargin))
 		eng = e
 		return e, err
 	}
@@ -273,10 +311,10 @@ func TestTransformerWorkloadStaysInMemory(t *testing.T) {
 	}
 	// The best possible: the planner cutting every call with the true
 	// memory cost of an idle device (no margin, no estimate).
-	room := float64(limit) - float64(deberta.weights) - headroom
+	room := float64(limit) - float64(mem.weights) - headroom
 	truth := func(length int) int {
-		per := deberta.perToken*float64(length) + float64(deberta.heads)*deberta.perScore*float64(length*length)
-		return max(1, int((room-float64(deberta.workspace))/per))
+		per := mem.perToken*float64(length) + float64(mem.heads)*mem.perScore*float64(length*length)
+		return max(1, int((room-float64(mem.workspace))/per))
 	}
 	var bestBatches, pairs int
 	for _, c := range calls {

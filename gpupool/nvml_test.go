@@ -491,7 +491,16 @@ func TestNVMLMIG(t *testing.T) {
 		return g
 	}
 	one := inst(1)
-	for _, env := range []map[string]string{{}, {"CUDA_VISIBLE_DEVICES": one.uuid}, {"CUDA_VISIBLE_DEVICES": one.uuid[:12]}} {
+	// Without CUDA_VISIBLE_DEVICES=MIG-<uuid>, which instance CUDA takes is
+	// its own choice: refused, naming the instance to set.
+	for _, env := range []map[string]string{{}, {"CUDA_VISIBLE_DEVICES": "0"}} {
+		_, err := mockNVML(t, true, env, parent(nil, nil, one)).Devices()
+		pr, ok := DiagnoseCUDA(err)
+		if !errors.Is(err, ErrMIGNeedsUUID) || !errors.Is(err, ErrNoGPU) || !ok || pr.Kind != ProblemMIGNeedsUUID || !strings.Contains(err.Error(), one.uuid) {
+			t.Errorf("env %v: %v (diagnosis %+v), want mig_needs_uuid naming %s", env, err, pr, one.uuid)
+		}
+	}
+	for _, env := range []map[string]string{{"CUDA_VISIBLE_DEVICES": one.uuid}, {"CUDA_VISIBLE_DEVICES": one.uuid[:12]}} {
 		p := mockNVML(t, true, env, parent(nil, nil, one))
 		devs, err := p.Devices()
 		if err != nil {
@@ -505,7 +514,7 @@ func TestNVMLMIG(t *testing.T) {
 		}
 	}
 
-	p := mockNVML(t, true, nil, parent(inst(1), inst(2)))
+	p := mockNVML(t, true, map[string]string{"CUDA_VISIBLE_DEVICES": inst(1).uuid + "," + inst(2).uuid}, parent(inst(1), inst(2)))
 	devs, err := p.Devices()
 	if err != nil || len(devs) != 1 || len(p.DeviceWarnings()) != 1 {
 		t.Fatalf("two instances: %+v, %v, warnings %v; want one kept and a warning", devs, err, p.DeviceWarnings())

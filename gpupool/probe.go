@@ -297,6 +297,9 @@ func (p *nvmlProbe) Devices() ([]DeviceInfo, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := migByUUID(visible, p.lookupEnv); err != nil {
+		return nil, err
+	}
 	out := make([]DeviceInfo, 0, len(visible))
 	ordinals := make(map[int]nvml.Device, len(visible))
 	var skipped []error
@@ -392,6 +395,38 @@ func (p *nvmlProbe) readMIGs(h nvml.Device, parent nvmlGPU) []nvmlGPU {
 			total: total, pciBusID: parent.pciBusID, mig: true})
 	}
 	return out
+}
+
+// ErrMIGNeedsUUID means a MIG instance would be used without
+// CUDA_VISIBLE_DEVICES naming it by its MIG-… UUID. CUDA then picks an
+// instance by its own rules, and which one NVML's readings (admission's
+// memory) belong to would be a guess; with the UUID both sides agree.
+var ErrMIGNeedsUUID = errors.New("gpupool: GPU in MIG mode without CUDA_VISIBLE_DEVICES=MIG-<uuid>")
+
+// migByUUID requires that every MIG instance in visible was selected by a
+// MIG-… entry of CUDA_VISIBLE_DEVICES (a unique prefix is enough).
+func migByUUID(visible []nvmlGPU, lookupEnv func(string) (string, bool)) error {
+	raw, _ := lookupEnv("CUDA_VISIBLE_DEVICES")
+	var missing []string
+	for _, g := range visible {
+		if !g.mig || g.uuid == "" || g.err != nil {
+			continue
+		}
+		named := false
+		for _, e := range strings.Split(raw, ",") {
+			e = strings.TrimSpace(e)
+			if len(e) > len("MIG-") && strings.HasPrefix(strings.ToUpper(e), "MIG-") && len(e) <= len(g.uuid) && strings.EqualFold(g.uuid[:len(e)], e) {
+				named = true
+			}
+		}
+		if !named {
+			missing = append(missing, g.uuid)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: CUDA_VISIBLE_DEVICES=%q, MIG instance(s) readable here: %s: %w", ErrMIGNeedsUUID, raw, strings.Join(missing, ", "), ErrNoGPU)
 }
 
 // pciOrder sorts GPUs by PCI bus id, CUDA's order under

@@ -121,8 +121,13 @@ func appendCUDA(so *ort.SessionOptions, opts map[string]string) error {
 // runtime and the driver; otherwise the error is a *CUDAProblem where the
 // cause is known (errors.As). The ORT environment must exist
 // (model.InitRuntime). Startup, `scorer doctor` and the packaging test use
-// it to say why the GPU path cannot work.
+// it to say why the GPU path cannot work. Loading the provider can load
+// CUDA, which may replace signal handlers; CheckCUDA restores any it
+// replaced before it returns.
 func CheckCUDA(dev Device, cfg SessionConfig) error {
+	if g, err := saveSignals(); err == nil {
+		defer g.restoreChanged()
+	}
 	so, err := ort.NewSessionOptions()
 	if err != nil {
 		return fmt.Errorf("gpupool: creating session options: %w", err)

@@ -6,32 +6,47 @@ package gpupool
 #include <signal.h>
 #include <string.h>
 
-// gpupool_guarded lists the signals whose handlers CUDA may replace. They
-// are the ones a service's graceful shutdown depends on.
-static const int gpupool_guarded[] = { SIGINT, SIGTERM };
-#define GPUPOOL_NGUARDED 2
-
-typedef struct { struct sigaction sa[GPUPOOL_NGUARDED]; } gpupool_sigsave;
+// gpupool_sigsave holds every signal's disposition from before CUDA
+// initialisation and which of them the guard keeps: those Go's runtime
+// handles (their handler is the one Go installed for SIGSEGV, the same
+// trampoline for every signal it handles), plus SIGINT and SIGTERM, on
+// which a service's graceful shutdown depends.
+typedef struct {
+	struct sigaction sa[NSIG];
+	unsigned char guarded[NSIG];
+	int n;
+} gpupool_sigsave;
 
 static int gpupool_save(gpupool_sigsave *s) {
 	memset(s, 0, sizeof(*s));
-	for (int i = 0; i < GPUPOOL_NGUARDED; i++) {
-		if (sigaction(gpupool_guarded[i], NULL, &s->sa[i]) != 0) return -1;
+	struct sigaction segv;
+	if (sigaction(SIGSEGV, NULL, &segv) != 0) return -1;
+	for (int i = 1; i < NSIG; i++) {
+		if (i == SIGKILL || i == SIGSTOP) continue;
+		// glibc reserves a few real-time signals for itself: EINVAL.
+		if (sigaction(i, NULL, &s->sa[i]) != 0) continue;
+		int goHandled = (segv.sa_flags & SA_SIGINFO) && (s->sa[i].sa_flags & SA_SIGINFO) &&
+			s->sa[i].sa_sigaction == segv.sa_sigaction;
+		if (goHandled || i == SIGINT || i == SIGTERM) {
+			s->guarded[i] = 1;
+			s->n++;
+		}
 	}
 	return 0;
 }
 
 // gpupool_restore_changed puts back every guarded disposition that differs
 // from the saved one (handler or flags) and returns how many it restored,
-// or -1 on error. Reading two sigactions costs a few hundred nanoseconds,
-// cheap enough to do after every GPU run.
+// or -1 on error. Reading some sixty sigactions costs a few microseconds,
+// cheap beside a GPU run, after each of which the pool calls it.
 static int gpupool_restore_changed(const gpupool_sigsave *s) {
 	int n = 0;
-	for (int i = 0; i < GPUPOOL_NGUARDED; i++) {
+	for (int i = 1; i < NSIG; i++) {
+		if (!s->guarded[i]) continue;
 		struct sigaction cur;
-		if (sigaction(gpupool_guarded[i], NULL, &cur) != 0) return -1;
+		if (sigaction(i, NULL, &cur) != 0) return -1;
 		if (cur.sa_sigaction != s->sa[i].sa_sigaction || cur.sa_flags != s->sa[i].sa_flags) {
-			if (sigaction(gpupool_guarded[i], &s->sa[i], NULL) != 0) return -1;
+			if (sigaction(i, &s->sa[i], NULL) != 0) return -1;
 			n++;
 		}
 	}
@@ -39,8 +54,8 @@ static int gpupool_restore_changed(const gpupool_sigsave *s) {
 }
 
 static int gpupool_restore(const gpupool_sigsave *s) {
-	for (int i = 0; i < GPUPOOL_NGUARDED; i++) {
-		if (sigaction(gpupool_guarded[i], &s->sa[i], NULL) != 0) return -1;
+	for (int i = 1; i < NSIG; i++) {
+		if (s->guarded[i] && sigaction(i, &s->sa[i], NULL) != 0) return -1;
 	}
 	return 0;
 }
@@ -49,9 +64,9 @@ import "C"
 
 import "errors"
 
-// signalGuard holds the SIGINT/SIGTERM dispositions from before CUDA
-// initialisation. The CUDA execution provider can install its own handlers
-// without SA_ONSTACK (onnxruntime_go #140), which makes the Go runtime die
+// signalGuard holds the dispositions of every signal Go handles (and of
+// SIGINT and SIGTERM) from before CUDA initialisation. The CUDA execution
+// provider can install its own handlers without SA_ONSTACK (onnxruntime_go #140), which makes the Go runtime die
 // with "non-Go code set up signal handler without SA_ONSTACK flag" on
 // Ctrl+C and stops signal.NotifyContext from working. Go cannot re-install
 // its own handler (signal.Notify is a no-op for a signal it already
@@ -72,6 +87,9 @@ func (g *signalGuard) restore() error {
 	}
 	return nil
 }
+
+// guarded is how many signals the guard keeps.
+func (g *signalGuard) guarded() int { return int(g.s.n) }
 
 // restoreChanged restores any guarded handler that no longer matches the
 // saved one and reports how many it restored. CUDA (or a library it loads)

@@ -82,6 +82,10 @@ type Model struct {
 	InputNames []string
 	// OutputName is the graph output holding [rows, classes] logits.
 	OutputName string
+	// OutputType is that output's element type, read from the graph:
+	// float32, or float16 for a graph exported for GPUs in half precision
+	// (Optimum's --dtype fp16). Sessions convert float16 logits to float32.
+	OutputType ort.TensorElementDataType
 }
 
 // Info is the identity written into every scored record.
@@ -352,15 +356,17 @@ func (m *Model) readGraph() error {
 		}
 		out = &outs[0]
 	}
-	if out.DataType != ort.TensorElementDataTypeFloat {
-		return fmt.Errorf("model: graph output %q is %s, want float32 logits", out.Name, out.DataType)
+	switch out.DataType {
+	case ort.TensorElementDataTypeFloat, ort.TensorElementDataTypeFloat16:
+	default:
+		return fmt.Errorf("model: graph output %q is %s, want float32 or float16 logits", out.Name, out.DataType)
 	}
 	if d := out.Dimensions; len(d) != 2 {
 		return fmt.Errorf("model: graph output %q has shape %v, want [batch, classes]", out.Name, d)
 	} else if d[1] > 0 && int(d[1]) != len(m.ID2Label) {
 		return fmt.Errorf("model: graph output %q has %d classes but id2label has %d", out.Name, d[1], len(m.ID2Label))
 	}
-	m.OutputName = out.Name
+	m.OutputName, m.OutputType = out.Name, out.DataType
 	return nil
 }
 

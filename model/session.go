@@ -120,7 +120,11 @@ func (s *Session) ReleaseArena(ctx context.Context) error {
 		defer t.Destroy()
 		inputs[i] = t
 	}
-	outputs := []ort.Value{nil}
+	out, err := s.newOutput(rows)
+	if err != nil {
+		return err
+	}
+	outputs := []ort.Value{out}
 	if err := s.runWith(ctx, inputs, outputs, rows, length, map[string]string{"memory.enable_memory_arena_shrinkage": s.shrink}); err != nil {
 		return fmt.Errorf("model: releasing arena (%s): %w", s.shrink, err)
 	}
@@ -176,29 +180,69 @@ func (s *Session) Logits(ctx context.Context, pairs []Pair) ([][]float32, error)
 		defer t.Destroy()
 		inputs[i] = t
 	}
-	outputs := []ort.Value{nil} // ORT allocates logits; we destroy them below
+	out, err := s.newOutput(rows)
+	if err != nil {
+		return nil, err
+	}
+	outputs := []ort.Value{out} // ORT allocates float32 logits; either way we destroy them below
 	if err := s.run(ctx, inputs, outputs, rows, length); err != nil {
 		return nil, err
 	}
 	defer outputs[0].Destroy()
 
-	t, ok := outputs[0].(*ort.Tensor[float32])
-	if !ok {
-		return nil, fmt.Errorf("model: output %q is %T, want a float32 tensor", s.m.OutputName, outputs[0])
-	}
 	classes := len(s.m.ID2Label)
-	if sh := t.GetShape(); len(sh) != 2 || sh[0] != int64(rows) || sh[1] != int64(classes) {
+	if sh := outputs[0].GetShape(); len(sh) != 2 || sh[0] != int64(rows) || sh[1] != int64(classes) {
 		return nil, fmt.Errorf("model: output %q has shape %v, want [%d %d]", s.m.OutputName, sh, rows, classes)
 	}
-	// GetData aliases ORT's buffer, which Destroy frees: copy out first.
-	data := t.GetData()
-	flat := make([]float32, len(data))
-	copy(flat, data)
+	flat, err := s.readLogits(outputs[0])
+	if err != nil {
+		return nil, err
+	}
+	return splitRows(flat, rows, classes), nil
+}
+
+// newOutput is the logits tensor a run writes into: nil (ORT allocates it)
+// for float32, and for float16 a [rows, classes] buffer of ours.
+// onnxruntime_go copies an ORT-allocated tensor of a type it has no Go type
+// for by its element count, not its byte size, and so cannot return
+// float16 logits itself.
+func (s *Session) newOutput(rows int) (ort.Value, error) {
+	if s.m.OutputType != ort.TensorElementDataTypeFloat16 {
+		return nil, nil
+	}
+	classes := len(s.m.ID2Label)
+	t, err := ort.NewCustomDataTensor(ort.NewShape(int64(rows), int64(classes)), make([]byte, 2*rows*classes), ort.TensorElementDataTypeFloat16)
+	if err != nil {
+		return nil, fmt.Errorf("model: creating float16 %s tensor %d×%d: %w", s.m.OutputName, rows, classes, err)
+	}
+	return t, nil
+}
+
+// readLogits copies the logits out of v as float32 (v's buffer is freed
+// with it): float32 as they are, float16 converted exactly.
+func (s *Session) readLogits(v ort.Value) ([]float32, error) {
+	switch t := v.(type) {
+	case *ort.Tensor[float32]:
+		data := t.GetData() // aliases ORT's buffer
+		flat := make([]float32, len(data))
+		copy(flat, data)
+		return flat, nil
+	case *ort.CustomDataTensor:
+		if ort.TensorElementDataType(t.DataType()) != ort.TensorElementDataTypeFloat16 {
+			break
+		}
+		return float16sToFloat32(t.GetData()), nil
+	}
+	return nil, fmt.Errorf("model: output %q is %T, want a %s tensor", s.m.OutputName, v, s.m.OutputType)
+}
+
+// splitRows cuts flat into rows of classes, sharing its backing array.
+func splitRows(flat []float32, rows, classes int) [][]float32 {
 	out := make([][]float32, rows)
 	for i := range out {
 		out[i] = flat[i*classes : (i+1)*classes : (i+1)*classes]
 	}
-	return out, nil
+	return out
 }
 
 // run calls ORT with a per-call RunOptions that a context watcher terminates

@@ -22,6 +22,7 @@ import (
 	"github.com/scorer/scorer/internal/compare"
 	"github.com/scorer/scorer/internal/doctor"
 	"github.com/scorer/scorer/internal/offline"
+	"github.com/scorer/scorer/internal/proof"
 	"github.com/scorer/scorer/internal/service"
 )
 
@@ -50,6 +51,7 @@ commands:
   bench     run the benchmarks
   doctor    check this host's GPU/CPU path for the configured DEVICE (--json)
   compare   score a sample with two models (or ONNX files, or devices) and gate on agreement
+  gpu-proof the GPU measurements of "make gpu-proof": bench, share, report (docs/gpu.md)
 
 Run 'scorer <command> -h' for the command's flags. Configuration comes from
 environment variables (see README.md); flags override them.
@@ -82,6 +84,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return doctor.Command(ctx, e, rest)
 	case "compare":
 		return compare.Command(ctx, e, rest)
+	case "gpu-proof":
+		return proof.Command(ctx, e, rest)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usageText)
 		return nil

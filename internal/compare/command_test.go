@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -57,6 +58,35 @@ func TestCommand(t *testing.T) {
 
 	if _, _, err := runCLI(t, env, "", "compare"); service.ExitCode(err) != 2 {
 		t.Errorf("no --in: %v (exit %d), want exit 2", err, service.ExitCode(err))
+	}
+}
+
+// `scorer compare` is the gate for a float16 export against its float32
+// source on the same device: on real transcripts the fp16 file (float16
+// logits, selected with --b-file as MODEL_FILE would) agrees on every
+// decision within float16's precision, and the report names it by its own
+// hash.
+func TestCommandFloat16Gate(t *testing.T) {
+	file, events := testenv.ShortestTranscripts(t, 3)
+	env := testenv.ScorerEnv(t)
+	env["DEVICE"] = "cpu"
+	dir := testenv.FP16ModelDir(t, env["MODEL_DIR"], false)
+	env["MODEL_DIR"] = dir
+	stdout, stderr, err := runCLI(t, env, "", "compare", "--in", file, "--b-file", testenv.FP16File,
+		"--threshold", "0.5", "--min-agreement", "0.99", "--json")
+	if err != nil {
+		t.Fatalf("fp32 vs fp16: %v\n%s", err, stderr)
+	}
+	var rep Report
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, stdout)
+	}
+	sum := testenv.SHA256File(t, filepath.Join(dir, testenv.FP16File))
+	t.Logf("%d pairs of %d transcripts: max |Δp| %.2g, agreement %.4f", rep.Pairs, len(events), rep.MaxAbsDiff, rep.Agreement)
+	if !(rep.MaxAbsDiff > 0 && rep.MaxAbsDiff < 0.01) || !rep.Pass || rep.Agreement < 0.99 ||
+		!strings.Contains(rep.B.Name, testenv.FP16File) || !strings.Contains(rep.B.Name, sum[:12]) {
+		t.Errorf("fp16 gate: max |Δp| %v (want in (0, 0.01)), agreement %v, pass %v, B %q (want %s, sha %.12s)",
+			rep.MaxAbsDiff, rep.Agreement, rep.Pass, rep.B.Name, testenv.FP16File, sum)
 	}
 }
 

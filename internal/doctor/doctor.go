@@ -94,7 +94,17 @@ type Report struct {
 	Verdict string   `json:"verdict"`
 	Problem *Problem `json:"problem,omitempty"`
 
-	ORT       ORTReport        `json:"onnxruntime"`
+	ORT ORTReport `json:"onnxruntime"`
+	// CUDALibs is where the dynamic loader finds each CUDA library the
+	// CUDA path needs (gpupool.CUDALibraries), cuDNN included: the
+	// provider opens cuDNN only at a first run, so a session that opens
+	// does not prove it is there. Not checked for DEVICE=cpu.
+	CUDALibs []gpupool.LibraryLocation `json:"cuda_libraries,omitempty"`
+	// SignalsRestored counts the signal handlers that loading CUDA replaced
+	// and the doctor put back (gpupool.SaveSignals, taken before anything
+	// touched CUDA); nonzero shows why the guard exists.
+	SignalsRestored int `json:"signal_handlers_restored"`
+
 	NVML      NVMLReport       `json:"nvml"`
 	CPU       *DeviceCheck     `json:"cpu,omitempty"`
 	GPUs      []DeviceCheck    `json:"gpus,omitempty"`
@@ -219,6 +229,19 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	rep := Report{Device: string(o.Device), Sample: SampleDescriptor{Threshold: o.Threshold}}
 
+	// Before anything can load CUDA: its libraries may install signal
+	// handlers, and Go's must be the ones that stay.
+	guard, err := gpupool.SaveSignals()
+	if err != nil {
+		return rep, fmt.Errorf("doctor: %w", err)
+	}
+	restore := func() {
+		if n, err := guard.RestoreChanged(); err == nil {
+			rep.SignalsRestored += n
+		}
+	}
+	defer restore()
+
 	rep.ORT.Library = o.ORTLib
 	info, err := model.ProbeRuntime(o.ORTLib)
 	if err != nil {
@@ -230,10 +253,14 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		return rep, err
 	}
 	defer shutdown()
+	if o.Device != gpupool.ModeCPU {
+		rep.CUDALibs = gpupool.FindCUDALibraries()
+	}
 	if !info.HasProvider("CUDAExecutionProvider") {
 		rep.ORT.CUDA = problemOf(fmt.Errorf("CUDA execution provider is not enabled in this build (%s lists %v)", o.ORTLib, info.Providers))
 	} else {
 		rep.ORT.CUDA = problemOf(gpupool.CheckCUDA(gpupool.Device{Kind: gpupool.CUDA}, gpupool.SessionConfig{}))
+		restore()
 	}
 
 	m, err := model.Load(o.Model)
@@ -252,10 +279,27 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	var gpuProblem *Problem
 	if o.Device != gpupool.ModeCPU {
 		gpuProblem = checkGPUs(ctx, m, o, pairs, cpuScores, &rep)
+		restore()
+		cudnnWarning(&rep)
 	}
 	recommend(m, o, &rep)
 	verdict(o, &rep, gpuProblem)
 	return rep, nil
+}
+
+// cudnnWarning warns when the CUDA provider loads but cuDNN is missing:
+// the provider opens cuDNN only when a run first needs it, so the GPU
+// check passing does not clear it.
+func cudnnWarning(rep *Report) {
+	if rep.ORT.CUDA != nil {
+		return // the provider's own problem is the cause shown
+	}
+	for _, l := range rep.CUDALibs {
+		if strings.HasPrefix(l.Name, "libcudnn") && l.Path == "" {
+			rep.NVML.Warnings = append(rep.NVML.Warnings, fmt.Sprintf("%s not found (%s): the CUDA provider opens cuDNN at the first run that needs it; "+
+				"install cuDNN 9 for CUDA 13 (the CUDA image, or pip's nvidia-cudnn-cu13 through the bundle's launcher)", l.Name, l.Error))
+		}
+	}
 }
 
 // samplePairs encodes every sample sentence against every label's

@@ -63,6 +63,20 @@ func TestDoctorWithoutGPU(t *testing.T) {
 			if p := rep.ORT.CUDA; p == nil || p.Kind != gpupool.ProblemProviderFiles || !strings.Contains(p.Cause, "libonnxruntime_providers_shared.so") {
 				t.Errorf("CUDA provider problem %+v, want the missing provider file named", p)
 			}
+			// Every CUDA library is looked up (cuDNN included) and, on this
+			// host without CUDA, reported missing by name.
+			if tc.device != gpupool.ModeCPU {
+				if len(rep.CUDALibs) != len(gpupool.CUDALibraries) {
+					t.Errorf("CUDA libraries %+v, want each of %v", rep.CUDALibs, gpupool.CUDALibraries)
+				}
+				for _, l := range rep.CUDALibs {
+					if l.Path != "" || !strings.Contains(l.Error, l.Name) {
+						t.Errorf("%s: %+v, want not found, with the loader's message", l.Name, l)
+					}
+				}
+			} else if rep.CUDALibs != nil {
+				t.Errorf("DEVICE=cpu looked up CUDA libraries: %+v", rep.CUDALibs)
+			}
 			if rep.CPU == nil || !rep.CPU.OK || rep.CPU.PairsPerSecond <= 0 || rep.CPU.Batches == 0 || rep.Sample.Pairs != 24 {
 				t.Errorf("CPU check %+v (sample %d pairs): want a working session with a throughput", rep.CPU, rep.Sample.Pairs)
 			}
@@ -78,7 +92,11 @@ func TestDoctorWithoutGPU(t *testing.T) {
 			if err := WriteText(&text, rep); err != nil {
 				t.Fatal(err)
 			}
-			for _, want := range []string{"onnxruntime    1.29", "cuda provider  unusable", "verdict        " + rep.Verdict, "recommend      DEVICE=cpu"} {
+			wants := []string{"onnxruntime    1.29", "cuda provider  unusable", "verdict        " + rep.Verdict, "recommend      DEVICE=cpu"}
+			if tc.device != gpupool.ModeCPU {
+				wants = append(wants, "cuda library   libcudnn.so.9 not found")
+			}
+			for _, want := range wants {
 				if !strings.Contains(text.String(), want) {
 					t.Errorf("text report lacks %q:\n%s", want, text.String())
 				}

@@ -11,6 +11,7 @@ import (
 func WriteJSON(w io.Writer, r Report) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // causes and remedies say ">= 580"; keep them readable
 	if err := enc.Encode(r); err != nil {
 		return fmt.Errorf("doctor: writing JSON: %w", err)
 	}
@@ -39,6 +40,16 @@ func WriteText(w io.Writer, r Report) error {
 	} else {
 		line("cuda provider", "unusable: %s", r.ORT.CUDA.Cause)
 		problem(r.ORT.CUDA)
+	}
+	for _, l := range r.CUDALibs {
+		if l.Path != "" {
+			line("cuda library", "%s at %s (%s)", l.Name, l.Path, l.From)
+		} else {
+			line("cuda library", "%s not found", l.Name)
+		}
+	}
+	if r.SignalsRestored > 0 {
+		line("signals", "CUDA replaced %d signal handlers; restored Go's", r.SignalsRestored)
 	}
 	n := r.NVML
 	switch {

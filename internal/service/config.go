@@ -97,6 +97,7 @@ func LoadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
 	}
+	cfg.ORTLib = preferCUDASet(cfg.ORTLib, cfg.Device, nvidiaDriverLoaded(), ResolvePath)
 	return cfg, nil
 }
 

@@ -1,0 +1,7 @@
+//go:build !(cgo && unix)
+
+package gpupool
+
+func findLibrary(name string) (string, string) {
+	return "", "no dynamic loader lookup in this build (cgo off)"
+}

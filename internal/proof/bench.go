@@ -1,0 +1,410 @@
+// Package proof is `scorer gpu-proof`: the measurements `make gpu-proof`
+// (scripts/gpu-proof.sh) takes on a GPU host and the report it writes. Each
+// measuring subcommand runs in its own process, so one model's device
+// memory never shows in another's numbers:
+//
+//	scorer gpu-proof bench   one model on GPU 0: pairs/s and device memory at
+//	                         batch shapes across lengths, the calibrated
+//	                         memory model against the measured peaks, and
+//	                         the memory CUDA takes beside ORT's arena
+//	scorer gpu-proof share   one scorer of several sharing a GPU: real
+//	                         transcripts through the service's pool
+//	scorer gpu-proof report  the JSON and Markdown report from a results
+//	                         folder (doctor, compare, bench and share files)
+//
+// docs/gpu.md says how to run it and read the report. Nothing here runs
+// without a GPU: each subcommand fails at once with the doctor's cause.
+package proof
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/model"
+)
+
+// Command dispatches `scorer gpu-proof <bench|share|report>`.
+func Command(ctx context.Context, e service.Env, args []string) error {
+	if len(args) == 0 {
+		return service.UsageError{Msg: "gpu-proof: want a subcommand: bench, share or report (see docs/gpu.md)"}
+	}
+	switch args[0] {
+	case "bench":
+		return benchCommand(ctx, e, args[1:])
+	case "share":
+		return shareCommand(ctx, e, args[1:])
+	case "report":
+		return reportCommand(e, args[1:])
+	}
+	return service.UsageError{Msg: fmt.Sprintf("gpu-proof: unknown subcommand %q (bench, share or report)", args[0])}
+}
+
+// Shape is one measured batch shape.
+type Shape struct {
+	Rows int `json:"rows"`
+	Len  int `json:"len"`
+	// PairsPerSecond and MsPerBatch are the timed runs' throughput and
+	// median batch time.
+	PairsPerSecond float64 `json:"pairs_per_second"`
+	MsPerBatch     float64 `json:"ms_per_batch"`
+	// PeakBytes is this process's device memory after the shape's runs
+	// (ORT's arena keeps its high-water mark until released), ActivationBytes
+	// that less the idle footprint, PredictedBytes what the calibrated model
+	// charges for the shape's activations (slopes only; the intercept is
+	// compared with the idle footprint).
+	PeakBytes       uint64  `json:"peak_bytes"`
+	ActivationBytes uint64  `json:"activation_bytes"`
+	PredictedBytes  float64 `json:"predicted_activation_bytes"`
+	// TFLOPS is the model's useful arithmetic per second at this shape
+	// (FLOPsPerPair), and PeakShare that against the GPU's dense fp16 peak.
+	TFLOPS    float64 `json:"tflops"`
+	PeakShare float64 `json:"fp16_peak_share,omitempty"`
+	OOM       bool    `json:"oom,omitempty"`
+	Error     string  `json:"error,omitempty"`
+}
+
+// Bench is one model's measurements on one GPU.
+type Bench struct {
+	Model     string `json:"model"`
+	File      string `json:"file"`
+	SHA256    string `json:"sha256"`
+	Precision string `json:"precision"` // fp32 or fp16 (the logits' type)
+	TF32      bool   `json:"tf32"`
+	GPU       string `json:"gpu"`
+	GPUMemory uint64 `json:"gpu_memory_bytes"`
+	// FP16PeakTFLOPS is the GPU's dense fp16 tensor-core peak from its name
+	// (0 when the name is not in the table).
+	FP16PeakTFLOPS float64 `json:"fp16_peak_tflops"`
+	// Params and FLOPsPerToken describe the model's arithmetic: 2 FLOPs
+	// per weight per token (embeddings excluded) plus attention, which
+	// grows with the length and is added per shape.
+	Params int64 `json:"params"`
+	// MemoryReading says whose memory the byte counts are: "process" (NVML
+	// lists this process) or "device" (device-wide used memory).
+	MemoryReading string `json:"memory_reading"`
+	// IdleBytes is this process's device memory with the session open after
+	// one tiny run and an emptied arena: the CUDA context, cuBLAS/cuDNN
+	// workspaces and the weights. WeightBytes is the graph's initializers
+	// (file size), NonArenaBytes their difference: what the arena cap's
+	// margin (gpupool.DefaultGPUMemMargin) must cover.
+	IdleBytes     uint64 `json:"idle_bytes"`
+	WeightBytes   uint64 `json:"weight_bytes"`
+	NonArenaBytes int64  `json:"non_arena_bytes"`
+	MarginBytes   uint64 `json:"margin_bytes"`
+	// Calibrated is the pool's fitted memory model on this GPU.
+	Calibrated struct {
+		Base, PerToken, PerTokenLen float64
+		Error                       string `json:",omitempty"`
+	} `json:"calibrated"`
+	// MaxRelError is the largest |predicted − measured| / measured over the
+	// shapes with at least 64 MiB of activations.
+	MaxRelError float64 `json:"calibration_max_rel_error"`
+	Shapes      []Shape `json:"shapes"`
+}
+
+// fp16Peaks are NVIDIA's dense fp16 tensor-core peaks in TFLOP/s, by a
+// name fragment NVML reports (sparsity doubles them; not counted).
+var fp16Peaks = []struct {
+	name   string
+	tflops float64
+}{
+	{"H200", 989}, {"H100 NVL", 835}, {"H100 PCIe", 756}, {"H100", 989}, {"GH200", 989}, {"B200", 2250},
+	{"A100", 312}, {"A800", 312}, {"L40S", 362}, {"L40", 181}, {"L4", 121}, {"A10G", 70}, {"A10", 125}, {"T4", 65},
+	{"V100", 125}, {"RTX 4090", 165}, {"RTX 3090", 71},
+}
+
+func fp16Peak(name string) float64 {
+	for _, p := range fp16Peaks {
+		if strings.Contains(name, p.name) {
+			return p.tflops
+		}
+	}
+	return 0
+}
+
+// modelShape is what FLOPs need from config.json.
+type modelShape struct {
+	Hidden, Layers, Heads, Intermediate, Vocab int
+	DeBERTa                                    bool
+}
+
+func readShape(dir string) (modelShape, error) {
+	data, err := os.ReadFile(dir + "/config.json")
+	if err != nil {
+		return modelShape{}, err
+	}
+	var c struct {
+		Hidden       int    `json:"hidden_size"`
+		Layers       int    `json:"num_hidden_layers"`
+		Heads        int    `json:"num_attention_heads"`
+		Intermediate int    `json:"intermediate_size"`
+		Vocab        int    `json:"vocab_size"`
+		Type         string `json:"model_type"`
+	}
+	if err := json.Unmarshal(data, &c); err != nil {
+		return modelShape{}, err
+	}
+	return modelShape{c.Hidden, c.Layers, c.Heads, c.Intermediate, c.Vocab, strings.HasPrefix(c.Type, "deberta")}, nil
+}
+
+// params is the encoder's weights (embeddings excluded): per layer four
+// H×H projections and two H×I ones.
+func (s modelShape) params() int64 {
+	return int64(s.Layers) * (4*int64(s.Hidden)*int64(s.Hidden) + 2*int64(s.Hidden)*int64(s.Intermediate))
+}
+
+// flopsPerPair is the arithmetic of one pair of len tokens: 2 per weight
+// per token, plus attention's two len×len×H products per layer (DeBERTa
+// adds c2p and p2c: two more, against 2·256 relative positions; projecting
+// those positions is once per batch and left out).
+func (s modelShape) flopsPerPair(length int) float64 {
+	l, h := float64(length), float64(s.Hidden)
+	f := 2*float64(s.params())*l + float64(s.Layers)*4*l*l*h
+	if s.DeBERTa {
+		f += float64(s.Layers) * 4 * l * 512 * h
+	}
+	return f
+}
+
+func benchCommand(ctx context.Context, e service.Env, args []string) error {
+	fs := flag.NewFlagSet("gpu-proof bench", flag.ContinueOnError)
+	fs.SetOutput(e.Stderr)
+	out := fs.String("out", "", "write the JSON result here (required)")
+	lengths := fs.String("lengths", "32,48,64,128,256,512", "pair lengths to measure, in tokens")
+	budgets := fs.String("tokens", "8192,32768,131072", "rows × length budgets per batch; rows = budget / length")
+	maxRows := fs.Int("max-rows", 2048, "cap on rows per batch")
+	seconds := fs.Duration("time", 2*time.Second, "timed runs per shape")
+	cfg, err := service.LoadConfig(e.Getenv, fs, args)
+	if err != nil {
+		return service.UsageOr(err)
+	}
+	if *out == "" {
+		return service.UsageError{Msg: "gpu-proof bench: --out is required"}
+	}
+	lens, err1 := ints(*lengths)
+	toks, err2 := ints(*budgets)
+	if err := errors.Join(err1, err2); err != nil {
+		return service.UsageError{Msg: "gpu-proof bench: " + err.Error()}
+	}
+	guard, err := gpupool.SaveSignals()
+	if err != nil {
+		return err
+	}
+	defer guard.RestoreChanged()
+	m, probe, closeAll, err := open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	devs, err := probe.Devices()
+	if err != nil {
+		return fmt.Errorf("gpu-proof: %w", err)
+	}
+	d := devs[0]
+	b := Bench{Model: m.Name, File: m.ONNXPath, SHA256: m.SHA256, Precision: "fp32", TF32: cfg.GPUTF32,
+		GPU: d.Name, GPUMemory: d.TotalMemory, FP16PeakTFLOPS: fp16Peak(d.Name), MarginBytes: gpupool.DefaultGPUMemMargin}
+	if m.OutputType.String() == "ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16" || strings.Contains(m.ONNXPath, "fp16") {
+		b.Precision = "fp16"
+	}
+	shape, err := readShape(m.Dir)
+	if err != nil {
+		return fmt.Errorf("gpu-proof: %s: %w", m.Dir, err)
+	}
+	b.Params = shape.params()
+	if st, err := os.Stat(m.ONNXPath); err == nil {
+		b.WeightBytes = uint64(st.Size())
+	}
+	mem := memReader(probe, d.Index, &b.MemoryReading)
+
+	dev := gpupool.Device{Kind: gpupool.CUDA, Index: d.Index, UUID: d.UUID, Name: d.Name, TotalMemory: d.TotalMemory}
+	eng, err := gpupool.SessionFactory(m, gpupool.SessionConfig{GPUMemFraction: 0.95, GPUMemMargin: gpupool.DefaultGPUMemMargin, TF32: cfg.GPUTF32})(dev)
+	guard.RestoreChanged()
+	if err != nil {
+		return fmt.Errorf("gpu-proof: %w", err)
+	}
+	s := eng.(*model.Session)
+	run := func(rows, length int) error {
+		_, err := s.ScorePairs(ctx, synthetic(rows, length))
+		return err
+	}
+	if err := run(1, 8); err != nil {
+		return fmt.Errorf("gpu-proof: first run: %w", err)
+	}
+	if err := s.ReleaseArena(ctx); err != nil {
+		return fmt.Errorf("gpu-proof: %w", err)
+	}
+	b.IdleBytes = mem()
+	b.NonArenaBytes = int64(b.IdleBytes) - int64(b.WeightBytes)
+
+	seen := map[[2]int]bool{}
+	for _, l := range lens {
+		if l > m.MaxLength {
+			continue
+		}
+		for _, t := range toks {
+			rows := max(1, min(*maxRows, t/l))
+			if seen[[2]int{rows, l}] {
+				continue
+			}
+			seen[[2]int{rows, l}] = true
+			sh := Shape{Rows: rows, Len: l}
+			if err := s.ReleaseArena(ctx); err != nil {
+				return fmt.Errorf("gpu-proof: %w", err)
+			}
+			sh.PairsPerSecond, sh.MsPerBatch, err = timeShape(ctx, run, rows, l, *seconds)
+			guard.RestoreChanged()
+			if err != nil {
+				sh.OOM = errors.Is(err, model.ErrOutOfMemory)
+				sh.Error = err.Error()
+			} else {
+				sh.PeakBytes = mem()
+				sh.ActivationBytes = sh.PeakBytes - min(sh.PeakBytes, b.IdleBytes)
+				sh.TFLOPS = sh.PairsPerSecond * shape.flopsPerPair(l) / 1e12
+				if b.FP16PeakTFLOPS > 0 {
+					sh.PeakShare = sh.TFLOPS / b.FP16PeakTFLOPS
+				}
+			}
+			fmt.Fprintf(e.Stderr, "gpu-proof bench %s: %4d×%-3d %8.0f pairs/s %7.1f ms/batch %6.0f MiB\n", m.Name, rows, l, sh.PairsPerSecond, sh.MsPerBatch, float64(sh.PeakBytes)/(1<<20))
+			b.Shapes = append(b.Shapes, sh)
+		}
+	}
+	_ = s.ReleaseArena(ctx)
+
+	// The service's own calibration on the same GPU, against the shapes.
+	pool, err := gpupool.New(ctx, gpupool.SessionFactory(m, gpupool.SessionConfig{GPUMemFraction: 0.95, GPUMemMargin: gpupool.DefaultGPUMemMargin, TF32: cfg.GPUTF32}),
+		gpupool.Mode(gpupool.ModeCUDA), gpupool.WithProbe(probe), gpupool.GPUIDs(d.UUID), gpupool.MemFraction(0.95), gpupool.CPUFallback(false),
+		gpupool.MaxBatchTokens(cfg.MaxBatchTokens), gpupool.Calibrate(gpupool.Calibration{MaxLen: m.MaxLength}))
+	guard.RestoreChanged()
+	if err != nil {
+		b.Calibrated.Error = err.Error()
+	} else {
+		st := pool.Stats().Devices[0]
+		b.Calibrated.Base, b.Calibrated.PerToken, b.Calibrated.PerTokenLen = st.EstimateBase, st.EstimatePerToken, st.EstimatePerTokenLen
+		_ = pool.Close(context.Background())
+		for i := range b.Shapes {
+			sh := &b.Shapes[i]
+			rl := float64(sh.Rows * sh.Len)
+			sh.PredictedBytes = b.Calibrated.PerToken*rl + b.Calibrated.PerTokenLen*rl*float64(sh.Len)
+			if sh.Error == "" && sh.ActivationBytes >= 64<<20 {
+				b.MaxRelError = math.Max(b.MaxRelError, math.Abs(sh.PredictedBytes-float64(sh.ActivationBytes))/float64(sh.ActivationBytes))
+			}
+		}
+	}
+	_ = s.Close()
+	return writeJSON(*out, b)
+}
+
+// open starts ONNX Runtime, loads the configured model and opens NVML;
+// closeAll undoes all three.
+func open(ctx context.Context, cfg service.Config) (*model.Model, gpupool.Probe, func(), error) {
+	shutdown, err := service.InitORT(cfg.ORTLib)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	m, err := service.LoadModel(cfg)
+	if err != nil {
+		shutdown()
+		return nil, nil, nil, err
+	}
+	probe, closeNVML, err := gpupool.NewNVMLProbe(ctx, gpupool.NVMLLookupEnv(os.LookupEnv))
+	if err != nil {
+		shutdown()
+		return nil, nil, nil, fmt.Errorf("gpu-proof: %w (run `scorer doctor` for the cause)", err)
+	}
+	return m, probe, func() { closeNVML(); shutdown() }, nil
+}
+
+// timeShape runs one warm-up batch, then batches for d, and returns pairs/s
+// and the median batch time in ms.
+func timeShape(ctx context.Context, run func(rows, length int) error, rows, length int, d time.Duration) (float64, float64, error) {
+	if err := run(rows, length); err != nil {
+		return 0, 0, err
+	}
+	var times []float64
+	start := time.Now()
+	for time.Since(start) < d || len(times) < 3 {
+		t0 := time.Now()
+		if err := run(rows, length); err != nil {
+			return 0, 0, err
+		}
+		times = append(times, float64(time.Since(t0).Microseconds())/1000)
+		if ctx.Err() != nil {
+			return 0, 0, ctx.Err()
+		}
+	}
+	elapsed := time.Since(start).Seconds()
+	slices.Sort(times)
+	return float64(rows*len(times)) / elapsed, times[len(times)/2], nil
+}
+
+// synthetic is rows pairs of length tokens: memory and time depend on the
+// shape, not the ids (id 5 is in every vocabulary).
+func synthetic(rows, length int) []model.Pair {
+	ids := make([]int32, length)
+	types := make([]int32, length)
+	for i := range ids {
+		ids[i] = 5
+	}
+	pairs := make([]model.Pair, rows)
+	for i := range pairs {
+		pairs[i] = model.Pair{IDs: ids, TypeIDs: types}
+	}
+	return pairs
+}
+
+// memReader reads this process's device memory where NVML lists it, else
+// the device's used memory, and says which in *kind.
+func memReader(p gpupool.Probe, idx int, kind *string) func() uint64 {
+	if r, ok := p.(gpupool.ProcessMemoryReader); ok {
+		if _, err := r.ProcessMemory(idx); err == nil || errors.Is(err, gpupool.ErrProcessNotListed) {
+			*kind = "process"
+			return func() uint64 {
+				n, err := r.ProcessMemory(idx)
+				if err != nil {
+					_, used, _, _ := p.MemoryInfo(idx)
+					return used
+				}
+				return n
+			}
+		}
+	}
+	*kind = "device"
+	return func() uint64 {
+		_, used, _, _ := p.MemoryInfo(idx)
+		return used
+	}
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a list of positive integers", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func writeJSON(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("gpu-proof: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,133 @@
+package proof
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/compare"
+	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/model"
+	"github.com/scorer/scorer/schema"
+)
+
+// Share is one scorer's run while another shares its GPU.
+type Share struct {
+	Name          string  `json:"name"`
+	Model         string  `json:"model"`
+	GPUMemLimit   string  `json:"gpu_mem_limit"`
+	Transcripts   int     `json:"transcripts"`
+	Pairs         uint64  `json:"pairs"`
+	Seconds       float64 `json:"seconds"`
+	PairsPerSec   float64 `json:"pairs_per_second"`
+	MeanBatchRows float64 `json:"mean_batch_rows"`
+	Padding       float64 `json:"padding_efficiency"`
+	OOMRetries    uint64  `json:"oom_retries"`
+	Refusals      uint64  `json:"refusals"`
+	Fallbacks     uint64  `json:"cpu_fallbacks"`
+	RunErrors     uint64  `json:"run_errors"`
+	// DevicePeakUsed and DeviceTotal are the whole GPU's used memory at its
+	// highest during the run (both scorers and anything else) and its size.
+	DevicePeakUsed uint64 `json:"device_peak_used_bytes"`
+	DeviceTotal    uint64 `json:"device_total_bytes"`
+	Error          string `json:"error,omitempty"`
+}
+
+// shareCommand scores real transcripts through the service's own pool
+// (DEVICE, GPU_MEM_LIMIT, MAX_BATCH_TOKENS… as configured) and records what
+// shows whether it coexisted with another scorer: OOM retries, admission
+// refusals, CPU fallbacks, and the device's peak.
+func shareCommand(ctx context.Context, e service.Env, args []string) error {
+	fs := flag.NewFlagSet("gpu-proof share", flag.ContinueOnError)
+	fs.SetOutput(e.Stderr)
+	out := fs.String("out", "", "write the JSON result here (required)")
+	in := fs.String("in", "", "TranscriptEvent JSONL (required)")
+	limit := fs.Int("limit", 50, "transcripts to score")
+	name := fs.String("name", "scorer", "this scorer's name in the report")
+	cfg, err := service.LoadConfig(e.Getenv, fs, args)
+	if err != nil {
+		return service.UsageOr(err)
+	}
+	if *out == "" || *in == "" {
+		return service.UsageError{Msg: "gpu-proof share: --out and --in are required"}
+	}
+	f, err := os.Open(*in)
+	if err != nil {
+		return fmt.Errorf("gpu-proof: %w", err)
+	}
+	events, err := compare.ReadEvents(f, schema.DefaultLimits(), *limit)
+	f.Close()
+	if err != nil {
+		return err
+	}
+	m, probe, closeAll, err := open(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	res := Share{Name: *name, Model: m.Name + " " + m.SHA256[:12], GPUMemLimit: cfg.GPUMemLimit, Transcripts: len(events)}
+	// Device-wide peak, polled: it is the neighbour's and ours together.
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if _, used, total, err := probe.MemoryInfo(0); err == nil {
+				res.DeviceTotal = total
+				for p := peak.Load(); used > p && !peak.CompareAndSwap(p, used); p = peak.Load() {
+				}
+			}
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	})
+	log := zerolog.New(e.Stderr).With().Timestamp().Str("scorer", *name).Logger().Level(zerolog.WarnLevel)
+	pool, closePool, err := service.NewPool(ctx, cfg, m, log, nil, gpupool.SessionFactory(m, service.SessionConfig(cfg)))
+	if err != nil {
+		close(stop)
+		wg.Wait()
+		return err
+	}
+	defer closePool()
+	lc := model.LabelConfig{Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold}
+	ts, err := model.NewTranscriptScorer(m, lc, pool)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	_, err = ts.Score(ctx, events)
+	res.Seconds = time.Since(start).Seconds()
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		res.Error = err.Error()
+	}
+	st := pool.Stats()
+	_ = pool.Close(context.Background())
+	res.Pairs, res.OOMRetries, res.Refusals, res.Fallbacks, res.RunErrors = st.Pairs, st.OOMRetries, st.Refusals, st.Fallbacks, st.RunErrors
+	res.PairsPerSec = float64(st.Pairs) / res.Seconds
+	if st.Batches > 0 {
+		res.MeanBatchRows = float64(st.Pairs) / float64(st.Batches)
+	}
+	res.Padding = st.PaddingEfficiency()
+	res.DevicePeakUsed = peak.Load()
+	if werr := writeJSON(*out, res); werr != nil {
+		return werr
+	}
+	if err != nil {
+		return fmt.Errorf("gpu-proof share: %w", err)
+	}
+	return nil
+}

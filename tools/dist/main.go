@@ -1,0 +1,30 @@
+// Command dist builds the portable GPU bundle (internal/dist) for `make
+// dist`:
+//
+//	dist -version V -binary bin/scorer -ort .deps/ort-cuda -out dist
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/scorer/scorer/internal/dist"
+)
+
+func main() {
+	var o dist.Options
+	flag.StringVar(&o.Version, "version", "", "bundle version (required)")
+	flag.StringVar(&o.Binary, "binary", "bin/scorer", "scorer executable")
+	flag.StringVar(&o.ORTDir, "ort", ".deps/ort-cuda", "ONNX Runtime CUDA set (`make cuda-ort`)")
+	flag.StringVar(&o.Launcher, "launcher", "deploy/dist/scorer", "launcher script")
+	flag.StringVar(&o.README, "readme", "deploy/dist/README.md", "bundle README")
+	flag.StringVar(&o.OutDir, "out", "dist", "output folder")
+	flag.Parse()
+	out, err := dist.Build(o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println(out)
+}
