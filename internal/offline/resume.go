@@ -429,6 +429,13 @@ func openParquetPartial(dir, target string, id runIdentity) (*parquetPartial, er
 				return nil, err
 			}
 		case strings.HasPrefix(name, partPrefix) && strings.HasSuffix(name, ".parquet"):
+			var n int
+			if _, err := fmt.Sscanf(name, partPrefix+"%06d.parquet", &n); err != nil {
+				return nil, fmt.Errorf("%s holds %s, which `scorer score` did not write; remove the folder to start over", dir, name)
+			}
+			// New parts are numbered after every kept one, so none is
+			// ever replaced, even with a gap in the numbers.
+			s.next = max(s.next, n+1)
 			s.parts = append(s.parts, filepath.Join(dir, name))
 		default:
 			return nil, fmt.Errorf("%s holds %s, which `scorer score` did not write; remove the folder to start over", dir, name)
@@ -442,7 +449,6 @@ func openParquetPartial(dir, target string, id runIdentity) (*parquetPartial, er
 		}
 		s.entries = append(s.entries, got...)
 	}
-	s.next = len(s.parts)
 	return s, nil
 }
 

@@ -243,3 +243,65 @@ func TestCommitSyncsTheFolder(t *testing.T) {
 		t.Error("fsyncDir of a missing folder: no error")
 	}
 }
+
+// TestParquetPartialNeverReplacesAPart: new parts are numbered after the
+// highest kept one, so a gap in the numbers (a part removed by hand) cannot
+// make a new part overwrite a kept one; a part whose rows disagree with its
+// footer is refused.
+func TestParquetPartialNeverReplacesAPart(t *testing.T) {
+	id := runIdentity{Model: "m", ModelSHA256: "abc", PairEncoding: "pair", HypothesisTemplate: "{}", Labels: []string{"a"}, Threshold: 0.5}
+	scored := func(callID string, score float32) []schema.ScoredTranscript {
+		flag, matches := 0, []string{}
+		if score > 0.5 {
+			flag, matches = 1, []string{"It grew."}
+		}
+		return []schema.ScoredTranscript{{
+			CallID: callID, Model: schema.ModelInfo{Name: "m", SHA256: "abc"}, HypothesisTemplate: "{}", ScoreMode: "softmax",
+			PairEncoding: "pair", Threshold: 0.5, Labels: []string{"a"}, ScoredAt: "2026-01-02T03:04:05Z",
+			Sections: map[string]schema.SectionResult{"FILT_MD": {Sentences: 1, Text: []string{"It grew."},
+				Results: map[string]schema.LabelResult{"a": {Scores: []float32{score}, Flags: []int{flag}, Matches: matches}}}},
+		}}
+	}
+	dir := filepath.Join(t.TempDir(), "out.parquet.partial")
+	p, err := openParquetPartial(dir, "", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"A", "B"} {
+		if err := p.write(scored(c, 0.7)); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.keep(); err != nil { // closes a part: part-000000, part-000001
+			t.Fatal(err)
+		}
+	}
+	kept := filepath.Join(dir, "part-000002.parquet")
+	if err := os.Rename(filepath.Join(dir, "part-000001.parquet"), kept); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(kept)
+	if p, err = openParquetPartial(dir, "", id); err != nil {
+		t.Fatal(err)
+	}
+	if d := p.done(); len(d) != 2 || d[0].CallID != "A" || d[1].CallID != "B" || d[0].Sections["FILT_MD"] != 1 {
+		t.Fatalf("kept transcripts %+v", d)
+	}
+	if err := p.write(scored("C", 0.2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.keep(); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.ReadFile(kept); !bytes.Equal(after, before) {
+		t.Error("a kept part was overwritten")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "part-000003.parquet")); err != nil {
+		t.Errorf("the new part is not part-000003: %v", err)
+	}
+	// Under another identity the parts are refused, naming the setting.
+	other := id
+	other.Threshold = 0.6
+	if _, err := openParquetPartial(dir, "", other); err == nil || !strings.Contains(err.Error(), "threshold") {
+		t.Errorf("another threshold: %v", err)
+	}
+}
