@@ -104,21 +104,7 @@ func runePrefix(s string, k int) string {
 }
 
 // applySingle wraps ids in the single-sequence template.
-func (t *Tokenizer) applySingle(ids []int32) Pair {
-	n := t.singleOver + len(ids)
-	p := Pair{IDs: make([]int32, 0, n), TypeIDs: make([]int32, 0, n)}
-	for _, piece := range t.single {
-		seg := piece.special
-		if piece.seq == 0 {
-			seg = ids
-		}
-		p.IDs = append(p.IDs, seg...)
-		for range seg {
-			p.TypeIDs = append(p.TypeIDs, piece.typeID)
-		}
-	}
-	return p
-}
+func (t *Tokenizer) applySingle(ids []int32) Pair { return t.single.apply(ids, nil) }
 
 // NumSpecialTokensSingle is how many tokens the single-sequence template
 // adds (2 for [CLS] … [SEP]).

@@ -24,6 +24,27 @@ type templates struct {
 	pair, single template
 }
 
+// apply lays sequences a (A) and b (B) out by the template, with each
+// piece's type id.
+func (t template) apply(a, b []int32) Pair {
+	n := t.overhead() + len(a) + len(b)
+	p := Pair{IDs: make([]int32, 0, n), TypeIDs: make([]int32, 0, n)}
+	for _, piece := range t {
+		ids := piece.special
+		switch piece.seq {
+		case 0:
+			ids = a
+		case 1:
+			ids = b
+		}
+		p.IDs = append(p.IDs, ids...)
+		for range ids {
+			p.TypeIDs = append(p.TypeIDs, piece.typeID)
+		}
+	}
+	return p
+}
+
 func (t template) overhead() int {
 	n := 0
 	for _, p := range t {

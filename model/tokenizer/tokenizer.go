@@ -208,22 +208,7 @@ func (t *Tokenizer) EncodePair(premise, hypothesis []int32, maxLen int) Pair {
 			}
 		}
 	}
-	n := t.overhead + len(premise) + len(hypothesis)
-	p := Pair{IDs: make([]int32, 0, n), TypeIDs: make([]int32, 0, n)}
-	for _, piece := range t.template {
-		ids := piece.special
-		switch piece.seq {
-		case 0:
-			ids = premise
-		case 1:
-			ids = hypothesis
-		}
-		p.IDs = append(p.IDs, ids...)
-		for range ids {
-			p.TypeIDs = append(p.TypeIDs, piece.typeID)
-		}
-	}
-	return p
+	return t.template.apply(premise, hypothesis)
 }
 
 // PadID is the id batches are padded with.
