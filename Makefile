@@ -27,7 +27,7 @@ HELM        := $(abspath $(DEPS)/bin/helm)
 export HELM
 FUZZTIME    ?= 15s
 
-.PHONY: build ort cuda-ort kcat helm promtool test test-short fuzz vet fmt lint run bench golden image image-cuda image-test dist gpu-proof onnxpb clean
+.PHONY: build ort cuda-ort kcat helm promtool duckdb test test-short fuzz vet fmt lint run bench golden image image-cuda image-test dist gpu-proof onnxpb clean
 
 build: $(BIN) ort
 
@@ -90,6 +90,13 @@ helm: $(HELM)
 $(HELM):
 	GOBIN=$(abspath $(DEPS)/bin) ./scripts/retry.sh 3 $(GO) install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
 
+# DuckDB (npm, pinned by tools/duckdb/package-lock.json) is the independent engine the Parquet
+# tests of `scorer score` write their input tables with and read the scorer's output back with.
+DUCKDB_DIR := tools/duckdb
+duckdb: $(DUCKDB_DIR)/node_modules/.package-lock.json
+$(DUCKDB_DIR)/node_modules/.package-lock.json: $(DUCKDB_DIR)/package-lock.json $(DUCKDB_DIR)/package.json
+	cd $(DUCKDB_DIR) && ../../scripts/retry.sh 3 npm ci --ignore-scripts --no-audit --no-fund >/dev/null
+
 vet:
 	$(GO) vet ./...
 
@@ -98,7 +105,7 @@ fmt:
 
 lint: fmt vet
 
-test: ort cuda-ort kcat helm promtool lint
+test: ort cuda-ort kcat helm promtool duckdb lint
 	$(GO) test -race -count=1 -timeout 45m ./...
 	$(MAKE) fuzz
 	$(MAKE) image-test

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -51,6 +52,11 @@ type LoadOptions struct {
 	// MaxLength caps a pair's token count. 0 means the smallest of the
 	// tokenizer's model_max_length, config's max_position_embeddings and 512.
 	MaxLength int
+	// PairEncoding defaults to EncodePair.
+	PairEncoding PairEncoding
+	// PairSeparator goes between premise and hypothesis under EncodeJoined;
+	// empty means DefaultPairSeparator. Ignored under EncodePair.
+	PairSeparator string
 }
 
 // Model is a loaded NLI model: its tokenizer, label layout and graph
@@ -78,6 +84,11 @@ type Model struct {
 	MaxLength int
 	// ScoreMode is how logits become P(entailment).
 	ScoreMode ScoreMode
+	// PairEncoding is how a (premise, hypothesis) pair becomes one input.
+	PairEncoding PairEncoding
+	// PairSeparator joins premise and hypothesis under EncodeJoined; ""
+	// under EncodePair.
+	PairSeparator string
 	// InputNames are the graph inputs in the order sessions feed them.
 	InputNames []string
 	// OutputName is the graph output holding [rows, classes] logits.
@@ -111,7 +122,11 @@ func Load(opts LoadOptions) (*Model, error) {
 	if m.MaxLength, err = pickMaxLength(opts.MaxLength, tokMax, maxPositions); err != nil {
 		return nil, err
 	}
-	if special := m.Tokenizer.NumSpecialTokensPair(); m.MaxLength <= special {
+	special := m.Tokenizer.NumSpecialTokensPair()
+	if m.PairEncoding == EncodeJoined {
+		special = m.Tokenizer.NumSpecialTokensSingle()
+	}
+	if m.MaxLength <= special {
 		return nil, fmt.Errorf("model: max length %d leaves no room for text beside %d special tokens", m.MaxLength, special)
 	}
 	return m, nil
@@ -128,12 +143,19 @@ func loadGraph(opts LoadOptions) (*Model, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	enc, err := ParsePairEncoding(string(opts.PairEncoding))
+	if err != nil {
+		return nil, 0, err
+	}
 	if st, err := os.Stat(opts.Dir); err != nil {
 		return nil, 0, fmt.Errorf("model: model folder: %w", err)
 	} else if !st.IsDir() {
 		return nil, 0, fmt.Errorf("model: model folder %s is not a directory", opts.Dir)
 	}
-	m := &Model{Name: filepath.Base(filepath.Clean(opts.Dir)), Dir: opts.Dir, ScoreMode: mode}
+	m := &Model{Name: filepath.Base(filepath.Clean(opts.Dir)), Dir: opts.Dir, ScoreMode: mode, PairEncoding: enc}
+	if enc == EncodeJoined {
+		m.PairSeparator = cmp.Or(opts.PairSeparator, DefaultPairSeparator)
+	}
 
 	cfg, err := readConfig(filepath.Join(opts.Dir, "config.json"))
 	if err != nil {

@@ -77,31 +77,9 @@ func TestGoldenScores(t *testing.T) {
 				}
 				pairs[i] = Pair{IDs: c.InputIDs, TypeIDs: c.TokenTypeIDs}
 			}
-			// Golden values were computed pair by pair. Batches of 16
-			// neighbours by length keep padding in play without paying for
-			// 1000 rows padded to 512.
-			order := make([]int, len(pairs))
-			for i := range order {
-				order[i] = i
-			}
-			slices.SortStableFunc(order, func(a, b int) int { return len(pairs[a].IDs) - len(pairs[b].IDs) })
-			logits := make([][]float32, len(pairs))
-			probs := make([]float32, len(pairs))
-			for start := 0; start < len(order); start += 16 {
-				idx := order[start:min(start+16, len(order))]
-				batch := make([]Pair, len(idx))
-				for k, i := range idx {
-					batch[k] = pairs[i]
-				}
-				rows, err := s.Logits(t.Context(), batch)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for k, i := range idx {
-					logits[i] = rows[k]
-					probs[i] = entailmentProb(rows[k], m.ScoreMode, m.EntailmentIndex, m.ContradictionIndex)
-				}
-			}
+			// Golden values were computed pair by pair; batches keep
+			// padding in play.
+			logits, probs := scoreSortedBatches(t, s, m, pairs)
 			var maxLogit, maxProb float64
 			golden := make([]float64, len(cases))
 			for i, c := range cases {

@@ -114,13 +114,14 @@ func withEncoder(wrap func(*Model) func(string) ([]int32, error)) ScorerOption {
 // every label's hypothesis. It is safe for concurrent use; its state is
 // read-only after NewTranscriptScorer.
 type TranscriptScorer struct {
-	m      *Model
-	lc     LabelConfig
-	engine PairScorer
-	hyps   [][]int32 // tokenized hypotheses, by label
-	now    func() time.Time
-	encode func(string) ([]int32, error)
-	cache  *scorecache.Cache
+	m       *Model
+	lc      LabelConfig
+	engine  PairScorer
+	hyps    [][]int32 // tokenized hypotheses, by label
+	hypText []string  // hypotheses, by label (joined encoding encodes them with each sentence)
+	now     func() time.Time
+	encode  func(string) ([]int32, error)
+	cache   *scorecache.Cache
 	// keyBase is, per label, the SHA-256 of everything in a cache key
 	// but the pair's tokens, so each pair hashes only its own tokens.
 	keyBase [][sha256.Size]byte
@@ -155,16 +156,16 @@ func NewTranscriptScorer(m *Model, lc LabelConfig, engine PairScorer, opts ...Sc
 	}
 	// A premise needs at least one token beside the hypothesis and the
 	// template's special tokens, or every pair would be hypothesis only.
-	room := m.MaxLength - m.Tokenizer.NumSpecialTokensPair() - 1
 	for _, h := range lc.Hypotheses() {
 		ids, err := ts.encode(h)
 		if err != nil {
 			return nil, fmt.Errorf("model: tokenizing hypothesis %q: %w", h, err)
 		}
-		if len(ids) > room {
-			return nil, fmt.Errorf("model: hypothesis %q is %d tokens, leaving no room for a sentence within max length %d", h, len(ids), m.MaxLength)
+		if err := m.hypothesisRoom(h, ids); err != nil {
+			return nil, err
 		}
 		ts.hyps = append(ts.hyps, ids)
+		ts.hypText = append(ts.hypText, h)
 		ts.keyBase = append(ts.keyBase, cacheKeyBase(m, h))
 	}
 	return ts, nil
@@ -172,7 +173,8 @@ func NewTranscriptScorer(m *Model, lc LabelConfig, engine PairScorer, opts ...Sc
 
 // cacheKeyBase hashes the part of a pair's cache key shared by every
 // sentence of one label: the model's version (its ONNX SHA-256), how logits
-// become a score (mode and both class indices) and the hypothesis text.
+// become a score (mode and both class indices), how the pair was encoded
+// (pair or joined, and the separator) and the hypothesis text.
 // Each field is length-prefixed so no two different keys hash the same
 // bytes.
 func cacheKeyBase(m *Model, hypothesis string) [sha256.Size]byte {
@@ -188,6 +190,8 @@ func cacheKeyBase(m *Model, hypothesis string) [sha256.Size]byte {
 	field(string(m.ScoreMode))
 	field(strconv.Itoa(m.EntailmentIndex))
 	field(strconv.Itoa(m.ContradictionIndex))
+	field(string(m.PairEncoding))
+	field(m.PairSeparator)
 	field(hypothesis)
 	var out [sha256.Size]byte
 	h.Sum(out[:0])
@@ -255,6 +259,8 @@ func (ts *TranscriptScorer) Score(ctx context.Context, events []schema.Transcrip
 			Model:              ts.m.Info(),
 			HypothesisTemplate: ts.lc.Template,
 			ScoreMode:          string(ts.m.ScoreMode),
+			PairEncoding:       string(ts.m.PairEncoding),
+			PairSeparator:      ts.m.PairSeparator,
 			Threshold:          ts.lc.Threshold,
 			Labels:             append([]string(nil), ts.lc.Labels...),
 			Sections:           make(map[string]schema.SectionResult, len(ev.Sections)),
@@ -406,14 +412,12 @@ func (ts *TranscriptScorer) encodeAll(ctx context.Context, events []schema.Trans
 					errs[w] = fmt.Errorf("model: tokenizing call_id %q: %w", r.ev.CallID, err)
 					return
 				}
-				ids, err := ts.encode(r.text)
-				if err != nil {
+				if err := ts.encodeSentence(r.text, pairs[k*L:(k+1)*L]); err != nil {
 					errs[w] = fmt.Errorf("model: tokenizing call_id %q section %q sentence %d: %w", r.ev.CallID, r.sec, r.idx, err)
 					return
 				}
-				for l, h := range ts.hyps {
-					pairs[k*L+l] = ts.m.Tokenizer.EncodePair(ids, h, ts.m.MaxLength)
-					if keys != nil {
+				if keys != nil {
+					for l := range L {
 						keys[k*L+l] = kh.key(&ts.keyBase[l], pairs[k*L+l])
 					}
 				}
@@ -428,6 +432,34 @@ func (ts *TranscriptScorer) encodeAll(ctx context.Context, events []schema.Trans
 		}
 	}
 	return pairs, keys, nil
+}
+
+// encodeSentence fills out (one Pair per label) for one sentence. Pair
+// encoding tokenizes the sentence once and joins its ids with each label's
+// hypothesis ids, which is exact: the pair template keeps the two
+// sequences apart. Joined encoding tokenizes each premise+separator+
+// hypothesis string whole, because the ids at the seams depend on both
+// sides (tokenizer.EncodeJoined); that is L tokenizer calls per sentence
+// instead of one.
+func (ts *TranscriptScorer) encodeSentence(text string, out []Pair) error {
+	if ts.m.PairEncoding == EncodeJoined {
+		for l, h := range ts.hypText {
+			p, err := ts.m.Tokenizer.EncodeJoined(text, ts.m.PairSeparator, h, ts.m.MaxLength)
+			if err != nil {
+				return err
+			}
+			out[l] = p
+		}
+		return nil
+	}
+	ids, err := ts.encode(text)
+	if err != nil {
+		return err
+	}
+	for l, h := range ts.hyps {
+		out[l] = ts.m.Tokenizer.EncodePair(ids, h, ts.m.MaxLength)
+	}
+	return nil
 }
 
 // panicSite is the first frame of a panic's stack below the runtime's own:

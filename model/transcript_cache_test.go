@@ -3,6 +3,7 @@ package model
 import (
 	"context"
 	"math"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -171,7 +172,8 @@ func TestScoreCacheReal(t *testing.T) {
 
 // TestScoreCacheKeySeparation shares one cache between scorers that must
 // not answer for each other: another hypothesis template, another score
-// mode, another model. Each scores everything afresh.
+// mode, another model, another pair encoding or separator. Each scores
+// everything afresh.
 func TestScoreCacheKeySeparation(t *testing.T) {
 	events := readTranscripts(t, 1, 6)
 	lc := DefaultLabelConfig()
@@ -183,6 +185,16 @@ func TestScoreCacheKeySeparation(t *testing.T) {
 	uni := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, "nli-unigram-small")})
 	evc := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, "nli-unigram-small"), ScoreMode: ScoreEntailVsContradiction})
 	wp := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, "nli-wordpiece-small")})
+	wpJoined := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, "nli-wordpiece-small"), PairEncoding: EncodeJoined})
+	// BERT's pre-tokenizer drops the spaces, so these ids equal wpJoined's:
+	// only the separator in the key tells the two apart.
+	wpSpaced := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, "nli-wordpiece-small"), PairEncoding: EncodeJoined, PairSeparator: " </s></s> "})
+	sent, hyp := events[0].Sections[events[0].SectionNames()[0]][0], lc.Hypotheses()[0]
+	a, _ := wpJoined.EncodeText(sent, hyp)
+	b, _ := wpSpaced.EncodeText(sent, hyp)
+	if !slices.Equal(a.IDs, b.IDs) || !slices.Equal(a.TypeIDs, b.TypeIDs) {
+		t.Fatalf("separators %q and %q give different ids on %s; the test needs equal ones", wpJoined.PairSeparator, wpSpaced.PairSeparator, wp.Name)
+	}
 	other := lc
 	other.Template = "The topic is {}."
 	other.Threshold = 0.5
@@ -198,6 +210,9 @@ func TestScoreCacheKeySeparation(t *testing.T) {
 		{"other template", uni, other, false},
 		{"other score mode", evc, lc, false},
 		{"other model", wp, lc, false},
+		{"joined encoding", wpJoined, lc, false},
+		{"joined again", wpJoined, lc, true},
+		{"other separator, same ids", wpSpaced, lc, false},
 	}
 	for _, c := range cases {
 		eng := &countingEngine{s: newSession(t, c.m)}

@@ -12,6 +12,8 @@ func sampleScored() ScoredTranscript {
 		Model:              ModelInfo{Name: "nli-unigram-small", SHA256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"},
 		HypothesisTemplate: "This text is about {}.",
 		ScoreMode:          "softmax",
+		PairEncoding:       "joined",
+		PairSeparator:      "</s></s>",
 		Threshold:          0.91,
 		Labels:             labels,
 		Sections: map[string]SectionResult{

@@ -57,7 +57,7 @@ func Rows(st *ScoredTranscript) []ScoreRow {
 					CallID: st.CallID, Section: name, SentenceIndex: i, Label: label,
 					EntityID: st.EntityID, EventTime: st.EventTime, VersionID: st.VersionID,
 					Sentence: texts[li][i], Threshold: st.Threshold,
-					ModelSHA256: st.Model.SHA256, ScoredAt: st.ScoredAt,
+					ModelSHA256: st.Model.SHA256, PairEncoding: st.PairEncoding, ScoredAt: st.ScoredAt,
 				}
 				if i < len(res.Scores) {
 					row.Score = res.Scores[i]

@@ -29,7 +29,7 @@ func TestRows(t *testing.T) {
 		}
 	}
 	r := rows[5] // FILT_MD sentence 1, reduced spending: flagged
-	if r.Flag != 1 || r.Score != 0.99 || r.Sentence != "Shoppers cut back." || r.ModelSHA256 != st.Model.SHA256 ||
+	if r.Flag != 1 || r.Score != 0.99 || r.Sentence != "Shoppers cut back." || r.ModelSHA256 != st.Model.SHA256 || r.PairEncoding != "joined" ||
 		r.Threshold != 0.91 || r.CallID != "A-2020-Q4" || r.EntityID != "A" || r.ScoredAt != st.ScoredAt {
 		t.Errorf("row 5 = %+v", r)
 	}

@@ -79,6 +79,11 @@ type Source struct {
 
 // ScoredTranscript is the output record for one TranscriptEvent: the event's
 // identity, what scored it and how, and per-section, per-label results.
+// What scored it is the model (its ONNX SHA-256), the hypothesis template,
+// the score mode and the pair encoding: "pair" ([CLS] premise [SEP]
+// hypothesis [SEP]) or "joined" (premise + PairSeparator + hypothesis as one
+// sequence, the Spark job's encoding); records that differ in any of them
+// are not comparable score for score.
 type ScoredTranscript struct {
 	CallID             string                   `json:"call_id"`
 	EntityID           string                   `json:"entity_id,omitempty"`
@@ -89,6 +94,8 @@ type ScoredTranscript struct {
 	Model              ModelInfo                `json:"model"`
 	HypothesisTemplate string                   `json:"hypothesis_template"`
 	ScoreMode          string                   `json:"score_mode"`
+	PairEncoding       string                   `json:"pair_encoding"`
+	PairSeparator      string                   `json:"pair_separator,omitempty"`
 	Threshold          float64                  `json:"threshold"`
 	Labels             []string                 `json:"labels"`
 	Sections           map[string]SectionResult `json:"sections"`
@@ -111,6 +118,7 @@ type ScoreRow struct {
 	Flag          int     `json:"flag"`
 	Threshold     float64 `json:"threshold"`
 	ModelSHA256   string  `json:"model_sha256"`
+	PairEncoding  string  `json:"pair_encoding"`
 	ScoredAt      string  `json:"scored_at"`
 }
 

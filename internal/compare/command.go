@@ -33,6 +33,8 @@ func Command(ctx context.Context, e service.Env, args []string) error {
 	bFile := fs.String("b-file", "", "ONNX file of B relative to its folder, e.g. onnx/model_quantized.onnx (default MODEL_FILE, else model.onnx)")
 	aDev := fs.String("a-device", "", "DEVICE for A: auto, cpu or cuda (default DEVICE)")
 	bDev := fs.String("b-device", "", "DEVICE for B (default DEVICE)")
+	aEnc := fs.String("a-pair-encoding", "", "PAIR_ENCODING for A: pair or joined (default PAIR_ENCODING)")
+	bEnc := fs.String("b-pair-encoding", "", "PAIR_ENCODING for B, e.g. joined against A's pair on one model to see what moves (default PAIR_ENCODING)")
 	in := fs.String("in", "", "TranscriptEvent JSONL sample (required)")
 	limit := fs.Int("limit", 0, "score at most this many transcripts of --in; 0 = all")
 	minAgree := fs.Float64("min-agreement", 0.99, "exit 1 when any label's decision agreement at THRESHOLD is below this (0 to 1)")
@@ -53,7 +55,7 @@ func Command(ctx context.Context, e service.Env, args []string) error {
 		return err
 	}
 	sides := [2]service.Config{cfg, cfg}
-	for i, s := range []struct{ dir, file, dev *string }{{a, aFile, aDev}, {b, bFile, bDev}} {
+	for i, s := range []struct{ dir, file, dev, enc *string }{{a, aFile, aDev, aEnc}, {b, bFile, bDev, bEnc}} {
 		if *s.dir != "" {
 			sides[i].ModelDir = *s.dir
 		} else if i == 1 {
@@ -64,6 +66,9 @@ func Command(ctx context.Context, e service.Env, args []string) error {
 		}
 		if *s.dev != "" {
 			sides[i].Device = *s.dev
+		}
+		if *s.enc != "" {
+			sides[i].PairEncoding = *s.enc
 		}
 		// Each side scores everything itself: a cache would make the
 		// second side's throughput meaningless.
@@ -161,6 +166,10 @@ func compareSide(ctx context.Context, cfg service.Config, log zerolog.Logger, ev
 		}
 		devs += d.Label()
 	}
-	name := fmt.Sprintf("%s/%s on %s (sha256 %.12s)", m.Name, rel, devs, m.SHA256)
+	enc := string(m.PairEncoding)
+	if m.PairEncoding == model.EncodeJoined {
+		enc = fmt.Sprintf("%s %q", enc, m.PairSeparator)
+	}
+	name := fmt.Sprintf("%s/%s on %s (sha256 %.12s, %s encoding)", m.Name, rel, devs, m.SHA256, enc)
 	return Score(ctx, name, ts, events, 8)
 }

@@ -56,6 +56,28 @@ func TestCommand(t *testing.T) {
 		t.Errorf("text report of a failed gate:\n%s", stdout)
 	}
 
+	// One model, pair against joined: the encodings side by side, every
+	// pair compared, and the scores move (the joined ids differ).
+	stdout, stderr, err = runCLI(t, env, "", "compare", "--in", file, "--b-pair-encoding", "joined",
+		"--threshold", "0.5", "--min-agreement", "0", "--json")
+	if err != nil {
+		t.Fatalf("pair vs joined: %v\n%s", err, stderr)
+	}
+	rep = Report{}
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.A.PairEncoding != "pair" || rep.B.PairEncoding != "joined" || rep.B.PairSeparator != "</s></s>" ||
+		!strings.Contains(rep.B.Name, `joined "</s></s>" encoding`) || !strings.Contains(rep.A.Name, "pair encoding") {
+		t.Errorf("sides %+v / %+v: want the two encodings named", rep.A, rep.B)
+	}
+	if rep.Pairs != 3*sentences || !(rep.MaxAbsDiff > 0.001) {
+		t.Errorf("pair vs joined: %d pairs, max |Δp| %v; want every pair and visible differences", rep.Pairs, rep.MaxAbsDiff)
+	}
+	if _, _, err := runCLI(t, env, "", "compare", "--in", file, "--b-pair-encoding", "glued"); err == nil || !strings.Contains(err.Error(), "PAIR_ENCODING") {
+		t.Errorf("--b-pair-encoding glued: %v, want an error naming PAIR_ENCODING", err)
+	}
+
 	if _, _, err := runCLI(t, env, "", "compare"); service.ExitCode(err) != 2 {
 		t.Errorf("no --in: %v (exit %d), want exit 2", err, service.ExitCode(err))
 	}

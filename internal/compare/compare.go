@@ -1,5 +1,6 @@
 // Package compare scores one transcript sample with two models (or two
-// ONNX files of one model, or one model on two devices) and measures how
+// ONNX files of one model, one model on two devices, or one model under
+// two pair encodings) and measures how
 // far apart they are: |Δp| quantiles, decision agreement at the threshold
 // per label, the sentences whose decision flips, and each side's
 // throughput. It is the gate before switching to an int8 export, rolling
@@ -105,11 +106,15 @@ type Options struct {
 	Flips int
 }
 
-// Side is one side's identity and speed in a Report.
+// Side is one side's identity and speed in a Report. PairEncoding (and
+// PairSeparator, when joined) is how the side encoded its pairs, read from
+// its records: part of what the side is, like its model.
 type Side struct {
-	Name        string  `json:"name"`
-	Seconds     float64 `json:"seconds"`
-	PairsPerSec float64 `json:"pairs_per_sec"`
+	Name          string  `json:"name"`
+	PairEncoding  string  `json:"pair_encoding"`
+	PairSeparator string  `json:"pair_separator,omitempty"`
+	Seconds       float64 `json:"seconds"`
+	PairsPerSec   float64 `json:"pairs_per_sec"`
 }
 
 // LabelAgreement is decision agreement for one label.
@@ -262,6 +267,9 @@ func Compare(a, b Run, opts Options) (Report, error) {
 
 func side(r Run) Side {
 	s := Side{Name: r.Name, Seconds: r.Seconds}
+	if len(r.Results) > 0 {
+		s.PairEncoding, s.PairSeparator = r.Results[0].PairEncoding, r.Results[0].PairSeparator
+	}
 	if r.Seconds > 0 {
 		s.PairsPerSec = float64(r.Pairs) / r.Seconds
 	}

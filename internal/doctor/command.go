@@ -9,7 +9,6 @@ import (
 
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/service"
-	"github.com/scorer/scorer/model"
 )
 
 // Command is `scorer doctor`: it parses the service's configuration plus
@@ -37,18 +36,9 @@ func Command(ctx context.Context, e service.Env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("doctor: ORT_LIB: %w (run `make` to fetch ONNX Runtime, or point ORT_LIB at libonnxruntime.so.1)", err)
 	}
-	dir, err := service.ResolvePath(cfg.ModelDir)
+	lo, err := service.ModelOptions(cfg)
 	if err != nil {
-		return fmt.Errorf("doctor: MODEL_DIR: %w", err)
-	}
-	mode, err := model.ParseScoreMode(cfg.ScoreMode)
-	if err != nil {
-		return err
-	}
-	lo := model.LoadOptions{Dir: dir, ONNXFile: cfg.ModelFile, ScoreMode: mode}
-	if cfg.EntailmentIndex >= 0 {
-		idx := cfg.EntailmentIndex
-		lo.EntailmentIndex = &idx
+		return fmt.Errorf("doctor: %w", err)
 	}
 	devMode, err := gpupool.ParseDeviceMode(cfg.Device)
 	if err != nil {

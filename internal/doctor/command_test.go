@@ -48,11 +48,18 @@ func TestCommand(t *testing.T) {
 		t.Errorf("DEVICE=cuda report:\n%s", out)
 	}
 
+	// PAIR_ENCODING reaches the doctor's sample, as it reaches every
+	// subcommand that scores.
+	env["PAIR_ENCODING"] = "joined"
 	out, err = doctorRun("auto", "--json")
 	var rep Report
 	if err != nil || json.Unmarshal([]byte(out), &rep) != nil || !rep.OK || rep.Path != "cpu" || rep.Problem == nil || rep.Problem.Kind != gpupool.ProblemNoDriver {
 		t.Fatalf("--json: err %v, report %+v\n%s", err, rep, out)
 	}
+	if rep.Sample.PairEncoding != "joined" {
+		t.Errorf("PAIR_ENCODING=joined: the sample was encoded as %q", rep.Sample.PairEncoding)
+	}
+	delete(env, "PAIR_ENCODING")
 
 	if _, err := doctorRun("auto", "--duration", "0s"); service.ExitCode(err) != 2 {
 		t.Errorf("--duration 0: err %v, want a usage error (exit 2)", err)

@@ -195,6 +195,9 @@ type Recommendation struct {
 type SampleDescriptor struct {
 	Pairs     int     `json:"pairs"`
 	Threshold float64 `json:"threshold"`
+	// PairEncoding is PAIR_ENCODING: the sample is encoded as the service
+	// would encode it.
+	PairEncoding string `json:"pair_encoding"`
 }
 
 // sampleSentences are earnings-call sentences of mixed length: short ones,
@@ -271,7 +274,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
-	rep.Sample.Pairs = len(pairs)
+	rep.Sample.Pairs, rep.Sample.PairEncoding = len(pairs), string(m.PairEncoding)
 
 	cpu, cpuScores := checkCPU(ctx, m, o, pairs)
 	rep.CPU = &cpu
@@ -303,25 +306,17 @@ func cudnnWarning(rep *Report) {
 }
 
 // samplePairs encodes every sample sentence against every label's
-// hypothesis, as the service does.
+// hypothesis, as the service does (PAIR_ENCODING included).
 func samplePairs(m *model.Model, o Options) ([]model.Pair, error) {
 	labels := model.LabelConfig{Template: o.Template, Labels: o.Labels, Threshold: o.Threshold}
-	var hyps [][]int32
-	for _, h := range labels.Hypotheses() {
-		ids, err := m.Tokenizer.Encode(h)
-		if err != nil {
-			return nil, fmt.Errorf("doctor: encoding hypothesis %q: %w", h, err)
-		}
-		hyps = append(hyps, ids)
-	}
 	var pairs []model.Pair
 	for _, s := range sampleSentences {
-		prem, err := m.Tokenizer.Encode(s)
-		if err != nil {
-			return nil, fmt.Errorf("doctor: encoding sample: %w", err)
-		}
-		for _, h := range hyps {
-			pairs = append(pairs, m.Tokenizer.EncodePair(prem, h, m.MaxLength))
+		for _, h := range labels.Hypotheses() {
+			p, err := m.EncodeText(s, h)
+			if err != nil {
+				return nil, fmt.Errorf("doctor: encoding sample against %q: %w", h, err)
+			}
+			pairs = append(pairs, p)
 		}
 	}
 	return pairs, nil

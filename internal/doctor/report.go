@@ -89,7 +89,7 @@ func WriteText(w io.Writer, r Report) error {
 	for _, g := range r.GPUs {
 		writeCheck(line, problem, g)
 	}
-	line("sample", "%d pairs, decisions at THRESHOLD %.2f", r.Sample.Pairs, r.Sample.Threshold)
+	line("sample", "%d pairs (%s encoding), decisions at THRESHOLD %.2f", r.Sample.Pairs, r.Sample.PairEncoding, r.Sample.Threshold)
 	rec := r.Recommend
 	settings := fmt.Sprintf("DEVICE=%s MAX_BATCH_TOKENS=%d WORKERS=%d", rec.Device, rec.MaxBatchTokens, rec.Workers)
 	if rec.CPUThreads > 0 {

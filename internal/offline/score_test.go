@@ -407,13 +407,11 @@ func TestScoreResume(t *testing.T) {
 	}
 
 	t.Run("a changed input is refused", func(t *testing.T) {
+		out, partial, _ := partialOf(t, env, in)
 		raw, _ := os.ReadFile(in)
-		if err := os.WriteFile(partial, raw[:bytes.IndexByte(raw, '\n')+1], 0o644); err != nil {
-			t.Fatal(err)
-		}
 		lines := strings.SplitAfter(string(raw), "\n")
-		swapped := filepath.Join(dir, "swapped.jsonl")
-		os.WriteFile(swapped, []byte(lines[1]+lines[0]), 0o644)
+		swapped := filepath.Join(t.TempDir(), "swapped.jsonl")
+		os.WriteFile(swapped, []byte(lines[1]+lines[0]+strings.Join(lines[2:], "")), 0o644)
 		_, _, err := runCLI(t, env, "", "score", "--in", swapped, "--out", out, "--resume")
 		if err == nil || !strings.Contains(err.Error(), "input changed") {
 			t.Errorf("resume over a different input: %v", err)

@@ -61,6 +61,8 @@ type Config struct {
 	ModelFile          string   `env:"MODEL_FILE" help:"ONNX file relative to MODEL_DIR; empty = model.onnx or the single onnx/model*.onnx"`
 	ORTLib             string   `env:"ORT_LIB" envDefault:".deps/ort-1.29.0/libonnxruntime.so.1" help:"ONNX Runtime shared library"`
 	ScoreMode          string   `env:"SCORE_MODE" envDefault:"softmax" help:"softmax (P(entailment) over all classes) or entail_vs_contradiction"`
+	PairEncoding       string   `env:"PAIR_ENCODING" envDefault:"pair" help:"pair ([CLS] sentence [SEP] hypothesis [SEP], what NLI models are trained on) or joined (sentence + PAIR_SEPARATOR + hypothesis as one sequence, the Spark job's encoding; over the max length only the sentence is cut)"`
+	PairSeparator      string   `env:"PAIR_SEPARATOR" envDefault:"</s></s>" help:"text between sentence and hypothesis when PAIR_ENCODING=joined (ordinary text to DeBERTa-v3's tokenizer)"`
 	EntailmentIndex    int      `env:"ENTAILMENT_INDEX" envDefault:"-1" help:"logit index of entailment; -1 = from id2label (other negatives are an error)"`
 	HypothesisTemplate string   `env:"HYPOTHESIS_TEMPLATE" envDefault:"This text is about {}." help:"hypothesis template with exactly one {}"`
 	Labels             []string `env:"LABELS" envSeparator:"," envDefault:"consumer strength,consumer weakness,reduced consumer's spending patterns" help:"comma-separated labels"`
@@ -164,6 +166,8 @@ func (c *Config) Validate() error {
 	check(c.RebalanceTimeout > 0, "KAFKA_REBALANCE_TIMEOUT must be > 0")
 	check(strings.Count(c.HypothesisTemplate, "{}") == 1, "HYPOTHESIS_TEMPLATE must contain exactly one {}, got %q", c.HypothesisTemplate)
 	check(c.Threshold >= 0 && c.Threshold <= 1, "THRESHOLD must be in [0, 1], got %v", c.Threshold)
+	check(c.PairEncoding == "pair" || c.PairEncoding == "joined", "PAIR_ENCODING must be pair or joined, got %q", c.PairEncoding)
+	check(c.PairSeparator != "", "PAIR_SEPARATOR must not be empty")
 	check(c.EntailmentIndex >= -1, "ENTAILMENT_INDEX must be >= 0, or -1 for auto (from id2label), got %d", c.EntailmentIndex)
 	check(len(c.Labels) > 0, "LABELS must not be empty")
 	for _, l := range c.Labels {

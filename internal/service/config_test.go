@@ -82,6 +82,7 @@ func TestConfigValidation(t *testing.T) {
 		"threshold NaN":           {map[string]string{"THRESHOLD": "NaN"}, "THRESHOLD"},
 		"entailment index -2":     {map[string]string{"ENTAILMENT_INDEX": "-2"}, "ENTAILMENT_INDEX"},
 		"labels only commas":      {map[string]string{"LABELS": " , ,"}, "LABELS"},
+		"pair encoding":           {map[string]string{"PAIR_ENCODING": "concatenated"}, "PAIR_ENCODING"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := parseConfig(t, tc.env)

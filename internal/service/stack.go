@@ -65,7 +65,7 @@ func OpenScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg promet
 	s.Model = m
 	log.Info().Str("model", m.Name).Str("sha256", m.SHA256).Strs("inputs", m.InputNames).
 		Strs("labels", m.ID2Label).Int("entailment_index", m.EntailmentIndex).Int("max_length", m.MaxLength).
-		Str("score_mode", string(m.ScoreMode)).Msg("model loaded")
+		Str("score_mode", string(m.ScoreMode)).Str("pair_encoding", string(m.PairEncoding)).Msg("model loaded")
 
 	pool, closeNVML, err := NewPool(ctx, cfg, m, log, reg, gpupool.SessionFactory(m, SessionConfig(cfg)))
 	if err != nil {
@@ -118,20 +118,36 @@ func OpenScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg promet
 
 // LoadModel loads MODEL_DIR with the scoring options from cfg.
 func LoadModel(cfg Config) (*model.Model, error) {
-	dir, err := ResolvePath(cfg.ModelDir)
-	if err != nil {
-		return nil, fmt.Errorf("MODEL_DIR: %w", err)
-	}
-	mode, err := model.ParseScoreMode(cfg.ScoreMode)
+	lo, err := ModelOptions(cfg)
 	if err != nil {
 		return nil, err
 	}
-	lo := model.LoadOptions{Dir: dir, ONNXFile: cfg.ModelFile, ScoreMode: mode}
+	return model.Load(lo)
+}
+
+// ModelOptions is how cfg becomes model.LoadOptions: MODEL_DIR resolved,
+// MODEL_FILE, SCORE_MODE, ENTAILMENT_INDEX, PAIR_ENCODING and
+// PAIR_SEPARATOR. Every subcommand that loads a model goes through it, so
+// none can score with a setting the others ignore.
+func ModelOptions(cfg Config) (model.LoadOptions, error) {
+	dir, err := ResolvePath(cfg.ModelDir)
+	if err != nil {
+		return model.LoadOptions{}, fmt.Errorf("MODEL_DIR: %w", err)
+	}
+	mode, err := model.ParseScoreMode(cfg.ScoreMode)
+	if err != nil {
+		return model.LoadOptions{}, err
+	}
+	enc, err := model.ParsePairEncoding(cfg.PairEncoding)
+	if err != nil {
+		return model.LoadOptions{}, err
+	}
+	lo := model.LoadOptions{Dir: dir, ONNXFile: cfg.ModelFile, ScoreMode: mode, PairEncoding: enc, PairSeparator: cfg.PairSeparator}
 	if cfg.EntailmentIndex >= 0 {
 		idx := cfg.EntailmentIndex
 		lo.EntailmentIndex = &idx
 	}
-	return model.Load(lo)
+	return lo, nil
 }
 
 // CPUPlan splits the machine's cores between CPU workers and ORT intra-op

@@ -36,6 +36,11 @@ func FuzzEncode(f *testing.F) {
 			if p.Len() > 64 || len(p.TypeIDs) != p.Len() {
 				t.Fatalf("EncodePair over budget: %d ids, %d type ids", p.Len(), len(p.TypeIDs))
 			}
+			j, err := tok.EncodeJoined(s, "</s></s>", s, 24)
+			if err != nil || j.Len() > 24 || len(j.TypeIDs) != j.Len() {
+				t.Fatalf("EncodeJoined(%q) over budget or failed: %d ids, %d type ids, %v", s, j.Len(), len(j.TypeIDs), err)
+			}
+			checkRange(t, tok, j.IDs)
 		}
 	})
 }

@@ -74,3 +74,65 @@ func TestGolden(t *testing.T) {
 		})
 	}
 }
+
+type joinedGoldenFile struct {
+	Model     string `json:"model"`
+	MaxLength int    `json:"max_length"`
+	Encoding  string `json:"pair_encoding"`
+	Cases     []struct {
+		Premise      string  `json:"premise"`
+		Separator    string  `json:"separator"`
+		Hypothesis   string  `json:"hypothesis"`
+		Kept         *int    `json:"premise_chars_kept"`
+		InputIDs     []int32 `json:"input_ids"`
+		TokenTypeIDs []int32 `json:"token_type_ids"`
+	} `json:"cases"`
+}
+
+// TestGoldenJoined compares EncodeJoined with HF's single-sequence encode
+// of premise+separator+hypothesis (and, over max length, with the same
+// premise cut replayed on HF's tokenizer) id for id.
+func TestGoldenJoined(t *testing.T) {
+	for _, dir := range testenv.ModelDirs(t) {
+		name := filepath.Base(dir)
+		t.Run(name, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "model", "testdata", "golden", name+".joined.json"))
+			if err != nil {
+				t.Fatalf("joined golden file for %s missing (run `make golden`): %v", name, err)
+			}
+			var g joinedGoldenFile
+			if err := json.Unmarshal(data, &g); err != nil {
+				t.Fatal(err)
+			}
+			if len(g.Cases) == 0 || g.MaxLength <= 0 || g.Encoding != "joined" {
+				t.Fatalf("joined golden file for %s: %d cases, max_length %d, encoding %q", name, len(g.Cases), g.MaxLength, g.Encoding)
+			}
+			tok, err := Load(filepath.Join(dir, "tokenizer.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			pass, cut, fails := 0, 0, 0
+			for i, c := range g.Cases {
+				p, err := tok.EncodeJoined(c.Premise, c.Separator, c.Hypothesis, g.MaxLength)
+				if err != nil {
+					t.Fatalf("case %d: EncodeJoined: %v", i, err)
+				}
+				if c.Kept != nil {
+					cut++
+				}
+				if slices.Equal(p.IDs, c.InputIDs) && slices.Equal(p.TypeIDs, c.TokenTypeIDs) {
+					pass++
+					continue
+				}
+				t.Errorf("case %d (%q + %q + %q, premise kept %v):\n got %v %v\nwant %v %v", i, c.Premise, c.Separator, c.Hypothesis, c.Kept, p.IDs, p.TypeIDs, c.InputIDs, c.TokenTypeIDs)
+				if fails++; fails > 20 {
+					t.Fatalf("too many failures")
+				}
+			}
+			if cut == 0 {
+				t.Errorf("no case cuts the premise: the truncation search is untested")
+			}
+			t.Logf("%s: %d/%d joined golden cases pass (%d with the premise cut)", name, pass, len(g.Cases), cut)
+		})
+	}
+}

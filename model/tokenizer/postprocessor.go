@@ -5,18 +5,45 @@ import (
 	"fmt"
 )
 
-// templatePiece is one element of a pair template: either special token
-// ids or the A (seq 0) / B (seq 1) sequence, each with its type id.
+// templatePiece is one element of a template: either special token ids or
+// the A (seq 0) / B (seq 1) sequence, each with its type id.
 type templatePiece struct {
 	special []int32
 	seq     int // 0 = A, 1 = B, -1 = special
 	typeID  int32
 }
 
-// template is the post-processor's pair layout. A nil template (no
-// post_processor) adds nothing and gives every token type id 0 for A, 1
-// for B, as HF's default pair encoding does.
+// template is one of the post-processor's layouts: the pair template
+// ([CLS] A [SEP] B [SEP]) or the single-sequence one ([CLS] A [SEP]). No
+// post_processor adds nothing and gives every token type id 0 for A, 1 for
+// B, as HF's default encoding does.
 type template []templatePiece
+
+// templates is a post-processor's two layouts.
+type templates struct {
+	pair, single template
+}
+
+// apply lays sequences a (A) and b (B) out by the template, with each
+// piece's type id.
+func (t template) apply(a, b []int32) Pair {
+	n := t.overhead() + len(a) + len(b)
+	p := Pair{IDs: make([]int32, 0, n), TypeIDs: make([]int32, 0, n)}
+	for _, piece := range t {
+		ids := piece.special
+		switch piece.seq {
+		case 0:
+			ids = a
+		case 1:
+			ids = b
+		}
+		p.IDs = append(p.IDs, ids...)
+		for range ids {
+			p.TypeIDs = append(p.TypeIDs, piece.typeID)
+		}
+	}
+	return p
+}
 
 func (t template) overhead() int {
 	n := 0
@@ -26,88 +53,115 @@ func (t template) overhead() int {
 	return n
 }
 
-func defaultTemplate() template {
-	return template{{seq: 0, typeID: 0}, {seq: 1, typeID: 1}}
+func defaultTemplates() templates {
+	return templates{pair: template{{seq: 0, typeID: 0}, {seq: 1, typeID: 1}}, single: template{{seq: 0}}}
 }
 
-func parsePostProcessor(raw json.RawMessage) (template, error) {
+// templatePieceConfig is one element of TemplateProcessing's "single" or
+// "pair" list.
+type templatePieceConfig struct {
+	SpecialToken *struct {
+		ID     string `json:"id"`
+		TypeID int32  `json:"type_id"`
+	} `json:"SpecialToken"`
+	Sequence *struct {
+		ID     string `json:"id"`
+		TypeID int32  `json:"type_id"`
+	} `json:"Sequence"`
+}
+
+// parseTemplate turns one TemplateProcessing list into a template. which
+// is "pair" or "single"; a single template may only name sequence A.
+func parseTemplate(which string, pieces []templatePieceConfig, specials map[string]struct {
+	IDs []int32 `json:"ids"`
+}) (template, error) {
+	out := make(template, 0, len(pieces))
+	for i, p := range pieces {
+		switch {
+		case p.SpecialToken != nil:
+			st, ok := specials[p.SpecialToken.ID]
+			if !ok {
+				return nil, fmt.Errorf("tokenizer: TemplateProcessing %s piece %d names special token %q missing from special_tokens", which, i, p.SpecialToken.ID)
+			}
+			out = append(out, templatePiece{special: st.IDs, seq: -1, typeID: p.SpecialToken.TypeID})
+		case p.Sequence != nil:
+			seq := 0
+			switch p.Sequence.ID {
+			case "A":
+			case "B":
+				seq = 1
+			}
+			if (p.Sequence.ID != "A" && p.Sequence.ID != "B") || (which == "single" && seq != 0) {
+				want := "A or B"
+				if which == "single" {
+					want = "A"
+				}
+				return nil, fmt.Errorf("tokenizer: TemplateProcessing %s piece %d has sequence %q, want %s", which, i, p.Sequence.ID, want)
+			}
+			out = append(out, templatePiece{seq: seq, typeID: p.Sequence.TypeID})
+		default:
+			return nil, fmt.Errorf("tokenizer: TemplateProcessing %s piece %d is neither SpecialToken nor Sequence", which, i)
+		}
+	}
+	return out, nil
+}
+
+func parsePostProcessor(raw json.RawMessage) (templates, error) {
 	if isNull(raw) {
-		return defaultTemplate(), nil
+		return defaultTemplates(), nil
 	}
 	var t typed
 	if err := json.Unmarshal(raw, &t); err != nil {
-		return nil, fmt.Errorf("tokenizer: bad post_processor: %w", err)
+		return templates{}, fmt.Errorf("tokenizer: bad post_processor: %w", err)
 	}
 	switch t.Type {
 	case "TemplateProcessing":
 		var c struct {
-			Pair []struct {
-				SpecialToken *struct {
-					ID     string `json:"id"`
-					TypeID int32  `json:"type_id"`
-				} `json:"SpecialToken"`
-				Sequence *struct {
-					ID     string `json:"id"`
-					TypeID int32  `json:"type_id"`
-				} `json:"Sequence"`
-			} `json:"pair"`
+			Single        []templatePieceConfig `json:"single"`
+			Pair          []templatePieceConfig `json:"pair"`
 			SpecialTokens map[string]struct {
 				IDs []int32 `json:"ids"`
 			} `json:"special_tokens"`
 		}
 		if err := json.Unmarshal(raw, &c); err != nil {
-			return nil, fmt.Errorf("tokenizer: bad TemplateProcessing: %w", err)
+			return templates{}, fmt.Errorf("tokenizer: bad TemplateProcessing: %w", err)
 		}
-		out := make(template, 0, len(c.Pair))
-		for i, p := range c.Pair {
-			switch {
-			case p.SpecialToken != nil:
-				st, ok := c.SpecialTokens[p.SpecialToken.ID]
-				if !ok {
-					return nil, fmt.Errorf("tokenizer: TemplateProcessing pair piece %d names special token %q missing from special_tokens", i, p.SpecialToken.ID)
-				}
-				out = append(out, templatePiece{special: st.IDs, seq: -1, typeID: p.SpecialToken.TypeID})
-			case p.Sequence != nil:
-				seq := 0
-				switch p.Sequence.ID {
-				case "A":
-				case "B":
-					seq = 1
-				default:
-					return nil, fmt.Errorf("tokenizer: TemplateProcessing pair piece %d has sequence %q, want A or B", i, p.Sequence.ID)
-				}
-				out = append(out, templatePiece{seq: seq, typeID: p.Sequence.TypeID})
-			default:
-				return nil, fmt.Errorf("tokenizer: TemplateProcessing pair piece %d is neither SpecialToken nor Sequence", i)
-			}
+		pair, err := parseTemplate("pair", c.Pair, c.SpecialTokens)
+		if err != nil {
+			return templates{}, err
 		}
-		return out, nil
+		single, err := parseTemplate("single", c.Single, c.SpecialTokens)
+		if err != nil {
+			return templates{}, err
+		}
+		return templates{pair: pair, single: single}, nil
 	case "BertProcessing", "RobertaProcessing":
 		var c struct {
 			Sep [2]json.RawMessage `json:"sep"`
 			Cls [2]json.RawMessage `json:"cls"`
 		}
 		if err := json.Unmarshal(raw, &c); err != nil {
-			return nil, fmt.Errorf("tokenizer: bad %s: %w", t.Type, err)
+			return templates{}, fmt.Errorf("tokenizer: bad %s: %w", t.Type, err)
 		}
 		var sep, cls int32
 		if err := json.Unmarshal(c.Sep[1], &sep); err != nil {
-			return nil, fmt.Errorf("tokenizer: %s sep id: %w", t.Type, err)
+			return templates{}, fmt.Errorf("tokenizer: %s sep id: %w", t.Type, err)
 		}
 		if err := json.Unmarshal(c.Cls[1], &cls); err != nil {
-			return nil, fmt.Errorf("tokenizer: %s cls id: %w", t.Type, err)
+			return templates{}, fmt.Errorf("tokenizer: %s cls id: %w", t.Type, err)
 		}
+		single := template{{special: []int32{cls}, seq: -1}, {seq: 0}, {special: []int32{sep}, seq: -1}}
 		if t.Type == "BertProcessing" {
-			return template{
+			return templates{single: single, pair: template{
 				{special: []int32{cls}, seq: -1}, {seq: 0}, {special: []int32{sep}, seq: -1},
 				{seq: 1, typeID: 1}, {special: []int32{sep}, seq: -1, typeID: 1},
-			}, nil
+			}}, nil
 		}
 		// RoBERTa has no segment embeddings: every type id is 0.
-		return template{
+		return templates{single: single, pair: template{
 			{special: []int32{cls}, seq: -1}, {seq: 0}, {special: []int32{sep, sep}, seq: -1},
 			{seq: 1}, {special: []int32{sep}, seq: -1},
-		}, nil
+		}}, nil
 	}
-	return nil, fmt.Errorf("tokenizer: unsupported post_processor type %q", t.Type)
+	return templates{}, fmt.Errorf("tokenizer: unsupported post_processor type %q", t.Type)
 }

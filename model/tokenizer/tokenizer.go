@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -21,8 +22,10 @@ type Tokenizer struct {
 	norm       normalizer   // nil = text used as is
 	pre        preTokenizer
 	model      model
-	template   template
-	overhead   int
+	template   template // pair template
+	single     template // single-sequence template (PAIR_ENCODING=joined)
+	overhead   int      // special tokens the pair template adds
+	singleOver int      // special tokens the single template adds
 	padID      int32
 	vocabSize  int
 }
@@ -96,8 +99,8 @@ func parse(data []byte) (*Tokenizer, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.template = tmpl
-	t.overhead = tmpl.overhead()
+	t.template, t.single = tmpl.pair, tmpl.single
+	t.overhead, t.singleOver = tmpl.pair.overhead(), tmpl.single.overhead()
 	for _, a := range cfg.AddedTokens {
 		if a.ID < 0 {
 			return nil, fmt.Errorf("tokenizer: added token %q has negative id %d", a.Content, a.ID)
@@ -115,7 +118,7 @@ func parse(data []byte) (*Tokenizer, error) {
 		}
 		t.vocabSize = max(t.vocabSize, int(a.ID)+1)
 	}
-	for _, p := range t.template {
+	for _, p := range append(slices.Clip(t.template), t.single...) {
 		for _, id := range p.special {
 			if id < 0 || int(id) >= t.vocabSize {
 				return nil, fmt.Errorf("tokenizer: post_processor special id %d outside vocab of %d", id, t.vocabSize)
@@ -153,9 +156,10 @@ func (t *Tokenizer) findPadID(cfg fileConfig) int32 {
 }
 
 // Encode returns the ids of text alone, without special tokens, as HF's
-// encode(text, add_special_tokens=False) does. Scoring encodes sentences
-// and hypotheses separately and joins them with EncodePair, so each
-// hypothesis is encoded once per batch instead of once per sentence.
+// encode(text, add_special_tokens=False) does. Pair scoring encodes
+// sentences and hypotheses separately and joins them with EncodePair, so
+// each hypothesis is encoded once per batch instead of once per sentence;
+// joined scoring (EncodeJoined) cannot, see there.
 func (t *Tokenizer) Encode(text string) ([]int32, error) {
 	if !utf8.ValidString(text) {
 		return nil, fmt.Errorf("%w (first bad byte at offset %d of %d)", ErrInvalidUTF8, firstInvalid(text), len(text))
@@ -204,22 +208,7 @@ func (t *Tokenizer) EncodePair(premise, hypothesis []int32, maxLen int) Pair {
 			}
 		}
 	}
-	n := t.overhead + len(premise) + len(hypothesis)
-	p := Pair{IDs: make([]int32, 0, n), TypeIDs: make([]int32, 0, n)}
-	for _, piece := range t.template {
-		ids := piece.special
-		switch piece.seq {
-		case 0:
-			ids = premise
-		case 1:
-			ids = hypothesis
-		}
-		p.IDs = append(p.IDs, ids...)
-		for range ids {
-			p.TypeIDs = append(p.TypeIDs, piece.typeID)
-		}
-	}
-	return p
+	return t.template.apply(premise, hypothesis)
 }
 
 // PadID is the id batches are padded with.

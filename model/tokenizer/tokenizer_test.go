@@ -171,6 +171,10 @@ func TestWordPieceAndAddedTokens(t *testing.T) {
 	if !slices.Equal(pair.IDs, []int32{2, 7, 3, 4, 3}) || !slices.Equal(pair.TypeIDs, []int32{0, 0, 0, 1, 1}) {
 		t.Errorf("BertProcessing pair = %+v", pair)
 	}
+	// The single template: [CLS] A [SEP], type ids 0; "<" ">" are unknown words.
+	if j, err := tok.EncodeJoined("a", "<w>", "unaffable", 0); err != nil || !slices.Equal(j.IDs, []int32{2, 7, 1, 1, 1, 4, 5, 6, 3}) || !slices.Equal(j.TypeIDs, make([]int32, 9)) {
+		t.Errorf("BertProcessing single = %+v, %v", j, err)
+	}
 }
 
 const tinyUnigram = `{
@@ -212,6 +216,10 @@ func TestUnigram(t *testing.T) {
 	pair := tok.EncodePair([]int32{3}, []int32{4}, 0)
 	if !slices.Equal(pair.IDs, []int32{0, 3, 2, 2, 4, 2}) || !slices.Equal(pair.TypeIDs, make([]int32, 6)) {
 		t.Errorf("RobertaProcessing pair = %+v", pair)
+	}
+	// Single: <s> A </s>; "a"+"b" joined is the one word "▁ab".
+	if j, err := tok.EncodeJoined("a", "", "b", 0); err != nil || !slices.Equal(j.IDs, []int32{0, 6, 2}) {
+		t.Errorf("RobertaProcessing single = %+v, %v", j, err)
 	}
 
 	fb := parseJSON(t, strings.Replace(tinyUnigram, "%s", "true", 1))
@@ -266,6 +274,49 @@ func TestEncodePairTruncation(t *testing.T) {
 	}
 }
 
+func TestEncodeJoinedTruncation(t *testing.T) {
+	tok := loadModel(t, "nli-unigram-small")
+	if n := tok.NumSpecialTokensSingle(); n != 2 {
+		t.Fatalf("NumSpecialTokensSingle = %d, want 2 ([CLS] [SEP])", n)
+	}
+	const sep, hyp = "</s></s>", "This text is about consumer weakness."
+	tail, err := tok.Encode(sep + hyp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	premise := strings.Repeat("Consumers pulled back on discretionary spending. ", 40)
+	for _, maxLen := range []int{len(tail) + 3, len(tail) + 40, 64, 200} {
+		p, err := tok.EncodeJoined(premise, sep, hyp, maxLen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Len() > maxLen || p.Len() < maxLen-4 || len(p.TypeIDs) != p.Len() {
+			t.Errorf("max %d: %d ids, %d type ids; want a premise cut to just fit", maxLen, p.Len(), len(p.TypeIDs))
+		}
+		if p.IDs[0] != 1 || p.IDs[p.Len()-1] != 2 {
+			t.Errorf("max %d: %v does not keep [CLS] … [SEP]", maxLen, p.IDs)
+		}
+		// The hypothesis survives whole: the ids end as the hypothesis's own
+		// (its first word may be glued to the separator, the rest is not).
+		hypIDs, _ := tok.Encode(hyp)
+		if got := p.IDs[p.Len()-1-(len(hypIDs)-1) : p.Len()-1]; !slices.Equal(got, hypIDs[1:]) {
+			t.Errorf("max %d: ids end %v, want the hypothesis's %v", maxLen, got, hypIDs[1:])
+		}
+	}
+	// Without a limit, or under it, nothing is cut.
+	whole, _ := tok.Encode(premise + sep + hyp)
+	if p, _ := tok.EncodeJoined(premise, sep, hyp, 0); p.Len() != len(whole)+2 {
+		t.Errorf("unlimited: %d ids, want %d", p.Len(), len(whole)+2)
+	}
+	// The hypothesis alone over the limit: cut at the end, never over.
+	if p, _ := tok.EncodeJoined(premise, sep, hyp, 5); p.Len() != 5 || !slices.Equal(p.IDs[1:4], tail[:3]) {
+		t.Errorf("over-long hypothesis: %v, want [CLS] + the first 3 of %v + [SEP]", p.IDs, tail)
+	}
+	if _, err := tok.EncodeJoined("a\xffb", sep, hyp, 64); !errors.Is(err, ErrInvalidUTF8) {
+		t.Errorf("invalid UTF-8: err = %v", err)
+	}
+}
+
 func TestLoadErrors(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, body string) string {
@@ -285,6 +336,8 @@ func TestLoadErrors(t *testing.T) {
 		{"normalizer", write("norm.json", strings.Replace(tinyWordPiece, `"type": "BertNormalizer"`, `"type": "Nmt"`, 1)), `unsupported normalizer type "Nmt"`},
 		{"pre", write("pre.json", strings.Replace(tinyWordPiece, `"type": "BertPreTokenizer"`, `"type": "ByteLevel"`, 1)), `unsupported pre_tokenizer type "ByteLevel"`},
 		{"post", write("post.json", strings.Replace(tinyWordPiece, `"type": "BertProcessing"`, `"type": "ByteLevel"`, 1)), `unsupported post_processor type "ByteLevel"`},
+		{"single B", write("single.json", strings.Replace(tinyWordPiece, `"post_processor": {"type": "BertProcessing", "sep": ["[SEP]", 3], "cls": ["[CLS]", 2]}`,
+			`"post_processor": {"type": "TemplateProcessing", "single": [{"Sequence": {"id": "B", "type_id": 0}}], "pair": [], "special_tokens": {}}`, 1)), `single piece 0 has sequence "B", want A`},
 		{"unk", write("unk.json", strings.Replace(tinyWordPiece, `"unk_token": "[UNK]"`, `"unk_token": "<nope>"`, 1)), `unk_token "<nope>"`},
 	}
 	for _, c := range cases {

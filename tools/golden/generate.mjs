@@ -1,8 +1,11 @@
 // Writes model/testdata/golden/<model>.json for every model folder under
 // ../shared/models: the reference tokenizer's ids (HF tokenizers 0.22 through
 // @anush008/tokenizers) and the reference ONNX Runtime's logits for real
-// transcript sentences and hand-picked hard cases. The Go tokenizer and
-// scorer tests compare against these files; see README.md.
+// transcript sentences and hand-picked hard cases. It also writes
+// <model>.joined.json, the same for PAIR_ENCODING=joined: premise +
+// separator + hypothesis encoded as one string with the single-sequence
+// template. The Go tokenizer and scorer tests compare against these files;
+// see README.md.
 //
 // Usage: node generate.mjs   (from tools/golden, after npm install)
 import fs from 'node:fs';
@@ -53,6 +56,55 @@ const HARD_CASES = [
   'e-commerce, co-op, don\'t, it\'s, we\'re, Q&A, R&D, S&P 500, 10-K, 3.5x, 1/2, 50/50',
   '....!!!???;;;:::---___///\\\\\\|||',
 ];
+
+// PAIR_ENCODING=joined: the Spark job's separator, and on a subset a second
+// one that holds an added token and spaces. JOINED_SEAMS are premises whose
+// end meets the separator in the ways that break a piecewise encoding.
+const SEPARATOR = '</s></s>';
+const OTHER_SEPARATOR = ' [SEP] ';
+const JOINED_SEAMS = [
+  'Ends with spaces   ',
+  'Ends with a tag <',
+  'Ends with half a separator </s',
+  'Ends with half a token [SE',
+  'Ends with a metaspace \u2581',
+  'Ends with an accent Cafe\u0301',
+  'Already joined</s></s>',
+  'Revenue'.repeat(400),
+];
+const JOINED_GALLOP_START = 64; // model/tokenizer/joined.go's joinedGallopStart
+
+// encodeJoined is the reference for tokenizer.EncodeJoined: HF's encode of
+// premise + sep + hypothesis with the single-sequence template, and over
+// maxLength the same search for the longest premise prefix (in code
+// points) that the Go code runs, each probe encoded by HF.
+async function encodeJoined(tok, premise, sep, hypothesis, maxLength) {
+  const enc = async (p) => tok.encode(p + sep + hypothesis, null, { addSpecialTokens: true });
+  const whole = await enc(premise);
+  if (whole.getIds().length <= maxLength) return { enc: whole, kept: null };
+  const cps = Array.from(premise);
+  const n = cps.length;
+  const fits = async (k) => {
+    const e = await enc(cps.slice(0, k).join(''));
+    return { e, ok: e.getIds().length <= maxLength };
+  };
+  let lo = 0;
+  let hi = Math.min(JOINED_GALLOP_START, n);
+  let best = null;
+  while (hi < n) {
+    const { e, ok } = await fits(hi);
+    if (!ok) break;
+    lo = hi; best = e;
+    hi = Math.min(2 * hi, n);
+  }
+  while (hi - lo > 1) {
+    const mid = lo + Math.floor((hi - lo) / 2);
+    const { e, ok } = await fits(mid);
+    if (ok) { lo = mid; best = e; } else hi = mid;
+  }
+  if (best === null) throw new Error(`joined: even an empty premise is over ${maxLength} tokens with ${JSON.stringify(hypothesis)}`);
+  return { enc: best, kept: lo };
+}
 
 async function readSentences() {
   const calls = [];
@@ -200,6 +252,35 @@ async function main() {
     const truncated = cases.filter((c) => c.input_ids.length === maxLength).length;
     console.log(`${name}: ${cases.length} cases (${truncated} truncated to ${maxLength}), ${(fs.statSync(file).size / 1024).toFixed(0)} KiB -> ${path.relative(repo, file)}`);
     await crossCheck(name, dir, cases, maxLength);
+
+    // PAIR_ENCODING=joined. The single-sequence tokenizer has no truncation
+    // of its own: encodeJoined does the cutting.
+    const single = tk.Tokenizer.fromFile(path.join(dir, 'tokenizer.json'));
+    single.disableTruncation();
+    single.disablePadding();
+    const joined = [];
+    for (const [pi, premise] of [...premises, ...JOINED_SEAMS].entries()) {
+      const hyps = pi % 10 === 0 || pi >= picked.length ? [...HYPOTHESES, LONG_HYPOTHESIS] : HYPOTHESES;
+      const seps = pi % 10 === 0 || pi >= picked.length ? [SEPARATOR, OTHER_SEPARATOR] : [SEPARATOR];
+      for (const separator of seps) {
+        for (const hypothesis of hyps) {
+          const { enc, kept } = await encodeJoined(single, premise, separator, hypothesis, maxLength);
+          joined.push({
+            premise,
+            separator,
+            hypothesis,
+            premise_chars_kept: kept,
+            input_ids: enc.getIds(),
+            token_type_ids: enc.getTypeIds(),
+          });
+        }
+      }
+    }
+    await runOnnx(session, joined);
+    const jfile = path.join(outDir, `${name}.joined.json`);
+    fs.writeFileSync(jfile, JSON.stringify({ ...golden, pair_encoding: 'joined', cases: joined }) + '\n');
+    const cut = joined.filter((c) => c.premise_chars_kept !== null).length;
+    console.log(`${name} joined: ${joined.length} cases (${cut} with the premise cut), ${(fs.statSync(jfile).size / 1024).toFixed(0)} KiB -> ${path.relative(repo, jfile)}`);
   }
 }
 

@@ -1,0 +1,217 @@
+package model
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/scorer/scorer/internal/testenv"
+)
+
+// joinedGolden is model/testdata/golden/<model>.joined.json: HF tokenizers'
+// single-sequence encode of premise+separator+hypothesis (the premise cut as
+// tokenizer.EncodeJoined documents) and onnxruntime-node's logits for it.
+type joinedGolden struct {
+	MaxLength int    `json:"max_length"`
+	Encoding  string `json:"pair_encoding"`
+	Cases     []struct {
+		goldenCase
+		Separator string `json:"separator"`
+	} `json:"cases"`
+}
+
+// TestGoldenJoined is PAIR_ENCODING=joined end to end against the
+// independent reference: the model's own encoding (Load with EncodeJoined
+// and the case's separator, then EncodeText) must give the reference ids
+// exactly, and the session's logits and P(entailment) must be within 1e-4.
+func TestGoldenJoined(t *testing.T) {
+	for _, dir := range testenv.ModelDirs(t) {
+		name := filepath.Base(dir)
+		t.Run(name, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join("testdata", "golden", name+".joined.json"))
+			if err != nil {
+				t.Fatalf("joined golden file for %s missing (run `make golden`): %v", name, err)
+			}
+			var g joinedGolden
+			if err := json.Unmarshal(data, &g); err != nil {
+				t.Fatal(err)
+			}
+			if len(g.Cases) == 0 || g.Encoding != "joined" {
+				t.Fatalf("%s: %d cases, encoding %q", name, len(g.Cases), g.Encoding)
+			}
+			models := map[string]*Model{}
+			var s *Session
+			pairs := make([]Pair, len(g.Cases))
+			for i, c := range g.Cases {
+				m := models[c.Separator]
+				if m == nil {
+					m = loadModel(t, LoadOptions{Dir: dir, PairEncoding: EncodeJoined, PairSeparator: c.Separator})
+					if m.MaxLength != g.MaxLength || m.PairSeparator != c.Separator {
+						t.Fatalf("Load: max length %d separator %q; golden %d %q", m.MaxLength, m.PairSeparator, g.MaxLength, c.Separator)
+					}
+					models[c.Separator] = m
+					if s == nil {
+						s = newSession(t, m)
+					}
+				}
+				p, err := m.EncodeText(c.Premise, c.Hypothesis)
+				if err != nil {
+					t.Fatalf("case %d: %v", i, err)
+				}
+				if !slices.Equal(p.IDs, c.InputIDs) || !slices.Equal(p.TypeIDs, c.TokenTypeIDs) {
+					t.Fatalf("case %d (%q %q %q): ids\n got %v\nwant %v", i, c.Premise, c.Separator, c.Hypothesis, p.IDs, c.InputIDs)
+				}
+				pairs[i] = p
+			}
+			m := models[g.Cases[0].Separator]
+			logits, probs := scoreSortedBatches(t, s, m, pairs)
+			var maxLogit, maxProb float64
+			for i, c := range g.Cases {
+				for k := range c.Logits {
+					d := math.Abs(float64(logits[i][k]) - c.Logits[k])
+					maxLogit = math.Max(maxLogit, d)
+					if d > 1e-4 {
+						t.Errorf("case %d (%q): logit[%d] = %v, reference %v", i, c.Premise, k, logits[i][k], c.Logits[k])
+					}
+				}
+				d := math.Abs(float64(probs[i]) - c.Probs[m.EntailmentIndex])
+				maxProb = math.Max(maxProb, d)
+				if d > 1e-4 {
+					t.Errorf("case %d (%q): P(entailment) = %v, reference %v", i, c.Premise, probs[i], c.Probs[m.EntailmentIndex])
+				}
+			}
+			t.Logf("%s joined: %d cases, %d separators, max |Δlogit| %.3g, max |ΔP(entail)| %.3g", name, len(g.Cases), len(models), maxLogit, maxProb)
+		})
+	}
+}
+
+// scoreSortedBatches scores pairs 16 at a time in length order (padding in
+// play, as in service, without padding 1000 rows to 512) and returns each
+// pair's logits and P(entailment) in input order.
+func scoreSortedBatches(t *testing.T, s *Session, m *Model, pairs []Pair) ([][]float32, []float32) {
+	t.Helper()
+	order := make([]int, len(pairs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return len(pairs[a].IDs) - len(pairs[b].IDs) })
+	logits := make([][]float32, len(pairs))
+	probs := make([]float32, len(pairs))
+	for start := 0; start < len(order); start += 16 {
+		idx := order[start:min(start+16, len(order))]
+		batch := make([]Pair, len(idx))
+		for k, i := range idx {
+			batch[k] = pairs[i]
+		}
+		rows, err := s.Logits(t.Context(), batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, i := range idx {
+			logits[i] = rows[k]
+			probs[i] = entailmentProb(rows[k], m.ScoreMode, m.EntailmentIndex, m.ContradictionIndex)
+		}
+	}
+	return logits, probs
+}
+
+// TestTranscriptScorerJoined checks that TranscriptScorer under joined
+// encoding sends exactly EncodeText's pairs, labels its records with the
+// encoding, and that the encoding matters: on nli-deberta-v3-tiny the
+// same sentences score differently as pairs and joined.
+func TestTranscriptScorerJoined(t *testing.T) {
+	dir := testenv.ModelDir(t, "nli-deberta-v3-tiny")
+	joined := loadModel(t, LoadOptions{Dir: dir, PairEncoding: EncodeJoined})
+	plain := loadModel(t, LoadOptions{Dir: dir})
+	if joined.PairSeparator != DefaultPairSeparator || plain.PairSeparator != "" || plain.PairEncoding != EncodePair {
+		t.Fatalf("separators: joined %q, pair %q (%s)", joined.PairSeparator, plain.PairSeparator, plain.PairEncoding)
+	}
+	events := readTranscripts(t, 2, 6)
+	lc := DefaultLabelConfig()
+
+	fake := &fakeScorer{}
+	ts, err := NewTranscriptScorer(joined, lc, fake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := ts.Score(t.Context(), events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pairs, k := fake.calls[0], 0
+	for i, ev := range events {
+		if out[i].PairEncoding != "joined" || out[i].PairSeparator != "</s></s>" {
+			t.Errorf("record %d: pair_encoding %q separator %q", i, out[i].PairEncoding, out[i].PairSeparator)
+		}
+		for _, sec := range ev.SectionNames() {
+			for _, sent := range ev.Sections[sec] {
+				for _, h := range lc.Hypotheses() {
+					want, err := joined.EncodeText(sent, h)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !slices.Equal(pairs[k].IDs, want.IDs) || !slices.Equal(pairs[k].TypeIDs, want.TypeIDs) {
+						t.Fatalf("pair %d (%q × %q) is not the joined encoding", k, sent, h)
+					}
+					k++
+				}
+			}
+		}
+	}
+	if k != len(pairs) {
+		t.Fatalf("%d pairs sent, %d expected", len(pairs), k)
+	}
+
+	s := newSession(t, joined)
+	score := func(m *Model) []float32 {
+		ts, err := NewTranscriptScorer(m, lc, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := ts.Score(t.Context(), events[:1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := string(m.PairEncoding); out[0].PairEncoding != want {
+			t.Errorf("pair_encoding %q, want %q", out[0].PairEncoding, want)
+		}
+		var all []float32
+		for _, sec := range events[0].SectionNames() {
+			all = append(all, out[0].Sections[sec].Results[lc.Labels[1]].Scores...)
+		}
+		return all
+	}
+	a, b := score(plain), score(joined)
+	moved := 0
+	for i := range a {
+		if math.Abs(float64(a[i]-b[i])) > 1e-3 {
+			moved++
+		}
+	}
+	if moved == 0 {
+		t.Errorf("pair and joined scores agree within 1e-3 on all %d sentences: %v vs %v", len(a), a, b)
+	}
+	t.Logf("pair vs joined on %s: %d of %d scores moved by more than 1e-3 (first: %.4f vs %.4f)", joined.Name, moved, len(a), a[0], b[0])
+}
+
+func TestPairEncodingOptions(t *testing.T) {
+	dir := testenv.ModelDirs(t)[0]
+	if _, err := Load(LoadOptions{Dir: dir, PairEncoding: "concatenated"}); err == nil || !strings.Contains(err.Error(), `unknown pair encoding "concatenated"`) {
+		t.Errorf("bad encoding: %v", err)
+	}
+	if e, err := ParsePairEncoding(""); err != nil || e != EncodePair {
+		t.Errorf(`ParsePairEncoding("") = %q, %v`, e, err)
+	}
+	// A separator with the hypothesis that leaves no premise room is
+	// refused up front, naming both.
+	short := loadModel(t, LoadOptions{Dir: dir, MaxLength: 12, PairEncoding: EncodeJoined})
+	lc := DefaultLabelConfig()
+	lc.Labels = []string{"reduced consumer's spending patterns"}
+	if _, err := NewTranscriptScorer(short, lc, &fakeScorer{}); err == nil || !strings.Contains(err.Error(), "separator and hypothesis") {
+		t.Errorf("separator + hypothesis over max length: %v", err)
+	}
+}
