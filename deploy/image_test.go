@@ -312,6 +312,11 @@ func TestMakefileOpsTargets(t *testing.T) {
 	if !slices.Contains(prereqs["test"], "promtool") {
 		t.Errorf("make test prerequisites %v lack promtool", prereqs["test"])
 	}
+	// Both shipped ORT cores pass the golden and fidelity tests: the cpu core in the main run,
+	// the CUDA image's core in a second run of the model package.
+	if !slices.Contains(prereqs["test"], "cuda-ort") || !slices.Contains(recipes["test"], "ORT_LIB=$(ORT_CUDA_DIR)/libonnxruntime.so.1 $(GO) test -race -count=1 ./model") {
+		t.Errorf("make test (prerequisites %v, recipe %q) does not run the model package's tests on the CUDA image's core", prereqs["test"], recipes["test"])
+	}
 	if !slices.Contains(recipes["test"], "$(MAKE) image-test") {
 		t.Errorf("make test recipe %q does not run $(MAKE) image-test", recipes["test"])
 	}

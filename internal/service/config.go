@@ -59,7 +59,7 @@ type Config struct {
 
 	ModelDir           string   `env:"MODEL_DIR" envDefault:"../shared/models/nli-unigram-small" help:"model folder: config.json, tokenizer.json, ONNX file"`
 	ModelFile          string   `env:"MODEL_FILE" help:"ONNX file relative to MODEL_DIR; empty = model.onnx or the single onnx/model*.onnx"`
-	ORTLib             string   `env:"ORT_LIB" envDefault:".deps/ort-1.29.0/libonnxruntime.so.1" help:"ONNX Runtime shared library"`
+	ORTLib             string   `env:"ORT_LIB" envDefault:".deps/ort-1.30.0/libonnxruntime.so.1" help:"ONNX Runtime shared library"`
 	ScoreMode          string   `env:"SCORE_MODE" envDefault:"softmax" help:"softmax (P(entailment) over all classes) or entail_vs_contradiction"`
 	EntailmentIndex    int      `env:"ENTAILMENT_INDEX" envDefault:"-1" help:"logit index of entailment; -1 = from id2label (other negatives are an error)"`
 	HypothesisTemplate string   `env:"HYPOTHESIS_TEMPLATE" envDefault:"This text is about {}." help:"hypothesis template with exactly one {}"`

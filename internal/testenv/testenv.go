@@ -100,18 +100,37 @@ func Transcripts(t testing.TB) string {
 	return filepath.Join(SharedDir(t), "data", "transcripts", "transcripts.jsonl")
 }
 
-// ORTLib is the ONNX Runtime shared library: $ORT_LIB, or the one `make ort`
-// puts under .deps.
+// ORTLib is the ONNX Runtime shared library: $ORT_LIB, or DefaultORTLib.
 func ORTLib(t testing.TB) string {
 	t.Helper()
 	lib := os.Getenv("ORT_LIB")
 	if lib == "" {
-		lib = filepath.Join(RepoRoot(), ".deps", "ort-1.29.0", "libonnxruntime.so.1")
+		lib = DefaultORTLib()
 	}
 	if _, err := os.Stat(lib); err != nil {
 		t.Fatalf("ONNX Runtime library not found at %s (run `make ort` or set ORT_LIB): %v", lib, err)
 	}
 	return lib
+}
+
+// DefaultORTLib is where `make ort` puts the core of the "cpu" set of
+// deploy/ort/pins.txt: .deps/ort-VERSION/libonnxruntime.so.1. For TestMain
+// functions, which have no testing.TB; empty when the pin list has no
+// readable cpu row.
+func DefaultORTLib() string {
+	data, err := os.ReadFile(filepath.Join(RepoRoot(), "deploy", "ort", "pins.txt"))
+	if err != nil {
+		return ""
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 5 && f[0] == "cpu" && f[3] == "libonnxruntime.so.1" {
+			if _, version, ok := strings.Cut(f[1], "@"); ok {
+				return filepath.Join(RepoRoot(), ".deps", "ort-"+version, "libonnxruntime.so.1")
+			}
+		}
+	}
+	return ""
 }
 
 // ORTCUDADir is the CUDA image's ONNX Runtime directory, the core and its
