@@ -61,7 +61,7 @@ func TestImage(t *testing.T) {
 	if err != nil {
 		t.Fatal("kcat not found on PATH: `make kcat` installs it")
 	}
-	modelDir := testenv.ModelDir(t, "nli-unigram-small")
+	modelDir := testenv.ScorerModelDir(t)
 	bin := buildScorer(t)
 
 	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
