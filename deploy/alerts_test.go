@@ -479,7 +479,7 @@ func TestMetricsExported(t *testing.T) {
 		t.Skip("starts a scorer and scores transcripts")
 	}
 	ortLib := testenv.ORTLib(t)
-	modelDir := testenv.ModelDir(t, "nli-unigram-small")
+	modelDir := testenv.ScorerModelDir(t)
 	transcripts := testenv.Transcripts(t)
 
 	dir := t.TempDir()

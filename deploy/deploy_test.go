@@ -38,8 +38,7 @@ const (
 	chartDir       = "helm/scorer"
 	cmdConfig      = "../internal/service/config.go"
 
-	wantORTVersion = "1.29.0"
-	ortPins        = "ort/pins.txt"
+	ortPins = "ort/pins.txt"
 	// kubeVersion passed to helm: a helm built with `go install` (no release ldflags) assumes
 	// Kubernetes v1.20, below the chart's kubeVersion constraint.
 	kubeVersion = "1.31.0"
@@ -584,6 +583,105 @@ func checkDockerfileCommon(t *testing.T, path string, df dockerfile) {
 	}
 }
 
+// pinRow is one row of deploy/ort/pins.txt.
+type pinRow struct{ set, pkg, inner, name, sha string }
+
+// readORTPins reads deploy/ort/pins.txt and checks its shape: every row
+// set, package@version, path, name, SHA-256; a cpu set of one core from
+// onnxruntime-node; a cuda set of one such core and the provider libraries.
+func readORTPins(t *testing.T) []pinRow {
+	t.Helper()
+	data, err := os.ReadFile(ortPins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sha256Re := regexp.MustCompile(`^[0-9a-f]{64}$`)
+	var rows []pinRow
+	names := map[string]map[string]bool{}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		if len(f) != 5 || !sha256Re.MatchString(f[4]) || !strings.Contains(f[1], "@") {
+			t.Fatalf("%s: row %q: want set, package@version, path, name, SHA-256", ortPins, line)
+		}
+		r := pinRow{f[0], f[1], f[2], f[3], f[4]}
+		if names[r.set] == nil {
+			names[r.set] = map[string]bool{}
+		}
+		if names[r.set][r.name] {
+			t.Errorf("%s: set %s installs %s twice", ortPins, r.set, r.name)
+		}
+		names[r.set][r.name] = true
+		rows = append(rows, r)
+	}
+	if len(names["cpu"]) != 1 || len(names["cuda"]) < 3 || len(names) != 2 {
+		t.Errorf("%s: sets %v; want cpu (the core) and cuda (a core and the provider libraries) only", ortPins, names)
+	}
+	for _, set := range []string{"cpu", "cuda"} {
+		core := false
+		for _, r := range rows {
+			if r.set == set && r.name == "libonnxruntime.so.1" {
+				core = strings.HasPrefix(r.pkg, "onnxruntime-node@") && r.inner == "package/bin/napi-v6/linux/x64/libonnxruntime.so.1"
+			}
+		}
+		if !core {
+			t.Errorf("%s: set %s has no libonnxruntime.so.1 from onnxruntime-node's package/bin/napi-v6/linux/x64/", ortPins, set)
+		}
+	}
+	return rows
+}
+
+// pinnedCoreVersion is the ORT release of a pin set's core.
+func pinnedCoreVersion(t *testing.T, set string) string {
+	t.Helper()
+	for _, r := range readORTPins(t) {
+		if r.set == set && r.name == "libonnxruntime.so.1" {
+			_, v, _ := strings.Cut(r.pkg, "@")
+			return v
+		}
+	}
+	t.Fatalf("%s: no core in set %s", ortPins, set)
+	return ""
+}
+
+// checkORTStage: a Dockerfile's ort stage installs its pin set into
+// /opt/onnxruntime/lib with scripts/fetch-ort.sh (which verifies every file
+// with sha256sum -c before installing any), and its ORT_VERSION, which names
+// the image's release, is that set's core.
+func checkORTStage(t *testing.T, path string, df dockerfile, set string) {
+	t.Helper()
+	var ort *stage
+	for i := range df.stages {
+		if df.stages[i].name == "ort" {
+			ort = &df.stages[i]
+		}
+	}
+	if ort == nil {
+		t.Fatalf("%s: no ort stage", path)
+	}
+	var run, copies string
+	for _, in := range ort.ins {
+		switch in.cmd {
+		case "RUN":
+			run += in.args + "\n"
+		case "COPY":
+			copies += in.args + "\n"
+		}
+	}
+	if !strings.Contains(copies, "deploy/ort/pins.txt") || !strings.Contains(copies, "scripts/fetch-ort.sh") ||
+		!regexp.MustCompile(`fetch-ort\.sh --pins \S*pins\.txt `+set+` /opt/onnxruntime/lib\b`).MatchString(run) {
+		t.Errorf("%s: the ort stage does not install the %s set of deploy/ort/pins.txt with scripts/fetch-ort.sh", path, set)
+	}
+	if script, err := os.ReadFile("../scripts/fetch-ort.sh"); err != nil || !regexp.MustCompile(`sha256sum (--strict )?(--quiet )?-c`).Match(script) {
+		t.Errorf("scripts/fetch-ort.sh does not verify the ORT files with sha256sum -c (err %v)", err)
+	}
+	if v, want := df.globalArgs["ORT_VERSION"], pinnedCoreVersion(t, set); v != want {
+		t.Errorf("%s: ORT_VERSION = %q, want %s, the %s core of %s", path, v, want, set, ortPins)
+	}
+}
+
 func TestDockerfiles(t *testing.T) {
 	d := readDesign(t)
 	t.Run("cpu", func(t *testing.T) {
@@ -591,28 +689,18 @@ func TestDockerfiles(t *testing.T) {
 		checkDockerfileCommon(t, cpuDockerfile, df)
 		fin := df.final()
 		env := fin.env()
-		if v := df.globalArgs["ORT_VERSION"]; v != wantORTVersion {
-			t.Errorf("ORT_VERSION = %q, want %s", v, wantORTVersion)
-		}
-		mk, err := os.ReadFile(makefile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, arg := range []string{"ORT_VERSION", "ORT_SHA256"} {
-			m := regexp.MustCompile(`(?m)^` + arg + `\s*:?=\s*(\S+)`).FindSubmatch(mk)
-			if m == nil || string(m[1]) != df.globalArgs[arg] {
-				t.Errorf("Dockerfile %s %q != Makefile's (%q)", arg, df.globalArgs[arg], m)
-			}
-		}
-		// The image fetches the library with the Makefile's script, so both
+		// The image fetches the cpu set with the Makefile's script, so both
 		// get the same bytes by the same bounded, verified route.
-		raw, _ := os.ReadFile(cpuDockerfile)
-		if !strings.Contains(string(raw), "COPY scripts/fetch-ort.sh") ||
-			!strings.Contains(string(raw), `fetch-ort.sh "${ORT_VERSION}" "${ORT_SHA256}" /opt/onnxruntime/lib/libonnxruntime.so.1`) {
-			t.Error("CPU image does not install libonnxruntime.so.1 with scripts/fetch-ort.sh ${ORT_VERSION} ${ORT_SHA256}")
+		checkORTStage(t, cpuDockerfile, df, "cpu")
+		mk, err := exec.Command("make", "-C", "..", "-s", "-n", "-p", "ort").Output()
+		if err != nil {
+			t.Fatalf("make -n -p ort: %v", err)
 		}
-		if script, err := os.ReadFile("../scripts/fetch-ort.sh"); err != nil || !strings.Contains(string(script), "package/bin/napi-v6/linux/x64/libonnxruntime.so.1") {
-			t.Errorf("scripts/fetch-ort.sh does not take libonnxruntime.so.1 from the onnxruntime-node package (err %v)", err)
+		if m := regexp.MustCompile(`(?m)^ORT_VERSION := (\S+)$`).FindSubmatch(mk); m == nil || string(m[1]) != pinnedCoreVersion(t, "cpu") {
+			t.Errorf("the Makefile's ORT_VERSION is %q, want the cpu core's %s from %s", m, pinnedCoreVersion(t, "cpu"), ortPins)
+		}
+		if !regexp.MustCompile(`(?m)^\t\./scripts/fetch-ort\.sh --pins \$\(ORT_PINS\) cpu `).Match(mk) {
+			t.Error("make ort does not install the cpu set of ORT_PINS with scripts/fetch-ort.sh")
 		}
 		for k, want := range map[string]string{
 			"ORT_LIB":   "/opt/onnxruntime/lib/libonnxruntime.so.1",
@@ -657,77 +745,8 @@ func TestDockerfiles(t *testing.T) {
 			t.Error("CUDA image sets no NVIDIA_VISIBLE_DEVICES")
 		}
 		// The ORT files come from the one pin list, installed by the same script as `make
-		// cuda-ort`, which checks every file's SHA-256 before installing any; the list's core is
-		// the Makefile's (and so the CPU image's and every test's) library.
-		var ort *stage
-		for i := range df.stages {
-			if df.stages[i].name == "ort" {
-				ort = &df.stages[i]
-			}
-		}
-		if ort == nil {
-			t.Fatalf("%s: no ort stage", cudaDockerfile)
-		}
-		var run, copies string
-		for _, in := range ort.ins {
-			switch in.cmd {
-			case "RUN":
-				run += in.args + "\n"
-			case "COPY":
-				copies += in.args + "\n"
-			}
-		}
-		if !strings.Contains(copies, "deploy/ort/pins.txt") || !strings.Contains(copies, "scripts/fetch-ort.sh") ||
-			!regexp.MustCompile(`fetch-ort\.sh --pins \S*pins\.txt cuda /opt/onnxruntime/lib\b`).MatchString(run) {
-			t.Errorf("%s: the ort stage does not install the cuda set of deploy/ort/pins.txt with scripts/fetch-ort.sh", cudaDockerfile)
-		}
-		if script, err := os.ReadFile("../scripts/fetch-ort.sh"); err != nil || !regexp.MustCompile(`sha256sum (--strict )?(--quiet )?-c`).Match(script) {
-			t.Errorf("scripts/fetch-ort.sh does not verify the ORT files with sha256sum -c (err %v)", err)
-		}
-		if v := df.globalArgs["ORT_VERSION"]; v != wantORTVersion {
-			t.Errorf("%s: ORT_VERSION = %q, want %s", cudaDockerfile, v, wantORTVersion)
-		}
-		pins, err := os.ReadFile(ortPins)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mk, err := os.ReadFile(makefile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		makeVar := func(name string) string {
-			m := regexp.MustCompile(`(?m)^` + name + `\s*:?=\s*(\S+)`).FindSubmatch(mk)
-			if m == nil {
-				return ""
-			}
-			return string(m[1])
-		}
-		sha256Re := regexp.MustCompile(`^[0-9a-f]{64}$`)
-		sets := map[string]int{}
-		for _, line := range strings.Split(string(pins), "\n") {
-			f := strings.Fields(line)
-			if len(f) == 0 || strings.HasPrefix(f[0], "#") {
-				continue
-			}
-			if len(f) != 5 || !sha256Re.MatchString(f[4]) {
-				t.Errorf("%s: row %q: want set, package@version, path, name, SHA-256", ortPins, line)
-				continue
-			}
-			sets[f[0]]++
-			if f[0] == "core" {
-				if f[1] != "onnxruntime-node@"+makeVar("ORT_VERSION") || f[4] != makeVar("ORT_SHA256") ||
-					f[2] != "package/bin/napi-v6/linux/x64/libonnxruntime.so.1" || f[3] != "libonnxruntime.so.1" {
-					t.Errorf("%s: core row %q is not the Makefile's onnxruntime-node@%s libonnxruntime.so.1 %s",
-						ortPins, line, makeVar("ORT_VERSION"), makeVar("ORT_SHA256"))
-				}
-			}
-		}
-		if sets["core"] != 1 || sets["cuda"] < 2 {
-			t.Errorf("%s: %d core rows and %d cuda rows, want 1 and the provider libraries", ortPins, sets["core"], sets["cuda"])
-		}
-		if makeVar("ORT_PINS") != "deploy/"+ortPins {
-			t.Errorf("Makefile ORT_PINS = %q, want deploy/%s", makeVar("ORT_PINS"), ortPins)
-		}
+		// cuda-ort`, which checks every file's SHA-256 before installing any.
+		checkORTStage(t, cudaDockerfile, df, "cuda")
 		checkEntrypoint(t, cudaDockerfile, fin, env)
 	})
 	t.Run("connect", func(t *testing.T) {

@@ -61,7 +61,7 @@ func TestImage(t *testing.T) {
 	if err != nil {
 		t.Fatal("kcat not found on PATH: `make kcat` installs it")
 	}
-	modelDir := testenv.ModelDir(t, "nli-unigram-small")
+	modelDir := testenv.ScorerModelDir(t)
 	bin := buildScorer(t)
 
 	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
@@ -311,6 +311,11 @@ func TestMakefileOpsTargets(t *testing.T) {
 	}
 	if !slices.Contains(prereqs["test"], "promtool") {
 		t.Errorf("make test prerequisites %v lack promtool", prereqs["test"])
+	}
+	// Both shipped ORT cores pass the golden and fidelity tests: the cpu core in the main run,
+	// the CUDA image's core in a second run of the model package.
+	if !slices.Contains(prereqs["test"], "cuda-ort") || !slices.Contains(recipes["test"], "ORT_LIB=$(ORT_CUDA_DIR)/libonnxruntime.so.1 $(GO) test -race -count=1 ./model") {
+		t.Errorf("make test (prerequisites %v, recipe %q) does not run the model package's tests on the CUDA image's core", prereqs["test"], recipes["test"])
 	}
 	if !slices.Contains(recipes["test"], "$(MAKE) image-test") {
 		t.Errorf("make test recipe %q does not run $(MAKE) image-test", recipes["test"])

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -84,7 +85,14 @@ func TestPoolMatchesSessionOnRealModel(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	m, err := model.Load(model.LoadOptions{Dir: testenv.ModelDir(t, "nli-unigram-small")})
+	for _, dir := range testenv.ModelDirs(t) {
+		t.Run(filepath.Base(dir), func(t *testing.T) { poolMatchesSession(t, dir) })
+	}
+}
+
+// poolMatchesSession is TestPoolMatchesSessionOnRealModel on one model folder.
+func poolMatchesSession(t *testing.T, dir string) {
+	m, err := model.Load(model.LoadOptions{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

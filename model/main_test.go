@@ -3,7 +3,6 @@ package model
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/scorer/scorer/internal/testenv"
@@ -16,7 +15,7 @@ import (
 func TestMain(m *testing.M) {
 	lib := os.Getenv("ORT_LIB")
 	if lib == "" {
-		lib = filepath.Join(testenv.RepoRoot(), ".deps", "ort-1.29.0", "libonnxruntime.so.1")
+		lib = testenv.DefaultORTLib()
 	}
 	shutdown, err := InitRuntime(lib)
 	if err != nil {

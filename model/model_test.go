@@ -114,11 +114,14 @@ func TestLoadRealModels(t *testing.T) {
 			}
 		})
 	}
-	// The two folders differ in exactly the ways Load must discover.
+	// The folders differ in exactly the ways Load must discover: only the
+	// BERT WordPiece graph takes token_type_ids (DeBERTa-v3 has
+	// type_vocab_size 0), and the contradiction label's name.
 	uni := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, "nli-unigram-small")})
 	wp := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, "nli-wordpiece-small")})
-	if contains(uni.InputNames, "token_type_ids") || !contains(wp.InputNames, "token_type_ids") {
-		t.Errorf("token_type_ids: unigram inputs %v, wordpiece inputs %v", uni.InputNames, wp.InputNames)
+	deb := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch)})
+	if contains(uni.InputNames, "token_type_ids") || !contains(wp.InputNames, "token_type_ids") || contains(deb.InputNames, "token_type_ids") {
+		t.Errorf("token_type_ids: unigram inputs %v, wordpiece inputs %v, deberta inputs %v", uni.InputNames, wp.InputNames, deb.InputNames)
 	}
 	if uni.ID2Label[uni.ContradictionIndex] != "not_entailment" || wp.ID2Label[wp.ContradictionIndex] != "contradiction" {
 		t.Errorf("contradiction labels: %q, %q", uni.ID2Label[uni.ContradictionIndex], wp.ID2Label[wp.ContradictionIndex])
@@ -280,7 +283,7 @@ func TestPickMaxLength(t *testing.T) {
 // version that covers those weights: changing only them changes the
 // version; the graph file alone still hashes as itself.
 func TestVersionCoversExternalData(t *testing.T) {
-	src := testenv.ModelDirs(t)[0]
+	src := testenv.ModelDir(t, testenv.ProductionArch)
 	plain := loadModel(t, LoadOptions{Dir: src}).SHA256
 	for _, name := range []string{"model.onnx_data", "model.onnx.data"} {
 		var versions []string

@@ -283,7 +283,7 @@ func longPairs(m *Model, rows int) []Pair {
 }
 
 func TestSessionCancel(t *testing.T) {
-	m := loadModel(t, LoadOptions{Dir: testenv.ModelDirs(t)[0]})
+	m := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch)})
 	s := newSession(t, m)
 	pairs := longPairs(m, 128)
 
@@ -353,7 +353,7 @@ func TestSessionInputErrors(t *testing.T) {
 }
 
 func TestSessionClose(t *testing.T) {
-	m := loadModel(t, LoadOptions{Dir: testenv.ModelDirs(t)[0]})
+	m := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch)})
 	s, err := m.NewSession(SessionOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -370,7 +370,7 @@ func TestSessionClose(t *testing.T) {
 }
 
 func TestNewSessionOptions(t *testing.T) {
-	m := loadModel(t, LoadOptions{Dir: testenv.ModelDirs(t)[0]})
+	m := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch)})
 	if _, err := m.NewSession(SessionOptions{IntraOpThreads: -1}); err == nil {
 		t.Error("negative thread count accepted")
 	}
@@ -392,7 +392,7 @@ func TestNewSessionOptions(t *testing.T) {
 // the CPU arena as its target here) both leave scores unchanged, and a
 // session without ShrinkArenas says it cannot shrink.
 func TestReleaseArenaAndMemPattern(t *testing.T) {
-	m := loadModel(t, LoadOptions{Dir: testenv.ModelDirs(t)[0]})
+	m := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch)})
 	plain := newSession(t, m)
 	s, err := m.NewSession(SessionOptions{IntraOpThreads: 1, DisableMemPattern: true, ShrinkArenas: "cpu:0"})
 	if err != nil {

@@ -3,6 +3,7 @@ package model
 import (
 	"context"
 	"math"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -82,9 +83,15 @@ func revise(events []schema.TranscriptEvent) (out []schema.TranscriptEvent, edit
 // TestScoreCacheReal scores real transcripts with the real model, cache on
 // and off: the same output (scores within 1e-5), a repeat costs no
 // inference, a revision costs only its edited sentences, and every hit
-// equals the freshly computed score.
+// equals the freshly computed score; on every model folder.
 func TestScoreCacheReal(t *testing.T) {
-	dir := testenv.ModelDir(t, "nli-unigram-small")
+	for _, dir := range testenv.ModelDirs(t) {
+		t.Run(filepath.Base(dir), func(t *testing.T) { scoreCacheReal(t, dir) })
+	}
+}
+
+// scoreCacheReal is TestScoreCacheReal on one model folder.
+func scoreCacheReal(t *testing.T, dir string) {
 	m := loadModel(t, LoadOptions{Dir: dir})
 	s := newSession(t, m)
 	events := readTranscripts(t, 3, 12)
@@ -195,6 +202,7 @@ func TestScoreCacheKeySeparation(t *testing.T) {
 	if !slices.Equal(a.IDs, b.IDs) || !slices.Equal(a.TypeIDs, b.TypeIDs) {
 		t.Fatalf("separators %q and %q give different ids on %s; the test needs equal ones", wpJoined.PairSeparator, wpSpaced.PairSeparator, wp.Name)
 	}
+	deb := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch)})
 	other := lc
 	other.Template = "The topic is {}."
 	other.Threshold = 0.5
@@ -213,6 +221,7 @@ func TestScoreCacheKeySeparation(t *testing.T) {
 		{"joined encoding", wpJoined, lc, false},
 		{"joined again", wpJoined, lc, true},
 		{"other separator, same ids", wpSpaced, lc, false},
+		{"other architecture", deb, lc, false},
 	}
 	for _, c := range cases {
 		eng := &countingEngine{s: newSession(t, c.m)}

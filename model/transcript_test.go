@@ -125,7 +125,7 @@ func TestLabelConfigValidate(t *testing.T) {
 }
 
 func TestNewTranscriptScorerErrors(t *testing.T) {
-	m := loadModel(t, LoadOptions{Dir: testenv.ModelDirs(t)[0]})
+	m := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch)})
 	if _, err := NewTranscriptScorer(nil, DefaultLabelConfig(), &fakeScorer{}); err == nil {
 		t.Error("nil model accepted")
 	}
@@ -137,7 +137,7 @@ func TestNewTranscriptScorerErrors(t *testing.T) {
 	if _, err := NewTranscriptScorer(m, bad, &fakeScorer{}); err == nil || !strings.Contains(err.Error(), "{}") {
 		t.Errorf("bad template: %v", err)
 	}
-	short := loadModel(t, LoadOptions{Dir: testenv.ModelDirs(t)[0], MaxLength: 8})
+	short := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch), MaxLength: 8})
 	long := DefaultLabelConfig()
 	long.Labels = []string{"reduced consumer's spending patterns across every region and channel"}
 	if _, err := NewTranscriptScorer(short, long, &fakeScorer{}); err == nil || !strings.Contains(err.Error(), "no room") {
@@ -146,7 +146,7 @@ func TestNewTranscriptScorerErrors(t *testing.T) {
 }
 
 func TestTranscriptScorerFake(t *testing.T) {
-	m := loadModel(t, LoadOptions{Dir: testenv.ModelDirs(t)[0]})
+	m := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch)})
 	events := readTranscripts(t, 3, 1<<30)
 	// An empty section must still appear, with empty (not null) lists.
 	events[1].Sections["FILT_EMPTY"] = []string{}
@@ -262,7 +262,7 @@ func TestTranscriptScorerFake(t *testing.T) {
 }
 
 func TestTranscriptScorerErrors(t *testing.T) {
-	m := loadModel(t, LoadOptions{Dir: testenv.ModelDirs(t)[0]})
+	m := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch)})
 	events := readTranscripts(t, 2, 5)
 	sec := events[1].SectionNames()[0]
 	bad := "This sentence appears nowhere else in the corpus."

@@ -1,15 +1,12 @@
 #!/usr/bin/env bash
 # Fetches ONNX Runtime's shared libraries out of npm packages, checks each
-# against a pinned SHA-256 and installs it. Two forms:
+# against a pinned SHA-256 and installs it:
 #
-#   scripts/fetch-ort.sh VERSION SHA256 DEST
-#       the core library only: package/bin/napi-v6/linux/x64/libonnxruntime.so.1
-#       out of onnxruntime-node@VERSION, installed at DEST (the CPU image).
 #   scripts/fetch-ort.sh --pins PINS SET DESTDIR
-#       every row of the pin list PINS (deploy/ort/pins.txt) whose set is
-#       "core" or SET, installed in DESTDIR under its installed name; DESTDIR
-#       then holds exactly those files (`make ort`, `make cuda-ort`, the CUDA
-#       image).
+#       every row of the pin list PINS (deploy/ort/pins.txt) whose set is SET
+#       ("cpu": the core alone; "cuda": a core and its CUDA provider
+#       libraries), installed in DESTDIR under its installed name (`make ort`,
+#       `make cuda-ort`, both images).
 #
 # Registry fetches sometimes stall (npm's default fetch timeout is five
 # minutes, and a stalled 110 MB download once failed a CI run that way), so
@@ -18,35 +15,31 @@
 set -euo pipefail
 
 attempts=${ORT_FETCH_ATTEMPTS:-5}
+if [[ ${1:-} != --pins || $# -ne 4 ]]; then
+	echo "usage: fetch-ort.sh --pins PINS SET DESTDIR" >&2
+	exit 2
+fi
+pins=$2
+set_name=$3
+destdir=$4
 work=$(mktemp -d "${TMPDIR:-/tmp}/scorer-ort.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
 # rows: "package@version inner-path installed-name sha256", one per line.
 rows=()
-if [[ ${1:-} == --pins ]]; then
-	pins=${2:?pin list}
-	set_name=${3:?set (core or cuda)}
-	destdir=${4:?destination directory}
-	while read -r set spec inner name sha; do
-		[[ -z $set || $set == \#* ]] && continue
-		if [[ -z $sha || ! $sha =~ ^[0-9a-f]{64}$ ]]; then
-			echo "fetch-ort: $pins: bad row: $set $spec $inner $name $sha" >&2
-			exit 1
-		fi
-		if [[ $set == core || $set == "$set_name" ]]; then
-			rows+=("$spec $inner $name $sha")
-		fi
-	done <"$pins"
-	if ((${#rows[@]} == 0)); then
-		echo "fetch-ort: $pins has no row for set $set_name" >&2
+while read -r set spec inner name sha; do
+	[[ -z $set || $set == \#* ]] && continue
+	if [[ -z $sha || ! $sha =~ ^[0-9a-f]{64}$ ]]; then
+		echo "fetch-ort: $pins: bad row: $set $spec $inner $name $sha" >&2
 		exit 1
 	fi
-else
-	version=${1:?version}
-	want_sha=${2:?sha256}
-	dest=${3:?destination path}
-	destdir=$(dirname "$dest")
-	rows+=("onnxruntime-node@$version package/bin/napi-v6/linux/x64/libonnxruntime.so.1 $(basename "$dest") $want_sha")
+	if [[ $set == "$set_name" ]]; then
+		rows+=("$spec $inner $name $sha")
+	fi
+done <"$pins"
+if ((${#rows[@]} == 0)); then
+	echo "fetch-ort: $pins has no row for set $set_name" >&2
+	exit 1
 fi
 
 pack() {

@@ -409,9 +409,14 @@ func checkAllScored(t testing.TB, broker string, out *topicWatch, ids []string) 
 
 // relEnv is baseEnv plus a metrics server on a free port: baseEnv's empty
 // METRICS_ADDR is read as unset (so the default :9464), which two scorer
-// processes on one machine cannot share.
+// processes on one machine cannot share. The drills run nli-unigram-small,
+// not ScorerEnv's DeBERTa: their sizes and bounds (inputs left to score at
+// each kill or rebalance, a batch still running at SIGTERM, duplicates per
+// commit interval) are calibrated on its speed, about 7× slower on the CPU,
+// and its scores never reach THRESHOLD, so outputs carry no matches and stay
+// the size the poison drill expects.
 func relEnv(t testing.TB, kv ...string) map[string]string {
-	return withEnv(testenv.ScorerEnv(t), append([]string{"METRICS_ADDR", "127.0.0.1:0"}, kv...)...)
+	return withEnv(testenv.ScorerEnv(t), append([]string{"METRICS_ADDR", "127.0.0.1:0", "MODEL_DIR", testenv.ModelDir(t, "nli-unigram-small")}, kv...)...)
 }
 
 // withEnv returns a copy of base with the given key=value pairs set.

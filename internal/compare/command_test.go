@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,9 +14,10 @@ import (
 	"github.com/scorer/scorer/internal/testenv"
 )
 
-// TestCompareCommand compares real exports on real transcripts: fp32
-// against the int8 file of the same folder passes a loose gate with small
-// but nonzero differences; two different models fail a strict one (exit 1).
+// TestCommand compares real exports on real transcripts: in every model
+// folder with an int8 file, fp32 against it passes a loose gate with small
+// but nonzero differences; the in-test scorer's model (the production
+// architecture) against a different model fails a strict one (exit 1).
 func TestCommand(t *testing.T) {
 	file, events := testenv.ShortestTranscripts(t, 3)
 	sentences := 0
@@ -25,32 +27,53 @@ func TestCommand(t *testing.T) {
 	env := testenv.ScorerEnv(t)
 	env["DEVICE"] = "cpu"
 
-	stdout, stderr, err := runCLI(t, env, "", "compare", "--in", file, "--b-file", "onnx/model_quantized.onnx",
-		"--threshold", "0.5", "--min-agreement", "0.9", "--json")
-	if err != nil {
-		t.Fatalf("fp32 vs int8: %v\n%s", err, stderr)
+	const int8File = "onnx/model_quantized.onnx"
+	quantized := 0
+	for _, dir := range testenv.ModelDirs(t) {
+		if _, err := os.Stat(filepath.Join(dir, int8File)); err != nil {
+			continue
+		}
+		quantized++
+		t.Run("int8 of "+filepath.Base(dir), func(t *testing.T) {
+			stdout, stderr, err := runCLI(t, env, "", "compare", "--in", file, "--a", dir, "--b-file", int8File,
+				"--threshold", "0.5", "--min-agreement", "0.9", "--json")
+			if err != nil {
+				t.Fatalf("fp32 vs int8: %v\n%s", err, stderr)
+			}
+			var rep Report
+			if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+				t.Fatalf("--json output: %v\n%s", err, stdout)
+			}
+			if rep.Pairs != 3*sentences || rep.Transcripts != len(events) || len(rep.Labels) != 3 {
+				t.Errorf("pairs %d transcripts %d labels %d; want %d, %d, 3", rep.Pairs, rep.Transcripts, len(rep.Labels), 3*sentences, len(events))
+			}
+			// int8 moves every score a little; a difference of 0 would mean the
+			// same file was scored twice, one above 0.05 a broken export.
+			if !(rep.MaxAbsDiff > 0 && rep.MaxAbsDiff < 0.05) || rep.P50AbsDiff > rep.P99AbsDiff || rep.P99AbsDiff > rep.MaxAbsDiff {
+				t.Errorf("|Δp| max %v p99 %v p50 %v", rep.MaxAbsDiff, rep.P99AbsDiff, rep.P50AbsDiff)
+			}
+			if !rep.Pass || rep.Agreement < 0.9 || !strings.Contains(rep.B.Name, "model_quantized.onnx") || !strings.Contains(rep.A.Name, "model.onnx") ||
+				rep.A.PairsPerSec <= 0 || rep.B.PairsPerSec <= 0 {
+				t.Errorf("report %+v", rep)
+			}
+		})
 	}
-	var rep Report
-	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
-		t.Fatalf("--json output: %v\n%s", err, stdout)
-	}
-	if rep.Pairs != 3*sentences || rep.Transcripts != len(events) || len(rep.Labels) != 3 {
-		t.Errorf("pairs %d transcripts %d labels %d; want %d, %d, 3", rep.Pairs, rep.Transcripts, len(rep.Labels), 3*sentences, len(events))
-	}
-	// int8 moves every score a little; a difference of 0 would mean the
-	// same file was scored twice, one above 0.05 a broken export.
-	if !(rep.MaxAbsDiff > 0 && rep.MaxAbsDiff < 0.05) || rep.P50AbsDiff > rep.P99AbsDiff || rep.P99AbsDiff > rep.MaxAbsDiff {
-		t.Errorf("|Δp| max %v p99 %v p50 %v", rep.MaxAbsDiff, rep.P99AbsDiff, rep.P50AbsDiff)
-	}
-	if !rep.Pass || rep.Agreement < 0.9 || !strings.Contains(rep.B.Name, "model_quantized.onnx") || !strings.Contains(rep.A.Name, "model.onnx") ||
-		rep.A.PairsPerSec <= 0 || rep.B.PairsPerSec <= 0 {
-		t.Errorf("report %+v", rep)
+	if quantized == 0 {
+		t.Errorf("no model folder has %s: the fp32-vs-int8 gate went untested", int8File)
 	}
 
-	stdout, _, err = runCLI(t, env, "", "compare", "--in", file, "--b", testenv.ModelDir(t, "nli-wordpiece-small"),
-		"--threshold", "0.5", "--min-agreement", "1")
+	// B is another model than A (MODEL_DIR): its scores differ in kind.
+	other := ""
+	for _, dir := range testenv.ModelDirs(t) {
+		if filepath.Base(dir) != filepath.Base(env["MODEL_DIR"]) {
+			other = dir
+			break
+		}
+	}
+	stdout, stderr, err := runCLI(t, env, "", "compare", "--in", file, "--b", other, "--threshold", "0.5", "--min-agreement", "1")
 	if !errors.Is(err, ErrBelowAgreement) || service.ExitCode(err) != 1 {
-		t.Errorf("two different models at --min-agreement 1: %v (exit %d), want exit 1", err, service.ExitCode(err))
+		t.Errorf("%s against %s at --min-agreement 1: %v (exit %d), want exit 1\n%s", filepath.Base(env["MODEL_DIR"]), filepath.Base(other),
+			err, service.ExitCode(err), testenv.Tail(stderr, 2000))
 	}
 	if !strings.Contains(stdout, "FAIL") || !strings.Contains(stdout, "flipped") {
 		t.Errorf("text report of a failed gate:\n%s", stdout)
@@ -63,7 +86,7 @@ func TestCommand(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pair vs joined: %v\n%s", err, stderr)
 	}
-	rep = Report{}
+	var rep Report
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatal(err)
 	}

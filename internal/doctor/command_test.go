@@ -23,7 +23,7 @@ func TestCommand(t *testing.T) {
 			t.Skip("this machine has a GPU")
 		}
 	}
-	env := map[string]string{"ORT_LIB": testenv.ORTLib(t), "MODEL_DIR": testenv.ModelDir(t, "nli-unigram-small"), "LOG_FORMAT": "json"}
+	env := map[string]string{"ORT_LIB": testenv.ORTLib(t), "MODEL_DIR": testenv.ScorerModelDir(t), "LOG_FORMAT": "json"}
 	doctorRun := func(device string, args ...string) (string, error) {
 		env["DEVICE"] = device
 		var out bytes.Buffer

@@ -3,6 +3,7 @@ package doctor
 import (
 	"bytes"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,9 +26,9 @@ func noGPUHere(t *testing.T) {
 	}
 }
 
-func options(t *testing.T, device gpupool.DeviceMode) Options {
+func optionsFor(t *testing.T, device gpupool.DeviceMode, modelDir string) Options {
 	return Options{
-		ORTLib: testenv.ORTLib(t), Model: model.LoadOptions{Dir: testenv.ModelDir(t, "nli-unigram-small")},
+		ORTLib: testenv.ORTLib(t), Model: model.LoadOptions{Dir: modelDir},
 		Device: device, MemFraction: 0.8, Template: "This text is about {}.",
 		Labels: []string{"consumer strength", "consumer weakness"}, Threshold: 0.91,
 		MaxBatchTokens: 16384, MaxBatchRows: 256, CPUWorkers: 1, CPUThreads: 1, Duration: 100 * time.Millisecond,
@@ -35,22 +36,28 @@ func options(t *testing.T, device gpupool.DeviceMode) Options {
 }
 
 // On a host without a GPU, the doctor runs the real model on the real
-// library: auto (and cpu) pass on the CPU path and say why there is no GPU;
-// cuda fails with the cause. The shipped core lists the CUDA provider, and
-// without its provider files beside it the report names the missing file.
+// library: auto (and cpu, on every model folder) pass on the CPU path and
+// say why there is no GPU; cuda fails with the cause. The shipped core lists
+// the CUDA provider, and without its provider files beside it the report
+// names the missing file.
 func TestDoctorWithoutGPU(t *testing.T) {
 	noGPUHere(t)
-	for _, tc := range []struct {
+	type testCase struct {
 		device gpupool.DeviceMode
+		dir    string
 		ok     bool
 		path   string
-	}{
-		{gpupool.ModeAuto, true, "cpu"},
-		{gpupool.ModeCPU, true, "cpu"},
-		{gpupool.ModeCUDA, false, "none"},
-	} {
-		t.Run(string(tc.device), func(t *testing.T) {
-			rep, err := Run(t.Context(), options(t, tc.device))
+	}
+	cases := []testCase{
+		{gpupool.ModeAuto, testenv.ScorerModelDir(t), true, "cpu"},
+		{gpupool.ModeCUDA, testenv.ScorerModelDir(t), false, "none"},
+	}
+	for _, dir := range testenv.ModelDirs(t) {
+		cases = append(cases, testCase{gpupool.ModeCPU, dir, true, "cpu"})
+	}
+	for _, tc := range cases {
+		t.Run(string(tc.device)+"/"+filepath.Base(tc.dir), func(t *testing.T) {
+			rep, err := Run(t.Context(), optionsFor(t, tc.device, tc.dir))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -92,7 +99,7 @@ func TestDoctorWithoutGPU(t *testing.T) {
 			if err := WriteText(&text, rep); err != nil {
 				t.Fatal(err)
 			}
-			wants := []string{"onnxruntime    1.29", "cuda provider  unusable", "verdict        " + rep.Verdict, "recommend      DEVICE=cpu"}
+			wants := []string{"onnxruntime    " + rep.ORT.Version, "cuda provider  unusable", "verdict        " + rep.Verdict, "recommend      DEVICE=cpu"}
 			if tc.device != gpupool.ModeCPU {
 				wants = append(wants, "cuda library   libcudnn.so.9 not found")
 			}

@@ -59,7 +59,7 @@ type Config struct {
 
 	ModelDir           string   `env:"MODEL_DIR" envDefault:"../shared/models/nli-unigram-small" help:"model folder: config.json, tokenizer.json, ONNX file"`
 	ModelFile          string   `env:"MODEL_FILE" help:"ONNX file relative to MODEL_DIR; empty = model.onnx or the single onnx/model*.onnx"`
-	ORTLib             string   `env:"ORT_LIB" envDefault:".deps/ort-1.29.0/libonnxruntime.so.1" help:"ONNX Runtime shared library"`
+	ORTLib             string   `env:"ORT_LIB" envDefault:".deps/ort-1.30.0/libonnxruntime.so.1" help:"ONNX Runtime shared library"`
 	ScoreMode          string   `env:"SCORE_MODE" envDefault:"softmax" help:"softmax (P(entailment) over all classes) or entail_vs_contradiction"`
 	PairEncoding       string   `env:"PAIR_ENCODING" envDefault:"pair" help:"pair ([CLS] sentence [SEP] hypothesis [SEP], what NLI models are trained on) or joined (sentence + PAIR_SEPARATOR + hypothesis as one sequence, the Spark job's encoding; over the max length only the sentence is cut)"`
 	PairSeparator      string   `env:"PAIR_SEPARATOR" envDefault:"</s></s>" help:"text between sentence and hypothesis when PAIR_ENCODING=joined (ordinary text to DeBERTa-v3's tokenizer)"`

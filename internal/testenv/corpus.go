@@ -59,11 +59,12 @@ func ShortestTranscripts(t testing.TB, n int) (string, []schema.TranscriptEvent)
 }
 
 // ScorerEnv is the environment every in-test scorer gets (in-process or a
-// built binary): the real model and
-// ORT library, small batch waits so tests move quickly.
+// built binary): the real model (ScorerModelDir) and ORT library, small
+// batch waits so tests move quickly.
 func ScorerEnv(t testing.TB) map[string]string {
+	t.Helper()
 	return map[string]string{
-		"MODEL_DIR":        ModelDir(t, "nli-unigram-small"),
+		"MODEL_DIR":        ScorerModelDir(t),
 		"ORT_LIB":          ORTLib(t),
 		"LOG_FORMAT":       "json",
 		"BATCH_MAX_WAIT":   "50ms",

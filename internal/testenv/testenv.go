@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -33,17 +34,54 @@ func SharedDir(t testing.TB) string {
 	return dir
 }
 
-// ModelDirs lists every model folder under shared/models.
+// ModelDirs lists every model folder under shared/models: those with a
+// config.json. A folder holding only a tokenizer (deberta-v3-tokenizer) is
+// not a model; TokenizerDirs lists it.
 func ModelDirs(t testing.TB) []string {
 	t.Helper()
-	dirs, err := filepath.Glob(filepath.Join(SharedDir(t), "models", "*", "config.json"))
+	return globDirs(t, "config.json")
+}
+
+// TokenizerDirs lists every folder under shared/models with a
+// tokenizer.json: the model folders and tokenizer-only ones.
+func TokenizerDirs(t testing.TB) []string {
+	t.Helper()
+	return globDirs(t, "tokenizer.json")
+}
+
+func globDirs(t testing.TB, file string) []string {
+	t.Helper()
+	dirs, err := filepath.Glob(filepath.Join(SharedDir(t), "models", "*", file))
 	if err != nil || len(dirs) == 0 {
-		t.Fatalf("no model folders under %s/models", SharedDir(t))
+		t.Fatalf("no folders with a %s under %s/models", file, SharedDir(t))
 	}
 	for i, d := range dirs {
 		dirs[i] = filepath.Dir(d)
 	}
 	return dirs
+}
+
+// ProductionArch names the model folder with the production model's
+// architecture and tokenizer (DeBERTa-v3: relative-position attention, no
+// token_type_ids, the 128k-piece vocabulary), tiny and with random weights.
+const ProductionArch = "nli-deberta-v3-tiny"
+
+// ScorerModelDir is the model folder every in-test scorer runs (ScorerEnv):
+// $TEST_MODEL_DIR when set, a path or a folder name under shared/models, to
+// run the system tests on another model; else ProductionArch.
+func ScorerModelDir(t testing.TB) string {
+	t.Helper()
+	dir := os.Getenv("TEST_MODEL_DIR")
+	if dir == "" {
+		return ModelDir(t, ProductionArch)
+	}
+	if !strings.ContainsRune(dir, filepath.Separator) {
+		return ModelDir(t, dir)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
+		t.Fatalf("TEST_MODEL_DIR: %v", err)
+	}
+	return dir
 }
 
 // ModelDir is one named model folder under shared/models.
@@ -62,18 +100,37 @@ func Transcripts(t testing.TB) string {
 	return filepath.Join(SharedDir(t), "data", "transcripts", "transcripts.jsonl")
 }
 
-// ORTLib is the ONNX Runtime shared library: $ORT_LIB, or the one `make ort`
-// puts under .deps.
+// ORTLib is the ONNX Runtime shared library: $ORT_LIB, or DefaultORTLib.
 func ORTLib(t testing.TB) string {
 	t.Helper()
 	lib := os.Getenv("ORT_LIB")
 	if lib == "" {
-		lib = filepath.Join(RepoRoot(), ".deps", "ort-1.29.0", "libonnxruntime.so.1")
+		lib = DefaultORTLib()
 	}
 	if _, err := os.Stat(lib); err != nil {
 		t.Fatalf("ONNX Runtime library not found at %s (run `make ort` or set ORT_LIB): %v", lib, err)
 	}
 	return lib
+}
+
+// DefaultORTLib is where `make ort` puts the core of the "cpu" set of
+// deploy/ort/pins.txt: .deps/ort-VERSION/libonnxruntime.so.1. For TestMain
+// functions, which have no testing.TB; empty when the pin list has no
+// readable cpu row.
+func DefaultORTLib() string {
+	data, err := os.ReadFile(filepath.Join(RepoRoot(), "deploy", "ort", "pins.txt"))
+	if err != nil {
+		return ""
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 5 && f[0] == "cpu" && f[3] == "libonnxruntime.so.1" {
+			if _, version, ok := strings.Cut(f[1], "@"); ok {
+				return filepath.Join(RepoRoot(), ".deps", "ort-"+version, "libonnxruntime.so.1")
+			}
+		}
+	}
+	return ""
 }
 
 // ORTCUDADir is the CUDA image's ONNX Runtime directory, the core and its

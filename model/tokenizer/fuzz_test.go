@@ -5,13 +5,16 @@ import (
 	"slices"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/scorer/scorer/internal/testenv"
 )
 
-// FuzzEncode feeds arbitrary bytes to both real tokenizers: valid UTF-8
-// must encode without error to in-range ids, identically twice; anything
-// else must be ErrInvalidUTF8, never a panic.
+// FuzzEncode feeds arbitrary bytes to the real tokenizers (our Unigram and
+// WordPiece, DeBERTa-v3's): valid UTF-8 must encode without error to
+// in-range ids, identically twice; anything else must be ErrInvalidUTF8,
+// never a panic.
 func FuzzEncode(f *testing.F) {
-	toks := []*Tokenizer{loadModel(f, "nli-unigram-small"), loadModel(f, "nli-wordpiece-small")}
+	toks := []*Tokenizer{loadModel(f, "nli-unigram-small"), loadModel(f, "nli-wordpiece-small"), loadModel(f, testenv.ProductionArch)}
 	for _, s := range []string{"", "Revenue grew 12%.", "[MASK]x[CLS]", "\u2581\u2581", "a\x00b", "👨‍👩‍👧", "\xff"} {
 		f.Add(s)
 	}

@@ -14,7 +14,13 @@ import (
 
 func loadModel(t testing.TB, name string) *Tokenizer {
 	t.Helper()
-	tok, err := Load(filepath.Join(testenv.ModelDir(t, name), "tokenizer.json"))
+	return loadDir(t, testenv.ModelDir(t, name))
+}
+
+// loadDir loads the tokenizer.json of a folder under shared/models.
+func loadDir(t testing.TB, dir string) *Tokenizer {
+	t.Helper()
+	tok, err := Load(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +67,9 @@ func TestNormalizers(t *testing.T) {
 }
 
 // TestPrecompiled checks the charsmap from the real Unigram model against
-// what SentencePiece's nmt_nfkc rules do.
+// what SentencePiece's nmt_nfkc rules do. DeBERTa-v3's older charsmap
+// differs (it turns ZWJ into a space); the golden files check it against
+// the reference.
 func TestPrecompiled(t *testing.T) {
 	tok := loadModel(t, "nli-unigram-small")
 	var p *precompiled
@@ -239,8 +247,15 @@ func TestUnigram(t *testing.T) {
 	}
 }
 
+// TestEncodePairTruncation: both Unigram models here (ours and DeBERTa-v3)
+// have [PAD] 0, [CLS] 1, [SEP] 2 and the template [CLS] A [SEP] B:1 [SEP]:1.
 func TestEncodePairTruncation(t *testing.T) {
-	tok := loadModel(t, "nli-unigram-small")
+	for _, name := range []string{"nli-unigram-small", testenv.ProductionArch} {
+		t.Run(name, func(t *testing.T) { checkPairTruncation(t, loadModel(t, name)) })
+	}
+}
+
+func checkPairTruncation(t *testing.T, tok *Tokenizer) {
 	if n := tok.NumSpecialTokensPair(); n != 3 {
 		t.Fatalf("NumSpecialTokensPair = %d, want 3 ([CLS] [SEP] [SEP])", n)
 	}
@@ -349,8 +364,8 @@ func TestLoadErrors(t *testing.T) {
 }
 
 func TestInvalidUTF8(t *testing.T) {
-	for _, name := range []string{"nli-unigram-small", "nli-wordpiece-small"} {
-		tok := loadModel(t, name)
+	for _, dir := range testenv.TokenizerDirs(t) {
+		tok, name := loadDir(t, dir), filepath.Base(dir)
 		for _, in := range []string{"\xff", "ok\xc3", "a\xed\xa0\x80b"} {
 			ids, err := tok.Encode(in)
 			if !errors.Is(err, ErrInvalidUTF8) || ids != nil {
@@ -360,12 +375,12 @@ func TestInvalidUTF8(t *testing.T) {
 	}
 }
 
-// TestHugeInput runs a 1 MB sentence through both models: no panic, ids in
-// range, and it finishes (the Viterbi lattice is linear in bytes).
+// TestHugeInput runs a 1 MB sentence through every tokenizer: no panic,
+// ids in range, and it finishes (the Viterbi lattice is linear in bytes).
 func TestHugeInput(t *testing.T) {
 	in := strings.Repeat("Revenue grew 12% to $1.2B — 收入增长 🚀 ", 1<<20/48)
-	for _, name := range []string{"nli-unigram-small", "nli-wordpiece-small"} {
-		tok := loadModel(t, name)
+	for _, dir := range testenv.TokenizerDirs(t) {
+		tok, name := loadDir(t, dir), filepath.Base(dir)
 		ids, err := tok.Encode(in)
 		if err != nil {
 			t.Fatal(err)
@@ -389,7 +404,7 @@ func checkRange(t testing.TB, tok *Tokenizer, ids []int32) {
 // TestConcurrentEncode shares one Tokenizer across goroutines (run with
 // -race) and checks each gets the serial answer.
 func TestConcurrentEncode(t *testing.T) {
-	tok := loadModel(t, "nli-unigram-small")
+	tok := loadModel(t, testenv.ProductionArch)
 	sentences := []string{"Demand was strong across all regions.", "Margins fell 3% 😕", "[MASK] café ＡＢＣ", ""}
 	want := make([][]int32, len(sentences))
 	for i, s := range sentences {
