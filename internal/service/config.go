@@ -4,6 +4,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -58,8 +60,8 @@ type Config struct {
 	ScoreCacheBytes    int           `env:"SCORE_CACHE_BYTES" envDefault:"268435456" help:"memory for the cache of pair scores (revised and repeated sentences skip inference); 0 = off"`
 
 	ModelDir           string   `env:"MODEL_DIR" envDefault:"../shared/models/nli-unigram-small" help:"model folder: config.json, tokenizer.json, ONNX file"`
-	ModelFile          string   `env:"MODEL_FILE" help:"ONNX file relative to MODEL_DIR; empty = model.onnx or the single onnx/model*.onnx"`
-	ORTLib             string   `env:"ORT_LIB" envDefault:".deps/ort-1.29.0/libonnxruntime.so.1" help:"ONNX Runtime shared library"`
+	ModelFile          string   `env:"MODEL_FILE" help:"ONNX file relative to MODEL_DIR and inside it (no leading /, no ..); empty = model.onnx or the single onnx/model*.onnx"`
+	ORTLib             string   `env:"ORT_LIB" help:"ONNX Runtime shared library; empty = .deps/ort-<version>/libonnxruntime.so.1 in the folder above the scorer executable's (what make fetches for bin/scorer), never looked for in the working directory"`
 	ScoreMode          string   `env:"SCORE_MODE" envDefault:"softmax" help:"softmax (P(entailment) over all classes) or entail_vs_contradiction"`
 	EntailmentIndex    int      `env:"ENTAILMENT_INDEX" envDefault:"-1" help:"logit index of entailment; -1 = from id2label (other negatives are an error)"`
 	HypothesisTemplate string   `env:"HYPOTHESIS_TEMPLATE" envDefault:"This text is about {}." help:"hypothesis template with exactly one {}"`
@@ -120,7 +122,33 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 			v.Field(i).Set(reflect.ValueOf(cleanList(l)))
 		}
 	}
+	if cfg.ORTLib == "" {
+		cfg.ORTLib = DefaultORTLib()
+	}
 	return cfg, nil
+}
+
+// defaultORTLib is the ONNX Runtime core `make` fetches, relative to the
+// repository the binary is built in (bin/scorer → bin/..); the Makefile's
+// ORT_VERSION names the same release.
+const defaultORTLib = ".deps/ort-1.29.0/libonnxruntime.so.1"
+
+// DefaultORTLib is ORT_LIB when it is unset: defaultORTLib resolved from
+// the executable's folder (symlinks followed), as an absolute path, and
+// never from the working directory: a library found there would run its
+// code in this process, and whoever can write to the folder a scorer is
+// started from is not whoever installed it. Images set ORT_LIB to their
+// own absolute path. "" when the executable cannot be found (InitORT then
+// says ORT_LIB is missing).
+func DefaultORTLib() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	if real, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = real
+	}
+	return filepath.Join(filepath.Dir(exe), "..", defaultORTLib)
 }
 
 // Validate checks ranges and combinations LoadConfig cannot see field by
@@ -164,6 +192,7 @@ func (c *Config) Validate() error {
 	check(strings.Count(c.HypothesisTemplate, "{}") == 1, "HYPOTHESIS_TEMPLATE must contain exactly one {}, got %q", c.HypothesisTemplate)
 	check(c.Threshold >= 0 && c.Threshold <= 1, "THRESHOLD must be in [0, 1], got %v", c.Threshold)
 	check(c.EntailmentIndex >= -1, "ENTAILMENT_INDEX must be >= 0, or -1 for auto (from id2label), got %d", c.EntailmentIndex)
+	check(c.ModelFile == "" || filepath.IsLocal(c.ModelFile), "MODEL_FILE must be a path inside MODEL_DIR (relative, no leading /, no ..), got %q", c.ModelFile)
 	check(len(c.Labels) > 0, "LABELS must not be empty")
 	for _, l := range c.Labels {
 		check(strings.TrimSpace(l) != "", "LABELS must not contain an empty label")

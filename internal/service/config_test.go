@@ -230,3 +230,67 @@ func TestCPUPlanSplitsCores(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultORTLibIgnoresWorkingDirectory: with ORT_LIB unset the library
+// is looked for beside the executable's folder only. A library planted at
+// the default's relative path under the working directory (a checkout, a
+// download folder) is never the one resolved, since loading it runs its
+// code.
+func TestDefaultORTLibIgnoresWorkingDirectory(t *testing.T) {
+	dir := t.TempDir()
+	planted := filepath.Join(dir, ".deps", "ort-1.29.0", "libonnxruntime.so.1")
+	if err := os.MkdirAll(filepath.Dir(planted), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(planted, []byte("not onnxruntime"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	cfg, err := parseConfig(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(filepath.Dir(exe), "..", ".deps"); !filepath.IsAbs(cfg.ORTLib) || !strings.HasPrefix(cfg.ORTLib, want+string(filepath.Separator)) {
+		t.Errorf("default ORT_LIB = %q, want an absolute path under %s", cfg.ORTLib, want)
+	}
+	if lib, err := ResolvePath(cfg.ORTLib); err == nil {
+		if same, _ := sameFile(lib, planted); same {
+			t.Fatalf("the default ORT_LIB resolved to %s, the working directory's planted file", lib)
+		}
+	}
+	if _, err := InitORT(cfg.ORTLib); err == nil || !strings.Contains(err.Error(), "ORT_LIB") {
+		t.Errorf("InitORT(default) = %v, want an ORT_LIB error (nothing beside the test binary)", err)
+	}
+}
+
+func sameFile(a, b string) (bool, error) {
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false, err
+	}
+	fb, err := os.Stat(b)
+	if err != nil {
+		return false, err
+	}
+	return os.SameFile(fa, fb), nil
+}
+
+// TestConfigModelFileStaysInModelDir: MODEL_FILE names a graph inside
+// MODEL_DIR; a path that leaves it is refused, naming the variable.
+func TestConfigModelFileStaysInModelDir(t *testing.T) {
+	for _, bad := range []string{"../other/model.onnx", "onnx/../../model.onnx", "/etc/model.onnx"} {
+		_, err := parseConfig(t, map[string]string{"MODEL_FILE": bad})
+		if err == nil || !strings.Contains(err.Error(), "MODEL_FILE") || !strings.Contains(err.Error(), "MODEL_DIR") {
+			t.Errorf("MODEL_FILE=%s: err = %v, want one naming MODEL_FILE and MODEL_DIR", bad, err)
+		}
+	}
+	for _, good := range []string{"model.onnx", "onnx/model_quantized.onnx", "./onnx/../model.onnx"} {
+		if _, err := parseConfig(t, map[string]string{"MODEL_FILE": good}); err != nil {
+			t.Errorf("MODEL_FILE=%s: %v", good, err)
+		}
+	}
+}
