@@ -22,7 +22,7 @@ import (
 // by a flag of the same name in lower case with dashes (KAFKA_BROKERS →
 // --kafka-brokers). README.md documents each variable.
 type Config struct {
-	KafkaBrokers     []string      `env:"KAFKA_BROKERS" envSeparator:"," help:"comma-separated bootstrap brokers; empty starts the in-memory broker in-process (not durable)"`
+	KafkaBrokers     []string      `env:"KAFKA_BROKERS" envSeparator:"," help:"comma-separated bootstrap brokers, required by scorer run; embedded = an in-memory broker in the scorer's own process (not durable; make run uses it)"`
 	InputTopic       string        `env:"KAFKA_INPUT_TOPIC" envDefault:"transcripts" help:"topic of TranscriptEvents"`
 	OutputTopic      string        `env:"KAFKA_OUTPUT_TOPIC" envDefault:"transcripts.scored" help:"topic of ScoredTranscripts"`
 	DLQTopic         string        `env:"KAFKA_DLQ_TOPIC" envDefault:"transcripts.dlq" help:"dead-letter topic"`

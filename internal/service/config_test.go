@@ -30,7 +30,7 @@ func TestConfigDefaults(t *testing.T) {
 		t.Errorf("topics = %q %q %q", cfg.InputTopic, cfg.OutputTopic, cfg.DLQTopic)
 	}
 	if len(cfg.KafkaBrokers) != 0 {
-		t.Errorf("KafkaBrokers = %v, want empty (in-memory broker)", cfg.KafkaBrokers)
+		t.Errorf("KafkaBrokers = %v, want empty (scorer run refuses it)", cfg.KafkaBrokers)
 	}
 	want := []string{"consumer strength", "consumer weakness", "reduced consumer's spending patterns"}
 	if !reflect.DeepEqual(cfg.Labels, want) {

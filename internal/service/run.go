@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -23,12 +24,16 @@ import (
 func Run(ctx context.Context, e Env, args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
-	brokerAddr := fs.String("broker-addr", "127.0.0.1:9092", "listen address of the in-memory broker when KAFKA_BROKERS is empty (falls back to a free port when taken)")
+	brokerAddr := fs.String("broker-addr", "127.0.0.1:9092", "listen address of the in-memory broker when KAFKA_BROKERS=embedded (falls back to a free port when taken)")
 	demoFile := fs.String("demo-file", "", "after start-up, load this TranscriptEvent JSONL into the input topic and print a summary once all are handled (scored or dead-lettered)")
 	demoLimit := fs.Int("demo-limit", 0, "load at most this many transcripts from --demo-file; 0 = all")
 	cfg, err := LoadConfig(e.Getenv, fs, args)
 	if err != nil {
 		return UsageOr(err)
+	}
+	embedded, err := embeddedBroker(cfg.KafkaBrokers)
+	if err != nil {
+		return err
 	}
 	log, err := NewLogger(e.Stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
@@ -36,6 +41,9 @@ func Run(ctx context.Context, e Env, args []string) error {
 	}
 	reg := newRegistry()
 	h := newHealth(reg)
+	embeddedGauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "scorer_embedded_broker",
+		Help: "1 when this process consumes from and publishes to its own in-memory Kafka broker (KAFKA_BROKERS=embedded): nothing is durable and no other client sees it unless pointed at it."})
+	reg.MustRegister(embeddedGauge)
 
 	if cfg.MetricsAddr != "" && cfg.MetricsAddr != "off" {
 		addr, stopHTTP, err := startHTTP(cfg.MetricsAddr, reg, h, log)
@@ -50,7 +58,6 @@ func Run(ctx context.Context, e Env, args []string) error {
 		log.Info().Str("addr", addr).Msg("serving /metrics, /healthz and /readyz")
 	}
 
-	embedded := len(cfg.KafkaBrokers) == 0
 	if embedded {
 		c, addr, err := StartBroker(BrokerOptions{Addr: *brokerAddr, Partitions: cfg.InputPartitions, MaxMessageBytes: 64 << 20})
 		if err != nil {
@@ -62,8 +69,9 @@ func Run(ctx context.Context, e Env, args []string) error {
 		}
 		defer c.Close()
 		cfg.KafkaBrokers = []string{addr}
+		embeddedGauge.Set(1)
 		log.Warn().Str("addr", addr).
-			Msgf("KAFKA_BROKERS is empty: started an in-memory Kafka broker at %s; data is NOT durable and is lost at exit (kcat -b %s -L)", addr, addr)
+			Msgf("KAFKA_BROKERS=embedded: started an in-memory Kafka broker at %s; data is NOT durable and is lost at exit, and nothing outside this process reads or writes it unless pointed at it (kcat -b %s -L)", addr, addr)
 	}
 	sec, err := NewKafkaSecurity(&cfg)
 	if err != nil {
@@ -168,6 +176,33 @@ func Run(ctx context.Context, e Env, args []string) error {
 	}
 	log.Info().Msg("scorer stopped cleanly")
 	return nil
+}
+
+// EmbeddedBrokers is the KAFKA_BROKERS value that makes `scorer run` start
+// an in-memory broker in its own process (development and `make run`).
+const EmbeddedBrokers = "embedded"
+
+// embeddedBroker reads KAFKA_BROKERS for `scorer run`: true for
+// EmbeddedBrokers alone, false for broker addresses, and an error naming the
+// variable when it is empty (unset, or only commas and spaces) or mixes the
+// two. An empty value is not taken to mean the in-memory broker: a missing
+// secret or a typo in a deployment would then start a scorer that reports
+// ready and consumes nothing real.
+func embeddedBroker(brokers []string) (bool, error) {
+	const fix = "set it to the bootstrap brokers (host:port,…), or to " + EmbeddedBrokers + " for an in-memory broker in this process (not durable; for demos and development)"
+	n := 0
+	for _, b := range brokers {
+		if strings.EqualFold(b, EmbeddedBrokers) {
+			n++
+		}
+	}
+	switch {
+	case len(brokers) == 0:
+		return false, fmt.Errorf("config: KAFKA_BROKERS is empty: %s", fix)
+	case n > 0 && len(brokers) > 1:
+		return false, fmt.Errorf("config: KAFKA_BROKERS=%s mixes %s with broker addresses: %s", strings.Join(brokers, ","), EmbeddedBrokers, fix)
+	}
+	return n == 1, nil
 }
 
 // stoppedDuringStartup turns a start-up failure caused by SIGTERM or Ctrl-C
