@@ -786,7 +786,14 @@ func (c *Consumer) checkOffset(ctx context.Context, ps *partState, offset int64)
 	}
 	ctx, cancel := context.WithTimeout(ctx, offsetCheckTimeout)
 	defer cancel()
-	conn, err := c.cfg.Dialer.DialLeader(ctx, "tcp", c.cfg.Brokers[0], c.cfg.Topic, ps.partition)
+	// Any bootstrap broker finds the leader; a dead one is skipped.
+	var conn *kafka.Conn
+	var err error
+	for _, b := range c.cfg.Brokers {
+		if conn, err = c.cfg.Dialer.DialLeader(ctx, "tcp", b, c.cfg.Topic, ps.partition); err == nil || ctx.Err() != nil {
+			break
+		}
+	}
 	if err != nil {
 		c.log.Warn().Err(err).Int("partition", ps.partition).Msg("could not check the committed offset against the log; reading from it")
 		return offset

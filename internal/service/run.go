@@ -93,7 +93,12 @@ func Run(ctx context.Context, e Env, args []string) error {
 	if cfg.RowsTopic != "" {
 		topics = append(topics, producer.TopicSpec{Name: cfg.RowsTopic, Partitions: cfg.InputPartitions, ReplicationFactor: rf})
 	}
-	if err := EnsureTopicsRetry(ctx, cfg.KafkaBrokers, sec.Dialer(cfg.ClientID), topics, log); err != nil {
+	// The in-memory broker starts empty: its topics are always created.
+	create := cfg.CreateTopics || embedded
+	if _, err := PrepareTopicsRetry(ctx, cfg.KafkaBrokers, sec.Dialer(cfg.ClientID), create, topics, log); err != nil {
+		if !create && errors.Is(err, kafka.UnknownTopicOrPartition) {
+			err = fmt.Errorf("%w (KAFKA_CREATE_TOPICS=false: create them, or let the scorer with KAFKA_CREATE_TOPICS=true)", err)
+		}
 		return stoppedDuringStartup(ctx, err, log)
 	}
 
@@ -235,24 +240,39 @@ func closeWithin(d time.Duration, log zerolog.Logger, closers ...func(context.Co
 	}
 }
 
-// EnsureTopicsRetry creates missing topics, retrying with backoff while the
-// broker is unreachable so that a broker that starts after the scorer is
-// waited for, with a clear log line each time.
+// EnsureTopicsRetry creates missing topics as PrepareTopicsRetry does,
+// discarding their limits.
 func EnsureTopicsRetry(ctx context.Context, brokers []string, d *kafka.Dialer, topics []producer.TopicSpec, log zerolog.Logger) error {
+	_, err := PrepareTopicsRetry(ctx, brokers, d, true, topics, log)
+	return err
+}
+
+// PrepareTopicsRetry readies the topics with producer.PrepareTopics
+// (creating the missing ones when create is set) and returns their
+// max.message.bytes. It retries with backoff what may heal (no broker
+// reachable yet, a leader or controller not available, a timeout), so that
+// a broker that starts after the scorer is waited for, with a clear log line
+// each time, and returns at once what will not (an invalid replication
+// factor, missing permissions, a failed authentication, a missing topic
+// with creation off): retrying those would only hide them.
+func PrepareTopicsRetry(ctx context.Context, brokers []string, d *kafka.Dialer, create bool, topics []producer.TopicSpec, log zerolog.Logger) (map[string]int64, error) {
 	backoff := 500 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		err := producer.EnsureTopics(ctx, brokers, d, topics...)
+		limits, err := producer.PrepareTopics(ctx, brokers, d, create, topics...)
 		if err == nil {
-			return nil
+			return limits, nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("waiting for Kafka: %w", ctx.Err())
+			return nil, fmt.Errorf("waiting for Kafka: %w", ctx.Err())
+		}
+		if consumer.IsPermanent(err) {
+			return nil, fmt.Errorf("kafka: topics cannot be set up, and retrying will not help: %w", err)
 		}
 		log.Warn().Err(err).Strs("brokers", brokers).Int("attempt", attempt).Dur("retry_in", backoff).
 			Msg("Kafka not reachable yet; retrying")
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for Kafka: %w", ctx.Err())
+			return nil, fmt.Errorf("waiting for Kafka: %w", ctx.Err())
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 15*time.Second)
