@@ -22,7 +22,7 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Topic != "transcripts" || cfg.BatchMaxMessages != 16 || cfg.BatchMaxBytes != 8<<20 ||
-		cfg.BatchMaxWait != 200*time.Millisecond || cfg.MaxInflightBatches != 2 || cfg.MaxMessageBytes != 16<<20 {
+		cfg.BatchMaxWait != 200*time.Millisecond || cfg.MaxInflightBatches != 2 || cfg.MaxMessageBytes != 8<<20 {
 		t.Fatalf("defaults = %+v", cfg)
 	}
 	bad := cfg

@@ -49,7 +49,7 @@ type Config struct {
 	BatchMaxMessages   int           `env:"BATCH_MAX_MESSAGES" envDefault:"16" help:"messages per consumer batch"`
 	BatchMaxBytes      int           `env:"BATCH_MAX_BYTES" envDefault:"8388608" help:"bytes per consumer batch (never exceeded)"`
 	BatchMaxWait       time.Duration `env:"BATCH_MAX_WAIT" envDefault:"200ms" help:"longest a batch waits, from its oldest message"`
-	MaxMessageBytes    int           `env:"MAX_MESSAGE_BYTES" envDefault:"16777216" help:"larger input records go to the DLQ"`
+	MaxMessageBytes    int           `env:"MAX_MESSAGE_BYTES" envDefault:"8388608" help:"larger input records go to the DLQ; with MAX_SENTENCES and the labels it sizes the output topic (checked at start: every accepted transcript's result must fit its max.message.bytes)"`
 	MaxSentences       int           `env:"MAX_SENTENCES" envDefault:"100000" help:"sentences per transcript (all sections); more goes to the DLQ"`
 	MaxSentenceBytes   int           `env:"MAX_SENTENCE_BYTES" envDefault:"1048576" help:"bytes per sentence; longer goes to the DLQ (the model truncates to its max length anyway)"`
 	MaxInflightBatches int           `env:"MAX_INFLIGHT_BATCHES" envDefault:"2" help:"consumer batches between fetch and ack; fetching pauses beyond"`

@@ -59,10 +59,10 @@ func Run(ctx context.Context, e Env, args []string) error {
 	}
 
 	if embedded {
-		c, addr, err := StartBroker(BrokerOptions{Addr: *brokerAddr, Partitions: cfg.InputPartitions, MaxMessageBytes: 64 << 20})
+		c, addr, err := StartBroker(BrokerOptions{Addr: *brokerAddr, Partitions: cfg.InputPartitions, MaxMessageBytes: 128 << 20})
 		if err != nil {
 			log.Warn().Err(err).Str("addr", *brokerAddr).Msg("in-memory broker address taken; using a free port")
-			c, addr, err = StartBroker(BrokerOptions{Addr: "127.0.0.1:0", Partitions: cfg.InputPartitions, MaxMessageBytes: 64 << 20})
+			c, addr, err = StartBroker(BrokerOptions{Addr: "127.0.0.1:0", Partitions: cfg.InputPartitions, MaxMessageBytes: 128 << 20})
 			if err != nil {
 				return err
 			}
@@ -80,26 +80,35 @@ func Run(ctx context.Context, e Env, args []string) error {
 
 	// Topics that exist are left alone (no CREATE permission needed); the
 	// missing ones get KAFKA_TOPIC_REPLICATION_FACTOR, 1 on the in-memory
-	// broker, which has one node.
+	// broker, which has one node, and a max.message.bytes that fits the
+	// largest record the input limits allow.
 	rf := cfg.TopicReplication
 	if embedded {
 		rf = 1
 	}
-	topics := []producer.TopicSpec{
-		{Name: cfg.InputTopic, Partitions: cfg.InputPartitions, ReplicationFactor: rf},
-		{Name: cfg.OutputTopic, Partitions: cfg.InputPartitions, ReplicationFactor: rf},
-		{Name: cfg.DLQTopic, Partitions: 1, ReplicationFactor: rf},
+	prodCfg := producer.Config{
+		Brokers: cfg.KafkaBrokers, Topic: cfg.OutputTopic, RowsTopic: cfg.RowsTopic, DLQTopic: cfg.DLQTopic,
+		Format: cfg.OutputFormat, Key: cfg.OutputKey, ClientID: cfg.ClientID, Transport: sec.Transport(cfg.ClientID),
 	}
-	if cfg.RowsTopic != "" {
-		topics = append(topics, producer.TopicSpec{Name: cfg.RowsTopic, Partitions: cfg.InputPartitions, ReplicationFactor: rf})
+	plan, err := planTopics(cfg, prodCfg, rf)
+	if err != nil {
+		return err
 	}
 	// The in-memory broker starts empty: its topics are always created.
 	create := cfg.CreateTopics || embedded
-	if _, err := PrepareTopicsRetry(ctx, cfg.KafkaBrokers, sec.Dialer(cfg.ClientID), create, topics, log); err != nil {
+	limits, err := PrepareTopicsRetry(ctx, cfg.KafkaBrokers, sec.Dialer(cfg.ClientID), create, plan.specs, log)
+	if err != nil {
 		if !create && errors.Is(err, kafka.UnknownTopicOrPartition) {
 			err = fmt.Errorf("%w (KAFKA_CREATE_TOPICS=false: create them, or let the scorer with KAFKA_CREATE_TOPICS=true)", err)
 		}
 		return stoppedDuringStartup(ctx, err, log)
+	}
+	if err := checkTopicLimits(cfg, prodCfg, plan, limits, log); err != nil {
+		return err
+	}
+	prodCfg.TopicMaxBytes = map[string]int64{cfg.OutputTopic: limits[cfg.OutputTopic], cfg.DLQTopic: limits[cfg.DLQTopic]}
+	if cfg.RowsTopic != "" {
+		prodCfg.TopicMaxBytes[cfg.RowsTopic] = limits[cfg.RowsTopic]
 	}
 
 	stack, err := OpenScoring(ctx, cfg, log, reg)
@@ -109,10 +118,7 @@ func Run(ctx context.Context, e Env, args []string) error {
 	h.modelLoaded.Store(true)
 	reg.MustRegister(buildInfo(stack))
 
-	prod, err := producer.New(producer.Config{
-		Brokers: cfg.KafkaBrokers, Topic: cfg.OutputTopic, RowsTopic: cfg.RowsTopic, DLQTopic: cfg.DLQTopic,
-		Format: cfg.OutputFormat, Key: cfg.OutputKey, ClientID: cfg.ClientID, Transport: sec.Transport(cfg.ClientID),
-	}, log.With().Str("component", "producer").Logger(), reg)
+	prod, err := producer.New(prodCfg, log.With().Str("component", "producer").Logger(), reg)
 	if err != nil {
 		stack.Close(context.Background())
 		return err

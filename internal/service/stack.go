@@ -109,10 +109,7 @@ func OpenScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg promet
 	if err != nil {
 		return nil, err
 	}
-	s.Limits = schema.DefaultLimits()
-	s.Limits.MaxMessageBytes = cfg.MaxMessageBytes
-	s.Limits.MaxSentences = cfg.MaxSentences
-	s.Limits.MaxSentenceBytes = cfg.MaxSentenceBytes
+	s.Limits = cfg.Limits()
 	return s, nil
 }
 
