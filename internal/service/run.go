@@ -148,7 +148,9 @@ func Run(ctx context.Context, e Env, args []string) error {
 				cs, ps := cons.Stats(), stack.Pool.Stats()
 				return cs.Published + cs.DeadLettered + ps.Batches, cs.Inflight > 0
 			},
-			oldest: cons.OldestUnacked})
+			stuck: func() (time.Duration, string) {
+				return oldestStuck(stack.Pool.Stats().OldestRun, cons.OldestAcknowledgement())
+			}})
 	}
 
 	if *demoFile != "" {
