@@ -196,16 +196,7 @@ func TestOutOfOrderNeverCommitsPastGap(t *testing.T) {
 	}
 	produce(t, brokers, topic, msgs)
 	release := make(chan struct{})
-	sc := &fakeScorer{hook: func(ctx context.Context, evs []schema.TranscriptEvent) error {
-		if evs[0].CallID == "c-0-2" {
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		return nil
-	}}
+	sc := blockOn("c-0-2", release)
 	sk := &fakeSink{}
 	cfg := testConfig(brokers, topic, group)
 	cfg.BatchMaxMessages = 1 // one record per batch: completion order is free

@@ -148,27 +148,11 @@ func TestLongScoringIsNotAStuckAcknowledgement(t *testing.T) {
 	_, brokers := newCluster(t, topic, 1)
 	produce(t, brokers, topic, []kafka.Message{eventMsg(0, "long"), eventMsg(0, "after-1"), eventMsg(0, "after-2")})
 	release := make(chan struct{})
-	sc := &fakeScorer{hook: func(ctx context.Context, events []schema.TranscriptEvent) error {
-		if events[0].CallID == "long" {
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		return nil
-	}}
+	sc := blockOn("long", release)
 	sk := &fakeSink{}
 	cfg := testConfig(brokers, topic, group)
 	cfg.BatchMaxMessages, cfg.MaxInflightBatches = 1, 3
-	c, err := New(cfg, sc, sk, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{c: c, cancel: cancel, errc: make(chan error, 1)}
-	go func() { r.errc <- c.Run(ctx) }()
-	t.Cleanup(func() { r.stop(t) })
+	c := start(t, cfg, sc, sk, testHooks{}).c
 
 	eventually(t, 20*time.Second, "the records behind the long one scored", func() bool { return len(sc.Calls()) == 3 })
 	time.Sleep(time.Second)

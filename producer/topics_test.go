@@ -13,6 +13,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -122,19 +123,7 @@ func TestEnsureTopicsWithoutCreatePermission(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
 	var creates atomic.Int32
-	c.ControlKey(kmsg.CreateTopics.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		creates.Add(1)
-		creq := req.(*kmsg.CreateTopicsRequest)
-		resp := creq.ResponseKind().(*kmsg.CreateTopicsResponse)
-		for _, rt := range creq.Topics {
-			st := kmsg.NewCreateTopicsResponseTopic()
-			st.Topic = rt.Topic
-			st.ErrorCode = kerr.TopicAuthorizationFailed.Code
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
-	})
+	answerCreates(c, kerr.TopicAuthorizationFailed.Code, &creates)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	existing := []TopicSpec{{Name: topicOut, Partitions: 3}, {Name: topicDLQ, Partitions: 1}}
@@ -151,6 +140,25 @@ func TestEnsureTopicsWithoutCreatePermission(t *testing.T) {
 	if n := creates.Load(); n != 1 {
 		t.Errorf("sent %d CreateTopics requests, want 1 (for the missing topic only)", n)
 	}
+}
+
+// answerCreates makes c answer every CreateTopics request with code for
+// each topic, counting the requests in count (when not nil).
+func answerCreates(c *kfake.Cluster, code int16, count *atomic.Int32) {
+	c.ControlKey(kmsg.CreateTopics.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if count != nil {
+			count.Add(1)
+		}
+		creq := req.(*kmsg.CreateTopicsRequest)
+		resp := creq.ResponseKind().(*kmsg.CreateTopicsResponse)
+		for _, rt := range creq.Topics {
+			st := kmsg.NewCreateTopicsResponseTopic()
+			st.Topic, st.ErrorCode = rt.Topic, code
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
 }
 
 // deadAddr is an address nothing listens on: a dial is refused at once.
@@ -209,34 +217,14 @@ func TestPrepareTopicsPermanentErrors(t *testing.T) {
 	}
 
 	denied := newCluster(t)
-	denied.ControlKey(kmsg.CreateTopics.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		denied.KeepControl()
-		creq := req.(*kmsg.CreateTopicsRequest)
-		resp := creq.ResponseKind().(*kmsg.CreateTopicsResponse)
-		for _, rt := range creq.Topics {
-			st := kmsg.NewCreateTopicsResponseTopic()
-			st.Topic, st.ErrorCode = rt.Topic, kerr.TopicAuthorizationFailed.Code
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
-	})
+	answerCreates(denied, kerr.TopicAuthorizationFailed.Code, nil)
 	if err := EnsureTopics(ctx, denied.ListenAddrs(), nil, TopicSpec{Name: "missing.topic"}); !isPermanent(err) || !errors.Is(err, kafka.TopicAuthorizationFailed) {
 		t.Errorf("create without permission: err = %v, want a permanent TopicAuthorizationFailed", err)
 	}
 
 	// A leader election in progress heals: not permanent.
 	electing := newCluster(t)
-	electing.ControlKey(kmsg.CreateTopics.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		electing.KeepControl()
-		creq := req.(*kmsg.CreateTopicsRequest)
-		resp := creq.ResponseKind().(*kmsg.CreateTopicsResponse)
-		for _, rt := range creq.Topics {
-			st := kmsg.NewCreateTopicsResponseTopic()
-			st.Topic, st.ErrorCode = rt.Topic, kerr.LeaderNotAvailable.Code
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
-	})
+	answerCreates(electing, kerr.LeaderNotAvailable.Code, nil)
 	if err := EnsureTopics(ctx, electing.ListenAddrs(), nil, TopicSpec{Name: "later.topic"}); err == nil || isPermanent(err) {
 		t.Errorf("leader not available: err = %v, want a retriable error", err)
 	}
