@@ -99,7 +99,7 @@ func Run(ctx context.Context, e Env, args []string) error {
 	limits, err := PrepareTopicsRetry(ctx, cfg.KafkaBrokers, sec.Dialer(cfg.ClientID), create, plan.specs, log)
 	if err != nil {
 		if !create && errors.Is(err, kafka.UnknownTopicOrPartition) {
-			err = fmt.Errorf("%w (KAFKA_CREATE_TOPICS=false: create them, or let the scorer with KAFKA_CREATE_TOPICS=true)", err)
+			err = fmt.Errorf("%w (KAFKA_CREATE_TOPICS=false: create them, or let the scorer create them with KAFKA_CREATE_TOPICS=true)", err)
 		}
 		return stoppedDuringStartup(ctx, err, log)
 	}
