@@ -132,7 +132,7 @@ func TestLargeOutputsArePublished(t *testing.T) {
 	// Real sentences, repeated: the score cache keeps inference to the
 	// distinct ones, while the result holds a score, a flag and maybe a
 	// match for each of the 60,000 under each label.
-	sents := corpusSentences(t, 40, 120)[:300]
+	sents := corpusSentences(t, 40, 160)[:300]
 	const n = 60_000
 	md := make([]string, n)
 	for i := range md {

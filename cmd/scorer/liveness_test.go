@@ -40,7 +40,7 @@ func TestLivenessLongTranscript(t *testing.T) {
 	stop := runInProcess(t, env)
 	waitReady(t, metricsAddr, 90*time.Second)
 
-	sents := corpusSentences(t, 60, 200)
+	sents := corpusSentences(t, 40, 160)
 	if len(sents) < 2000 {
 		t.Fatalf("corpus has %d distinct sentences, want 2000", len(sents))
 	}
