@@ -19,7 +19,7 @@ const (
 	DefaultBatchMaxMessages   = 16
 	DefaultBatchMaxBytes      = 8 << 20
 	DefaultBatchMaxWait       = 200 * time.Millisecond
-	DefaultMaxMessageBytes    = 16 << 20
+	DefaultMaxMessageBytes    = 8 << 20
 	DefaultMaxInflightBatches = 2
 	DefaultMaxUncommitted     = 1000
 	DefaultCommitInterval     = time.Second

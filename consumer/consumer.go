@@ -58,8 +58,11 @@ type Stats struct {
 	// OldestUnacked is the age of the oldest fetched record not yet
 	// acknowledged, over the current generation's partitions (0: none).
 	OldestUnacked time.Duration
-	Generations   uint64 // group generations joined
-	Assigned      int    // partitions in the current generation
+	// OldestAcknowledgement is how long the longest acknowledgement going
+	// on has run (0: none); see Consumer.OldestAcknowledgement.
+	OldestAcknowledgement time.Duration
+	Generations           uint64 // group generations joined
+	Assigned              int    // partitions in the current generation
 	// Batches counts flushed batches by the rule that ended them
 	// (Trigger.String()).
 	Batches map[string]uint64
@@ -92,6 +95,11 @@ type Consumer struct {
 	// cur is the current generation, for OldestUnacked; nil between
 	// generations.
 	cur atomic.Pointer[genState]
+	// acking holds when each batch being acknowledged began (its results
+	// and dead letters written, and retried until the sink acknowledges
+	// them), for OldestAcknowledgement.
+	ackMu  sync.Mutex
+	acking map[*batch]time.Time
 
 	// drainLimit is the part of ShutdownTimeout the drain may use (see
 	// Config.shutdownBudget).
@@ -240,6 +248,7 @@ func (c *Consumer) Stats() Stats {
 		CommitErrors: c.commitErrors.Load(), Generations: c.generations.Load(),
 		Assigned: int(c.assigned.Load()), Batches: map[string]uint64{},
 		Pauses: c.pauses.Load(), Expulsions: c.expulsions.Load(), OffsetResets: c.offsetResets.Load(), OldestUnacked: c.OldestUnacked(),
+		OldestAcknowledgement: c.OldestAcknowledgement(),
 	}
 	for t := range c.batches {
 		if n := c.batches[t].Load(); n > 0 {
@@ -262,6 +271,24 @@ func (c *Consumer) OldestUnacked() time.Duration {
 		if at, ok := ps.wm.Oldest(); ok {
 			oldest = max(oldest, time.Since(at))
 		}
+	}
+	return oldest
+}
+
+// OldestAcknowledgement returns how long the longest acknowledgement going
+// on now has run (0 when none): a batch's results and dead letters being
+// written, and retried, once its turn came. It grows only for a record
+// that is scored (or failed to decode) and cannot be written: a dead
+// letter the DLQ refuses, a publish that keeps failing. Scoring does not
+// count, however long the transcript (the pool's progress shows that work
+// moving), nor does waiting for an earlier batch of the partition (which
+// counts itself), so liveness can tell a stuck record from a long one.
+func (c *Consumer) OldestAcknowledgement() time.Duration {
+	c.ackMu.Lock()
+	defer c.ackMu.Unlock()
+	var oldest time.Duration
+	for _, at := range c.acking {
+		oldest = max(oldest, time.Since(at))
 	}
 	return oldest
 }
@@ -786,7 +813,14 @@ func (c *Consumer) checkOffset(ctx context.Context, ps *partState, offset int64)
 	}
 	ctx, cancel := context.WithTimeout(ctx, offsetCheckTimeout)
 	defer cancel()
-	conn, err := c.cfg.Dialer.DialLeader(ctx, "tcp", c.cfg.Brokers[0], c.cfg.Topic, ps.partition)
+	// Any bootstrap broker finds the leader; a dead one is skipped.
+	var conn *kafka.Conn
+	var err error
+	for _, b := range c.cfg.Brokers {
+		if conn, err = c.cfg.Dialer.DialLeader(ctx, "tcp", b, c.cfg.Topic, ps.partition); err == nil || ctx.Err() != nil {
+			break
+		}
+	}
 	if err != nil {
 		c.log.Warn().Err(err).Int("partition", ps.partition).Msg("could not check the committed offset against the log; reading from it")
 		return offset

@@ -22,7 +22,7 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Topic != "transcripts" || cfg.BatchMaxMessages != 16 || cfg.BatchMaxBytes != 8<<20 ||
-		cfg.BatchMaxWait != 200*time.Millisecond || cfg.MaxInflightBatches != 2 || cfg.MaxMessageBytes != 16<<20 {
+		cfg.BatchMaxWait != 200*time.Millisecond || cfg.MaxInflightBatches != 2 || cfg.MaxMessageBytes != 8<<20 {
 		t.Fatalf("defaults = %+v", cfg)
 	}
 	bad := cfg
@@ -196,16 +196,7 @@ func TestOutOfOrderNeverCommitsPastGap(t *testing.T) {
 	}
 	produce(t, brokers, topic, msgs)
 	release := make(chan struct{})
-	sc := &fakeScorer{hook: func(ctx context.Context, evs []schema.TranscriptEvent) error {
-		if evs[0].CallID == "c-0-2" {
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		return nil
-	}}
+	sc := blockOn("c-0-2", release)
 	sk := &fakeSink{}
 	cfg := testConfig(brokers, topic, group)
 	cfg.BatchMaxMessages = 1 // one record per batch: completion order is free

@@ -42,6 +42,21 @@ func (s *fakeScorer) Score(ctx context.Context, events []schema.TranscriptEvent)
 	return out, nil
 }
 
+// blockOn is a fakeScorer whose calls starting with callID wait for
+// release (or their ctx).
+func blockOn(callID string, release <-chan struct{}) *fakeScorer {
+	return &fakeScorer{hook: func(ctx context.Context, events []schema.TranscriptEvent) error {
+		if events[0].CallID == callID {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}}
+}
+
 func (s *fakeScorer) Calls() [][]string {
 	s.mu.Lock()
 	defer s.mu.Unlock()

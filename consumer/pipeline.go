@@ -216,13 +216,13 @@ func (c *Consumer) worker(ctx context.Context) {
 			out := c.prepare(b.recs)
 			if b.ready() || !c.tryWait() {
 				b.await()
-				c.acknowledge(out)
+				c.acknowledgeBatch(b, out)
 				c.finish(b)
 			} else {
 				c.pipe.Go(func() {
 					defer func() { <-c.waiting }()
 					b.await()
-					c.acknowledge(out)
+					c.acknowledgeBatch(b, out)
 					c.finish(b)
 				})
 			}
@@ -285,6 +285,23 @@ func (c *Consumer) prepare(batch []*record) []prepared {
 		batch = rest
 	}
 	return out
+}
+
+// acknowledgeBatch is acknowledge for b's prepared records, timed for
+// OldestAcknowledgement.
+func (c *Consumer) acknowledgeBatch(b *batch, out []prepared) {
+	c.ackMu.Lock()
+	if c.acking == nil {
+		c.acking = map[*batch]time.Time{}
+	}
+	c.acking[b] = time.Now()
+	c.ackMu.Unlock()
+	defer func() {
+		c.ackMu.Lock()
+		delete(c.acking, b)
+		c.ackMu.Unlock()
+	}()
+	c.acknowledge(out)
 }
 
 // acknowledge writes the prepared dead letters and results. A record is

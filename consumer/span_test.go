@@ -117,6 +117,11 @@ func TestStuckDeadLetterPausesItsPartition(t *testing.T) {
 	if age := c.OldestUnacked(); age < 10*cfg.CommitInterval {
 		t.Errorf("OldestUnacked = %v, want ≥ %v", age, 10*cfg.CommitInterval)
 	}
+	// The stuck record's dead letter has been retried all along: liveness
+	// reads this.
+	if age := c.OldestAcknowledgement(); age < 10*cfg.CommitInterval {
+		t.Errorf("OldestAcknowledgement = %v, want ≥ %v", age, 10*cfg.CommitInterval)
+	}
 
 	refuse.Store(false)
 	eventually(t, 20*time.Second, "partition 0 committed to its end", func() bool { return committed(t, brokers, group, topic, 2)[0] == 21 })
@@ -127,4 +132,36 @@ func TestStuckDeadLetterPausesItsPartition(t *testing.T) {
 	if n := countIDs(sk.Published()); len(n) != 40 {
 		t.Errorf("published %d distinct calls, want 40", len(n))
 	}
+	if age := c.OldestAcknowledgement(); age != 0 {
+		t.Errorf("OldestAcknowledgement = %v with everything acknowledged, want 0", age)
+	}
+}
+
+// TestLongScoringIsNotAStuckAcknowledgement: a record whose scoring takes
+// long ages (OldestUnacked) but is not acknowledging yet, so
+// OldestAcknowledgement, what liveness reads for a stuck record, stays 0;
+// records behind it on its partition, scored and waiting for their turn,
+// do not count either.
+func TestLongScoringIsNotAStuckAcknowledgement(t *testing.T) {
+	t.Parallel()
+	const topic, group = "long", "g-long"
+	_, brokers := newCluster(t, topic, 1)
+	produce(t, brokers, topic, []kafka.Message{eventMsg(0, "long"), eventMsg(0, "after-1"), eventMsg(0, "after-2")})
+	release := make(chan struct{})
+	sc := blockOn("long", release)
+	sk := &fakeSink{}
+	cfg := testConfig(brokers, topic, group)
+	cfg.BatchMaxMessages, cfg.MaxInflightBatches = 1, 3
+	c := start(t, cfg, sc, sk, testHooks{}).c
+
+	eventually(t, 20*time.Second, "the records behind the long one scored", func() bool { return len(sc.Calls()) == 3 })
+	time.Sleep(time.Second)
+	if age := c.OldestUnacked(); age < time.Second {
+		t.Errorf("OldestUnacked = %v while the first record scores, want ≥ 1s", age)
+	}
+	if age := c.OldestAcknowledgement(); age != 0 {
+		t.Errorf("OldestAcknowledgement = %v while nothing is being written, want 0", age)
+	}
+	close(release)
+	eventually(t, 20*time.Second, "all three published", func() bool { return len(countIDs(sk.Published())) == 3 })
 }

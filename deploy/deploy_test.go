@@ -990,6 +990,9 @@ func TestHelmChart(t *testing.T) {
 			{[]string{"terminationGracePeriodSeconds=10"}, "terminationGracePeriodSeconds (10) must be >="},
 			{[]string{"config.SHUTDOWN_TIMEOUT=5s"}, "config.SHUTDOWN_TIMEOUT is set from other values"},
 			{[]string{"kafka.brokers="}, "kafka.brokers is required"},
+			{[]string{`kafka.brokers=\,`}, "kafka.brokers is required"},
+			{[]string{"kafka.brokers=embedded"}, "kafka.brokers may not be embedded"},
+			{[]string{`kafka.brokers=kafka:9092\,Embedded`}, "kafka.brokers may not be embedded"},
 			// KEDA's scaler needs the brokers' credentials too, or it never reads the lag.
 			{[]string{"keda.enabled=true", "kafka.sasl.mechanism=PLAIN", "kafka.sasl.username=u"}, "keda.authenticationRef is required when kafka.sasl/tls is set"},
 			{[]string{"keda.enabled=true", "kafka.tls.enabled=true"}, "keda.authenticationRef is required when kafka.sasl/tls is set"},

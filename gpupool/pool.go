@@ -84,6 +84,9 @@ type Pool struct {
 	queuedPairs int
 	admitted    int // pairs queued or running: the QueueCapacity bound
 	inflight    int // batches taken by workers and not yet settled
+	// running holds when each batch on an engine right now began its run,
+	// for Stats.OldestRun.
+	running     map[*batch]time.Time
 	closed      bool
 	devices     []*device
 	creatingCPU bool          // a worker is creating the fallback CPU engine
@@ -170,6 +173,11 @@ type Stats struct {
 	// QueuedPairs is the pairs waiting now; InFlightBatches the batches
 	// running now.
 	QueuedPairs, InFlightBatches int
+	// OldestRun is how long the longest engine run going on now has taken
+	// so far (0: none). Each run is one batch, bounded by the batch caps,
+	// so a run far longer than a batch takes is hung (a driver call or a
+	// run that ignores cancellation), while the other devices may go on.
+	OldestRun time.Duration
 	// Devices has one entry per device, fallback included.
 	Devices []DeviceStats
 }
@@ -227,6 +235,7 @@ func New(ctx context.Context, factory EngineFactory, opts ...Option) (*Pool, err
 		space:       make(chan struct{}),
 		closeGrace:  defaultCloseGrace,
 		stuckAfter:  defaultStuckAfter,
+		running:     map[*batch]time.Time{},
 	}
 	p.abortCtx, p.abort = context.WithCancel(context.Background())
 	if err := p.openDevices(ctx); err != nil {
@@ -451,6 +460,9 @@ func (p *Pool) Stats() Stats {
 	s := p.stats
 	s.QueuedPairs = p.queuedPairs
 	s.InFlightBatches = p.inflight
+	for _, at := range p.running {
+		s.OldestRun = max(s.OldestRun, time.Since(at))
+	}
 	s.Devices = make([]DeviceStats, len(p.devices))
 	for i, d := range p.devices {
 		s.Devices[i] = DeviceStats{Device: d.dev, Workers: d.workers, Batches: d.batches, Pairs: d.pairs, Degraded: d.degraded,

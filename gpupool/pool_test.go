@@ -517,3 +517,30 @@ func TestCPUWorkersOverridesWorkersPerDevice(t *testing.T) {
 		t.Error("CPUWorkers(-1) accepted")
 	}
 }
+
+// TestStatsOldestRun: a run that does not return shows in OldestRun, which
+// grows while it hangs; once it returns, OldestRun is back to 0.
+func TestStatsOldestRun(t *testing.T) {
+	gate := make(chan struct{})
+	f := newFakeFactory(map[string]*fakeEngine{"cpu": {gate: gate}})
+	p := newPool(t, f, Mode(ModeCPU), MaxBatchRows(1), WorkersPerDevice(1))
+	if got := p.Stats().OldestRun; got != 0 {
+		t.Fatalf("OldestRun = %v before any run, want 0", got)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := p.ScorePairs(testCtx(t), makePairs([]int{8})); done <- err }()
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Stats().OldestRun < 200*time.Millisecond {
+		if time.Now().After(deadline) {
+			t.Fatalf("OldestRun = %v 10 s into a hung run", p.Stats().OldestRun)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(gate)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Stats().OldestRun; got != 0 {
+		t.Errorf("OldestRun = %v after the run returned, want 0", got)
+	}
+}

@@ -144,6 +144,9 @@ func (p *Pool) process(d *device, b *batch) {
 	ctx, cancel := context.WithCancel(b.req.ctx)
 	stop := context.AfterFunc(p.abortCtx, cancel) // Close timed out: stop runs
 	start := time.Now()
+	p.mu.Lock()
+	p.running[b] = start
+	p.mu.Unlock()
 	scores, err := d.engine.ScorePairs(ctx, pairs)
 	elapsed := time.Since(start).Seconds()
 	stop()
@@ -170,6 +173,7 @@ func (p *Pool) process(d *device, b *batch) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	defer p.settledLocked()
+	delete(p.running, b)
 	d.reserved -= reserved
 	if b.req.finished {
 		p.releaseLocked(rows) // the call ended while this ran; nobody wants it

@@ -37,7 +37,8 @@ type LoadOptions struct {
 	// Dir is the model folder: config.json, tokenizer.json, optional
 	// tokenizer_config.json and the ONNX graph.
 	Dir string
-	// ONNXFile is the graph relative to Dir. Empty means model.onnx, or else
+	// ONNXFile is the graph relative to Dir, and inside it: an absolute
+	// path or one whose ".." leaves Dir is refused. Empty means model.onnx, or else
 	// the single onnx/model*.onnx (exports often ship several quantisations
 	// there, so more than one is an error that lists them).
 	ONNXFile string
@@ -266,8 +267,11 @@ func (m *Model) pickIndices(opts LoadOptions, mode ScoreMode) error {
 // the single onnx/model*.onnx.
 func findONNX(dir, name string) (string, error) {
 	if name != "" {
-		if filepath.IsAbs(name) {
-			return "", fmt.Errorf("model: ONNX file %q must be relative to the model folder %s", name, dir)
+		// Lexical, so that a folder of symlinks (a Hugging Face cache
+		// snapshot) still works; what it refuses is a name that points
+		// elsewhere itself.
+		if !filepath.IsLocal(name) {
+			return "", fmt.Errorf("model: ONNX file %q must be relative to the model folder %s and stay inside it (no leading /, no ..)", name, dir)
 		}
 		p := filepath.Join(dir, name)
 		if _, err := os.Stat(p); err != nil {

@@ -189,6 +189,10 @@ func TestLoadErrors(t *testing.T) {
 		cfg["id2label"] = map[string]string{"0": "entailment", "1": "other"}
 	})
 	noONNX := copyModelDir(t, wp, nil, "model.onnx")
+	outside, err := filepath.Rel(noONNX, filepath.Join(wp, "model.onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	noTokenizer := copyModelDir(t, wp, nil, "tokenizer.json")
 	noConfig := copyModelDir(t, wp, nil, "config.json")
 
@@ -233,6 +237,8 @@ func TestLoadErrors(t *testing.T) {
 		{"missing onnx", LoadOptions{Dir: noONNX}, "no model.onnx or onnx/model*.onnx"},
 		{"named onnx missing", LoadOptions{Dir: wp, ONNXFile: "onnx/model_int8.onnx"}, "model_int8.onnx"},
 		{"absolute onnx file", LoadOptions{Dir: wp, ONNXFile: filepath.Join(wp, "model.onnx")}, "must be relative"},
+		// A real graph, reached from another folder by "..".
+		{"onnx file outside the folder", LoadOptions{Dir: noONNX, ONNXFile: outside}, "stay inside it"},
 		{"not a graph", LoadOptions{Dir: notONNX}, "reading graph"},
 		{"unknown input", LoadOptions{Dir: extraInput}, `input "position_ids"`},
 		{"missing attention_mask", LoadOptions{Dir: noMask}, `lacks required input "attention_mask"`},

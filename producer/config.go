@@ -41,8 +41,8 @@ const (
 	// be hundreds per transcript.
 	DefaultBatchSize = 1000
 	// DefaultBatchBytes matches the broker's default message.max.bytes
-	// (1 MiB + overhead), so a record the broker would reject is caught here
-	// and reported as a *PermanentError instead of a retried broker error.
+	// (1 MiB + overhead): the request size, and the record limit of a topic
+	// missing from TopicMaxBytes.
 	DefaultBatchBytes = 1 << 20
 	// DefaultWriteTimeout bounds one produce request.
 	DefaultWriteTimeout = 10 * time.Second
@@ -71,10 +71,17 @@ type Config struct {
 	Compression string
 	// BatchSize is the most records per produce request; default 1000.
 	BatchSize int
-	// BatchBytes is the largest record (and batch) accepted; larger records
-	// fail with a *PermanentError. Default 1 MiB; keep it ≤ the topics'
-	// max.message.bytes.
+	// BatchBytes bounds the records sent to one partition in one request
+	// (a larger record goes alone), and is the largest record accepted for
+	// a topic missing from TopicMaxBytes. Default 1 MiB.
 	BatchBytes int64
+	// TopicMaxBytes is each topic's max.message.bytes, as PrepareTopics
+	// reports it. A record is accepted for a topic listed here when its
+	// batch fits the limit whatever the compression does to it (see
+	// RecordLimit); larger records fail with a *PermanentError naming them
+	// (dead letters lose their value first, see DeadLetter) instead of a
+	// broker rejection. Unlisted topics take BatchBytes.
+	TopicMaxBytes map[string]int64
 	// WriteTimeout bounds one produce request; default 10s.
 	WriteTimeout time.Duration
 	// Transport carries TLS/SASL settings; nil uses kafka.DefaultTransport.
@@ -134,6 +141,11 @@ func (c *Config) Validate() error {
 	if c.BatchSize < 0 || c.BatchBytes < 0 || c.WriteTimeout < 0 {
 		errs = append(errs, errors.New("negative batch size, bytes or write timeout"))
 	}
+	for t, n := range c.TopicMaxBytes {
+		if c.RecordLimit(n) <= 0 {
+			errs = append(errs, fmt.Errorf("topic %q: max.message.bytes %d leaves no room for a record", t, n))
+		}
+	}
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize
 	}
@@ -150,6 +162,41 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("producer: invalid config: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// batchOverhead is what a record batch holding one record adds around the
+// record's bytes (recordSize already counts the record's own framing): the
+// 61-byte v2 batch header, with a wide margin.
+const batchOverhead = 4096
+
+// TopicBytes is the max.message.bytes a topic needs so that a record of n
+// bytes (recordSize) is accepted in a batch of its own: the broker checks
+// the batch after compression, and a codec can grow incompressible data
+// (snappy's worst case is about n/6, lz4's, gzip's and zstd's far less), so
+// a quarter is added unless Compression is none. RecordLimit is its inverse.
+func (c Config) TopicBytes(n int64) int64 {
+	if !strings.EqualFold(c.Compression, "none") {
+		n += (n + 3) / 4
+	}
+	return n + batchOverhead
+}
+
+// RecordLimit is the largest record (recordSize) TopicBytes fits in a
+// topic whose max.message.bytes is maxMessage.
+func (c Config) RecordLimit(maxMessage int64) int64 {
+	n := maxMessage - batchOverhead
+	if !strings.EqualFold(c.Compression, "none") {
+		n = n * 4 / 5
+	}
+	return n
+}
+
+// recordLimit is the largest record accepted for topic.
+func (c *Config) recordLimit(topic string) int64 {
+	if n, ok := c.TopicMaxBytes[topic]; ok {
+		return c.RecordLimit(n)
+	}
+	return c.BatchBytes
 }
 
 func compression(name string) (kafka.Compression, error) {

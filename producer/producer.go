@@ -121,6 +121,7 @@ func newWriter(cfg Config, comp kafka.Compression, transport kafka.RoundTripper,
 		compression: comp,
 		batchSize:   batchSize,
 		batchBytes:  cfg.BatchBytes,
+		recordLimit: cfg.recordLimit,
 		autoCreate:  cfg.AllowAutoTopicCreation,
 	}
 }
@@ -151,7 +152,7 @@ type outMsg struct {
 //
 // Transient failures (leader changes, timeouts, broken connections) are
 // retried with backoff until ctx ends. Records that can never be written
-// (larger than BatchBytes, not JSON-encodable, or rejected by the broker as
+// (larger than their topic accepts, see Config.TopicMaxBytes, not JSON-encodable, or rejected by the broker as
 // too large or invalid even when sent alone) are skipped, together with their
 // rows, and reported in a *PermanentError after every other record was
 // acknowledged. A broker rejection of a whole batch is first retried record
@@ -255,7 +256,7 @@ func (p *Producer) Delete(ctx context.Context, dels []schema.Delete) error {
 // and HeaderDLQValueDropped set, so the failure is still recorded.
 //
 // A dead letter that still cannot be written (its key or headers alone are
-// over BatchBytes, or the broker rejects it as too large, invalid or with an
+// over the DLQ topic's record limit, or the broker rejects it as too large, invalid or with an
 // out-of-range timestamp, even when sent alone) is written once more in
 // minimal form: no key, value or original headers, timestamp now, the error
 // headers with the message truncated, and HeaderDLQDropped saying what was
@@ -311,7 +312,7 @@ func (p *Producer) DeadLetter(ctx context.Context, dls []schema.DeadLetter) erro
 }
 
 // fullDeadLetter builds the DLQ record for d, dropping its value (and saying
-// so in HeaderDLQValueDropped) when the record would exceed BatchBytes. It
+// so in HeaderDLQValueDropped) when the record would exceed the DLQ topic's record limit. It
 // fails when the record is too large even without the value.
 func (p *Producer) fullDeadLetter(d *schema.DeadLetter) (kafka.Message, error) {
 	m := kafka.Message{
@@ -574,7 +575,7 @@ func (p *Producer) resultMessage(st *schema.ScoredTranscript) (kafka.Message, er
 	if p.cfg.Format == FormatConnect {
 		value, err = schema.EnvelopeScoredTranscript(st)
 	} else {
-		value, err = json.Marshal(st)
+		value, err = schema.MarshalValue(st)
 	}
 	if err != nil {
 		return kafka.Message{}, fmt.Errorf("producer: encode transcript %q: %w", st.CallID, err)
@@ -639,7 +640,7 @@ func (p *Producer) rowMessage(r *schema.ScoreRow, modelSHA string, src *schema.S
 		if p.cfg.Format == FormatConnect {
 			value, err = schema.EnvelopeScoreRow(r)
 		} else {
-			value, err = json.Marshal(r)
+			value, err = schema.MarshalValue(r)
 		}
 	}
 	if err != nil {
@@ -688,11 +689,12 @@ func recordSize(m kafka.Message) int64 {
 	return n
 }
 
-// checkSize rejects a record larger than BatchBytes before it is sent, so the
-// caller gets a *PermanentError naming it rather than a whole failed call.
+// checkSize rejects a record larger than its topic accepts (see
+// Config.TopicMaxBytes) before it is sent, so the caller gets a
+// *PermanentError naming it rather than a whole failed call.
 func (p *Producer) checkSize(m kafka.Message) error {
-	if n := recordSize(m); n > p.cfg.BatchBytes {
-		return fmt.Errorf("producer: record for %s is about %d bytes, limit %d: %w", m.Topic, n, p.cfg.BatchBytes, kafka.MessageSizeTooLarge)
+	if n, limit := recordSize(m), p.cfg.recordLimit(m.Topic); n > limit {
+		return fmt.Errorf("producer: record for %s is about %d bytes, limit %d: %w", m.Topic, n, limit, kafka.MessageSizeTooLarge)
 	}
 	return nil
 }

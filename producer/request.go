@@ -33,7 +33,10 @@ type requestWriter struct {
 	balancer    kafka.Balancer
 	compression kafka.Compression
 	batchSize   int   // records per request
-	batchBytes  int64 // bytes per request (recordSize); also the largest record
+	batchBytes  int64 // bytes per request (recordSize), unless one record is larger
+	// recordLimit is the largest record (recordSize) of a topic; a request
+	// never holds more than that either.
+	recordLimit func(topic string) int64
 	autoCreate  bool
 }
 
@@ -49,7 +52,7 @@ type partKey struct {
 // over batchBytes, or another error (metadata, ctx) when nothing was sent.
 func (w *requestWriter) writeMessages(ctx context.Context, msgs ...kafka.Message) error {
 	for _, m := range msgs {
-		if recordSize(m) > w.batchBytes {
+		if recordSize(m) > w.recordLimit(m.Topic) {
 			return kafka.MessageTooLargeError{Message: m}
 		}
 	}
@@ -86,15 +89,17 @@ func (w *requestWriter) writeMessages(ctx context.Context, msgs ...kafka.Message
 }
 
 // writePartition sends the messages idx of msgs to partition k in chunks of
-// at most batchSize records and batchBytes bytes, one request at a time,
+// at most batchSize records and batchBytes bytes (or the topic's record
+// limit, when smaller; a larger record goes alone), one request at a time,
 // recording each message's error in errs. Each index belongs to one
 // partition, so goroutines write disjoint entries of errs.
 func (w *requestWriter) writePartition(ctx context.Context, k partKey, msgs []kafka.Message, idx []int, errs kafka.WriteErrors) {
+	limit := min(w.batchBytes, w.recordLimit(k.topic))
 	for len(idx) > 0 {
 		n, size := 0, int64(0)
 		for n < len(idx) && n < w.batchSize {
 			s := recordSize(msgs[idx[n]])
-			if n > 0 && size+s > w.batchBytes {
+			if n > 0 && size+s > limit {
 				break
 			}
 			size += s

@@ -2,11 +2,14 @@ package producer
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -28,33 +31,68 @@ type TopicSpec struct {
 // would otherwise block it forever.
 const EnsureTopicsAttemptTimeout = 10 * time.Second
 
-// EnsureTopics creates the topics that do not exist yet, through the cluster
-// controller, and leaves existing ones untouched: it reads the cluster's
-// metadata first and sends CreateTopics only for missing topics, so it needs
-// no CREATE permission when every topic exists. It is meant for dev and the
-// in-memory broker; production topics are managed outside scorer. dialer may
-// be nil (kafka.DefaultDialer). ctx bounds the whole operation, and so does
+// EnsureTopics creates the topics that do not exist yet and leaves existing
+// ones untouched; it is PrepareTopics with creation on, its limits
+// discarded.
+func EnsureTopics(ctx context.Context, brokers []string, dialer *kafka.Dialer, topics ...TopicSpec) error {
+	_, err := prepareTopics(ctx, EnsureTopicsAttemptTimeout, brokers, dialer, true, topics...)
+	return err
+}
+
+// PrepareTopics readies the topics the scorer writes and reads, and returns
+// each one's max.message.bytes: the topic's own setting or the broker
+// default it inherits, whichever the cluster reports, so the producer can
+// size its records to what the broker accepts.
+//
+// It reads the cluster's metadata through the first bootstrap broker that
+// answers (a dead one is skipped, not waited on), then creates the missing
+// topics through the cluster controller when create is set, with their
+// Configs (a topic that exists keeps its own: nothing is altered, and no
+// CREATE permission is needed when every topic exists), or fails naming
+// them when it is not. Reading the limits needs DESCRIBE_CONFIGS on the
+// topics.
+//
+// Errors that retrying cannot fix (the cluster refusing the request as
+// invalid, unauthorized or against policy, a failed SASL or TLS handshake,
+// a missing topic with create off) are a *SetupError (Permanent); others
+// (no broker reachable, a leader or controller not available yet, a
+// timeout) may heal, and the caller retries them. dialer may be nil
+// (kafka.DefaultDialer). ctx bounds the whole operation, and so does
 // EnsureTopicsAttemptTimeout: every connection gets the earlier of the two
 // as its I/O deadline and is closed as soon as ctx ends, so cancelling ctx
 // (SIGTERM) unblocks it. Once ctx has ended the error wraps ctx.Err() (for
 // the attempt timeout, context.DeadlineExceeded).
-func EnsureTopics(ctx context.Context, brokers []string, dialer *kafka.Dialer, topics ...TopicSpec) error {
-	return ensureTopics(ctx, EnsureTopicsAttemptTimeout, brokers, dialer, topics...)
+func PrepareTopics(ctx context.Context, brokers []string, dialer *kafka.Dialer, create bool, topics ...TopicSpec) (map[string]int64, error) {
+	return prepareTopics(ctx, EnsureTopicsAttemptTimeout, brokers, dialer, create, topics...)
 }
+
+// SetupError is a start-up error retrying cannot fix; Permanent reports
+// true, the mark consumer.IsPermanent reads.
+type SetupError struct{ Err error }
+
+func (e *SetupError) Error() string   { return e.Err.Error() }
+func (e *SetupError) Unwrap() error   { return e.Err }
+func (e *SetupError) Permanent() bool { return true }
 
 // ensureTopics is EnsureTopics with the attempt timeout as a parameter, so
 // tests need not wait for the real one.
 func ensureTopics(ctx context.Context, timeout time.Duration, brokers []string, dialer *kafka.Dialer, topics ...TopicSpec) error {
+	_, err := prepareTopics(ctx, timeout, brokers, dialer, true, topics...)
+	return err
+}
+
+// prepareTopics is PrepareTopics with the attempt timeout as a parameter.
+func prepareTopics(ctx context.Context, timeout time.Duration, brokers []string, dialer *kafka.Dialer, create bool, topics ...TopicSpec) (map[string]int64, error) {
 	if len(topics) == 0 {
-		return nil
+		return map[string]int64{}, nil
 	}
 	if len(brokers) == 0 {
-		return errors.New("producer: ensure topics: no brokers")
+		return nil, &SetupError{errors.New("producer: topics: no brokers")}
 	}
 	cfgs := make([]kafka.TopicConfig, 0, len(topics))
 	for _, t := range topics {
 		if t.Name == "" {
-			return errors.New("producer: ensure topics: empty topic name")
+			return nil, &SetupError{errors.New("producer: topics: empty topic name")}
 		}
 		tc := kafka.TopicConfig{Topic: t.Name, NumPartitions: max(t.Partitions, 1), ReplicationFactor: max(t.ReplicationFactor, 1)}
 		for k, v := range t.Configs {
@@ -69,43 +107,189 @@ func ensureTopics(ctx context.Context, timeout time.Duration, brokers []string, 
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	conn, err := dial(ctx, dialer, brokers[0])
-	if err != nil {
-		return fmt.Errorf("producer: ensure topics: dial %s: %w", brokers[0], err)
-	}
-	defer conn.Close()
 	// Ask first, create only what is missing: on a cluster with ACLs a
 	// principal without CREATE is refused even for topics that exist, and
 	// an existing topic needs nothing. (Metadata for all topics, because
 	// naming them would let a broker with auto.create.topics.enable create
 	// them with its defaults instead of ours.)
-	parts, err := conn.ReadPartitions()
+	view, err := metadata(ctx, dialer, brokers)
 	if err != nil {
-		return fmt.Errorf("producer: ensure topics: metadata via %s: %w", brokers[0], ctxErr(ctx, err))
+		return nil, err
 	}
-	exists := make(map[string]bool, len(parts))
-	for _, p := range parts {
+	exists := make(map[string]bool, len(view.parts))
+	for _, p := range view.parts {
 		exists[p.Topic] = true
 	}
 	cfgs = slices.DeleteFunc(cfgs, func(tc kafka.TopicConfig) bool { return exists[tc.Topic] })
-	if len(cfgs) == 0 {
-		return nil
+	if len(cfgs) > 0 && !create {
+		missing := make([]string, len(cfgs))
+		for i, tc := range cfgs {
+			missing[i] = tc.Topic
+		}
+		return nil, &SetupError{fmt.Errorf("producer: topics: %s missing (creating topics is off): %w", strings.Join(missing, ", "), kafka.UnknownTopicOrPartition)}
+	}
+	if len(cfgs) > 0 {
+		if err := createTopics(ctx, dialer, view.controller, cfgs); err != nil {
+			return nil, err
+		}
+	}
+	names := make([]string, len(topics))
+	for i, t := range topics {
+		names[i] = t.Name
+	}
+	return maxMessageBytes(ctx, dialer, view.via, names)
+}
+
+// clusterView is what one bootstrap broker said about the cluster.
+type clusterView struct {
+	via        string // the broker that answered
+	parts      []kafka.Partition
+	controller string
+}
+
+// metadata asks the bootstrap brokers in turn until one answers, each with
+// an equal share of the time left, so a silent one cannot use it all. When
+// none answers, the error names each broker's failure; it is a *SetupError
+// when one of them failed in a way retrying cannot fix.
+func metadata(ctx context.Context, dialer *kafka.Dialer, brokers []string) (clusterView, error) {
+	var errs []error
+	for i, b := range brokers {
+		bctx, cancel := ctx, context.CancelFunc(func() {})
+		if dl, ok := ctx.Deadline(); ok {
+			bctx, cancel = context.WithTimeout(ctx, time.Until(dl)/time.Duration(len(brokers)-i))
+		}
+		v, err := metadataVia(bctx, dialer, b)
+		cancel()
+		if err == nil {
+			return v, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return clusterView{}, setupErr("producer: topics: no bootstrap broker answered", errs...)
+}
+
+// metadataVia reads every topic's partitions and the controller's address
+// from broker.
+func metadataVia(ctx context.Context, dialer *kafka.Dialer, broker string) (clusterView, error) {
+	conn, err := dial(ctx, dialer, broker)
+	if err != nil {
+		return clusterView{}, fmt.Errorf("dial %s: %w", broker, err)
+	}
+	defer conn.Close()
+	v := clusterView{via: broker}
+	if v.parts, err = conn.ReadPartitions(); err != nil {
+		return clusterView{}, fmt.Errorf("metadata via %s: %w", broker, ctxErr(ctx, err))
 	}
 	controller, err := conn.Controller()
 	if err != nil {
-		return fmt.Errorf("producer: ensure topics: find controller via %s: %w", brokers[0], ctxErr(ctx, err))
+		return clusterView{}, fmt.Errorf("find controller via %s: %w", broker, ctxErr(ctx, err))
 	}
-	addr := net.JoinHostPort(controller.Host, strconv.Itoa(controller.Port))
+	v.controller = net.JoinHostPort(controller.Host, strconv.Itoa(controller.Port))
+	return v, nil
+}
+
+// createTopics creates cfgs through the cluster controller at addr.
+func createTopics(ctx context.Context, dialer *kafka.Dialer, addr string, cfgs []kafka.TopicConfig) error {
 	cc, err := dial(ctx, dialer, addr)
 	if err != nil {
-		return fmt.Errorf("producer: ensure topics: dial controller %s: %w", addr, err)
+		return setupErr(fmt.Sprintf("producer: topics: dial controller %s", addr), err)
 	}
 	defer cc.Close()
+	names := make([]string, len(cfgs))
+	for i, tc := range cfgs {
+		names[i] = tc.Topic
+	}
 	// CreateTopics ignores TopicAlreadyExists, so this is idempotent.
 	if err := cc.CreateTopics(cfgs...); err != nil {
-		return fmt.Errorf("producer: ensure topics: create on controller %s: %w", addr, ctxErr(ctx, err))
+		return setupErr(fmt.Sprintf("producer: topics: create %s on controller %s", strings.Join(names, ", "), addr), ctxErr(ctx, err))
 	}
 	return nil
+}
+
+// maxMessageBytes reads the max.message.bytes of topics through broker.
+func maxMessageBytes(ctx context.Context, dialer *kafka.Dialer, broker string, topics []string) (map[string]int64, error) {
+	transport := &kafka.Transport{ClientID: dialer.ClientID, DialTimeout: dialer.Timeout, TLS: dialer.TLS, SASL: dialer.SASLMechanism}
+	defer transport.CloseIdleConnections()
+	client := &kafka.Client{Addr: kafka.TCP(broker), Transport: transport}
+	req := &kafka.DescribeConfigsRequest{}
+	for _, t := range topics {
+		req.Resources = append(req.Resources, kafka.DescribeConfigRequestResource{
+			ResourceType: kafka.ResourceTypeTopic, ResourceName: t, ConfigNames: []string{"max.message.bytes"}})
+	}
+	const what = "producer: topics: read max.message.bytes"
+	resp, err := client.DescribeConfigs(ctx, req)
+	if err != nil {
+		return nil, setupErr(fmt.Sprintf("%s via %s", what, broker), ctxErr(ctx, err))
+	}
+	out := make(map[string]int64, len(topics))
+	for _, r := range resp.Resources {
+		if r.Error != nil {
+			return nil, setupErr(fmt.Sprintf("%s of %s", what, r.ResourceName), r.Error)
+		}
+		for _, e := range r.ConfigEntries {
+			if e.ConfigName != "max.message.bytes" {
+				continue
+			}
+			n, err := strconv.ParseInt(e.ConfigValue, 10, 64)
+			if err != nil || n <= 0 {
+				return nil, &SetupError{fmt.Errorf("%s of %s: %q is not a size", what, r.ResourceName, e.ConfigValue)}
+			}
+			out[r.ResourceName] = n
+		}
+	}
+	for _, t := range topics {
+		if _, ok := out[t]; !ok {
+			return nil, setupErr(fmt.Sprintf("%s of %s", what, t), errors.New("the broker did not report it"))
+		}
+	}
+	return out, nil
+}
+
+// setupErr joins errs under msg, as a *SetupError when one of them is one
+// retrying cannot fix (see permanentSetup).
+func setupErr(msg string, errs ...error) error {
+	err := fmt.Errorf("%s: %w", msg, errors.Join(errs...))
+	if slices.ContainsFunc(errs, permanentSetup) {
+		return &SetupError{err}
+	}
+	return err
+}
+
+// permanentSetup reports whether a start-up error will not heal by waiting:
+// a Kafka error code the cluster will keep answering (invalid replication
+// factor or config, authorization, SASL authentication, policy), or a TLS
+// handshake that failed on the certificates. Unreachable brokers, timeouts,
+// a leader or controller not available yet and every other error are worth
+// retrying.
+func permanentSetup(err error) bool {
+	var se *SetupError
+	if errors.As(err, &se) {
+		return true
+	}
+	var kerr kafka.Error
+	if errors.As(err, &kerr) {
+		if kerr.Temporary() {
+			return false
+		}
+		switch kerr {
+		case kafka.RequestTimedOut, kafka.BrokerNotAvailable, kafka.LeaderNotAvailable, kafka.NotController,
+			kafka.GroupCoordinatorNotAvailable, kafka.ReplicaNotAvailable, kafka.KafkaStorageError:
+			return false
+		}
+		return true
+	}
+	var (
+		unknownCA x509.UnknownAuthorityError
+		hostname  x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		verify    *tls.CertificateVerificationError
+		header    tls.RecordHeaderError
+	)
+	return errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid) ||
+		errors.As(err, &verify) || errors.As(err, &header)
 }
 
 // dial connects to addr with ctx's deadline (which ensureTopics always sets)

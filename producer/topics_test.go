@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -121,19 +123,7 @@ func TestEnsureTopicsWithoutCreatePermission(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
 	var creates atomic.Int32
-	c.ControlKey(kmsg.CreateTopics.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		creates.Add(1)
-		creq := req.(*kmsg.CreateTopicsRequest)
-		resp := creq.ResponseKind().(*kmsg.CreateTopicsResponse)
-		for _, rt := range creq.Topics {
-			st := kmsg.NewCreateTopicsResponseTopic()
-			st.Topic = rt.Topic
-			st.ErrorCode = kerr.TopicAuthorizationFailed.Code
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
-	})
+	answerCreates(c, kerr.TopicAuthorizationFailed.Code, &creates)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	existing := []TopicSpec{{Name: topicOut, Partitions: 3}, {Name: topicDLQ, Partitions: 1}}
@@ -149,5 +139,124 @@ func TestEnsureTopicsWithoutCreatePermission(t *testing.T) {
 	}
 	if n := creates.Load(); n != 1 {
 		t.Errorf("sent %d CreateTopics requests, want 1 (for the missing topic only)", n)
+	}
+}
+
+// answerCreates makes c answer every CreateTopics request with code for
+// each topic, counting the requests in count (when not nil).
+func answerCreates(c *kfake.Cluster, code int16, count *atomic.Int32) {
+	c.ControlKey(kmsg.CreateTopics.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if count != nil {
+			count.Add(1)
+		}
+		creq := req.(*kmsg.CreateTopicsRequest)
+		resp := creq.ResponseKind().(*kmsg.CreateTopicsResponse)
+		for _, rt := range creq.Topics {
+			st := kmsg.NewCreateTopicsResponseTopic()
+			st.Topic, st.ErrorCode = rt.Topic, code
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+}
+
+// deadAddr is an address nothing listens on: a dial is refused at once.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// TestPrepareTopicsTriesEveryBootstrapBroker: a bootstrap list whose first
+// brokers are down (refused, or accepting and never answering) still
+// reaches the cluster through a later one, within one attempt.
+func TestPrepareTopicsTriesEveryBootstrapBroker(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	brokers := append([]string{deadAddr(t), silentBroker(t)}, c.ListenAddrs()...)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	// Each broker gets a share of the attempt: the silent one 3 s of 6.
+	if err := ensureTopics(ctx, 6*time.Second, brokers, nil, TopicSpec{Name: "fresh.topic", Partitions: 2}, TopicSpec{Name: topicOut}); err != nil {
+		t.Fatalf("bootstrap list with dead and silent brokers first: %v", err)
+	}
+	limits, err := prepareTopics(ctx, 6*time.Second, brokers, nil, true, TopicSpec{Name: "fresh.topic", Partitions: 2}, TopicSpec{Name: topicOut})
+	if err != nil {
+		t.Fatalf("bootstrap list with dead and silent brokers first: %v", err)
+	}
+	if limits["fresh.topic"] <= 0 || limits[topicOut] <= 0 {
+		t.Errorf("max.message.bytes = %v, want both topics' limits", limits)
+	}
+}
+
+// TestPrepareTopicsPermanentErrors: what the cluster will refuse again is a
+// *SetupError (Permanent) naming the cause, so start-up stops at once
+// instead of retrying forever; what may heal is not.
+func TestPrepareTopicsPermanentErrors(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	isPermanent := func(err error) bool {
+		var p interface{ Permanent() bool }
+		return errors.As(err, &p) && p.Permanent()
+	}
+	c := newCluster(t)
+	err := EnsureTopics(ctx, c.ListenAddrs(), nil, TopicSpec{Name: "three.replicas", ReplicationFactor: 3})
+	if !isPermanent(err) || !errors.Is(err, kafka.InvalidReplicationFactor) || !strings.Contains(err.Error(), "three.replicas") {
+		t.Errorf("replication factor 3 on one broker: err = %v, want a permanent InvalidReplicationFactor naming the topic", err)
+	}
+	_, err = PrepareTopics(ctx, c.ListenAddrs(), nil, false, TopicSpec{Name: topicOut}, TopicSpec{Name: "not.there"})
+	if !isPermanent(err) || !strings.Contains(err.Error(), "not.there") || strings.Contains(err.Error(), topicOut+",") {
+		t.Errorf("missing topic with creation off: err = %v, want a permanent error naming not.there only", err)
+	}
+
+	denied := newCluster(t)
+	answerCreates(denied, kerr.TopicAuthorizationFailed.Code, nil)
+	if err := EnsureTopics(ctx, denied.ListenAddrs(), nil, TopicSpec{Name: "missing.topic"}); !isPermanent(err) || !errors.Is(err, kafka.TopicAuthorizationFailed) {
+		t.Errorf("create without permission: err = %v, want a permanent TopicAuthorizationFailed", err)
+	}
+
+	// A leader election in progress heals: not permanent.
+	electing := newCluster(t)
+	answerCreates(electing, kerr.LeaderNotAvailable.Code, nil)
+	if err := EnsureTopics(ctx, electing.ListenAddrs(), nil, TopicSpec{Name: "later.topic"}); err == nil || isPermanent(err) {
+		t.Errorf("leader not available: err = %v, want a retriable error", err)
+	}
+	// No broker reachable at all heals too (the cluster may be starting).
+	if err := EnsureTopics(ctx, []string{deadAddr(t), deadAddr(t)}, nil, TopicSpec{Name: "t"}); err == nil || isPermanent(err) {
+		t.Errorf("no broker reachable: err = %v, want a retriable error", err)
+	}
+}
+
+// TestPrepareTopicsReportsMaxMessageBytes: a topic created with
+// max.message.bytes reports it; one that exists keeps and reports its own
+// (nothing is altered), and one without its own reports the default the
+// cluster gives it.
+func TestPrepareTopicsReportsMaxMessageBytes(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	limits, err := PrepareTopics(ctx, c.ListenAddrs(), nil, true,
+		TopicSpec{Name: "big.topic", Configs: map[string]string{"max.message.bytes": "70000000"}}, TopicSpec{Name: topicOut})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// kfake reports Kafka's default for a topic without its own setting.
+	if limits["big.topic"] != 70_000_000 || limits[topicOut] != 1_048_588 {
+		t.Errorf("max.message.bytes = %v, want big.topic 70000000 (its own) and %s 1048588 (the default)", limits, topicOut)
+	}
+	limits, err = PrepareTopics(ctx, c.ListenAddrs(), nil, true, TopicSpec{Name: "big.topic", Configs: map[string]string{"max.message.bytes": "5000000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if limits["big.topic"] != 70_000_000 {
+		t.Errorf("existing big.topic: max.message.bytes = %d, want its own 70000000 (left alone)", limits["big.topic"])
 	}
 }

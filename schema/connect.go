@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -187,17 +188,44 @@ func envelope(s *ConnectSchema, v any) ([]byte, error) {
 	return b, nil
 }
 
+// valueEnvelope is envelope for record values, encoded as MarshalValue
+// does. (Keys keep json.Marshal's form: a key's bytes are its identity in a
+// compacted topic, so they must not change between releases.)
+func valueEnvelope(s *ConnectSchema, v any) ([]byte, error) {
+	b, err := MarshalValue(connectEnvelope{Schema: s, Payload: v})
+	if err != nil {
+		return nil, fmt.Errorf("schema: connect envelope: %w", err)
+	}
+	return b, nil
+}
+
+// MarshalValue is json.Marshal without its HTML escaping: <, > and & stay
+// as they are instead of becoming six-byte \u003c escapes. Record values
+// (results, rows) are encoded this way, so that the text they carry (a
+// result's matches, a row's sentence) is never more than twice the bytes it
+// took in the input record, which is what sizes the topics (see
+// producer.Config.MaxResultBytes); the JSON is equivalent for every reader.
+func MarshalValue(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
 // EnvelopeScoredTranscript returns st as a JsonConverter envelope using the
 // precomputed ScoredTranscript schema. It fails only when st holds values
 // JSON cannot carry (NaN or infinite scores).
 func EnvelopeScoredTranscript(st *ScoredTranscript) ([]byte, error) {
-	return envelope(scoredTranscriptSchema, st)
+	return valueEnvelope(scoredTranscriptSchema, st)
 }
 
 // EnvelopeScoreRow returns r as a JsonConverter envelope, the value format
 // the Connect JDBC sink needs to upsert rows.
 func EnvelopeScoreRow(r *ScoreRow) ([]byte, error) {
-	return envelope(scoreRowSchema, r)
+	return valueEnvelope(scoreRowSchema, r)
 }
 
 // EnvelopeRowKey returns k as a JsonConverter envelope, the key format the

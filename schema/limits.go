@@ -21,7 +21,12 @@ type Limits struct {
 
 // Default limit values. They are sized from the seed corpus (at most 988
 // sentences and 1785 characters per sentence) with wide headroom:
-//   - 16 MiB per message matches MAX_MESSAGE_BYTES in the design;
+//   - 8 MiB per message (MAX_MESSAGE_BYTES), 85 times the seed's largest
+//     transcript (99 KB). The result of a record can be larger than the
+//     record (every sentence can match every label, see
+//     producer.Config.MaxResultBytes): with three labels an 8 MiB record's
+//     can take about 57 MB, which a topic holds under Kafka's default
+//     socket.request.max.bytes (100 MiB); 16 MiB would need about 134 MB;
 //   - 100 000 sentences is accepted (the bound is inclusive), 100 001 is not;
 //   - 1 MiB per sentence: a 1 MB (10^6 byte) sentence is accepted, anything
 //     over 1 MiB (1 048 576 bytes) is rejected as too_large. The tokenizer
@@ -31,7 +36,7 @@ type Limits struct {
 //     primary-key columns;
 //   - 64 sections (the seed has two).
 const (
-	DefaultMaxMessageBytes  = 16 << 20
+	DefaultMaxMessageBytes  = 8 << 20
 	DefaultMaxSentences     = 100_000
 	DefaultMaxSentenceBytes = 1 << 20
 	DefaultMaxFieldBytes    = 4 << 10
@@ -49,6 +54,10 @@ func DefaultLimits() Limits {
 		MaxSections:      DefaultMaxSections,
 	}
 }
+
+// Effective returns l with its zero fields filled from DefaultLimits: the
+// limits DecodeEvent applies.
+func (l Limits) Effective() Limits { return l.effective() }
 
 // effective fills zero fields from DefaultLimits.
 func (l Limits) effective() Limits {

@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -34,13 +35,26 @@ func (e *PythonListError) Error() string {
 // unterminated strings, raw newlines in single-quoted strings, surrogate or
 // out-of-range code points, and anything after the closing bracket.
 func ParsePythonList(s string) ([]string, error) {
-	p := pyParser{s: s}
+	p := pyParser{s: s, max: -1}
+	return p.list()
+}
+
+// errTooManyElements is parsePythonList's error for a list longer than its
+// cap.
+var errTooManyElements = errors.New("schema: python list has more elements than allowed")
+
+// parsePythonList is ParsePythonList with a cap on the number of elements
+// (negative: none): past max it stops with errTooManyElements, so a literal
+// of millions of empty strings costs no more than max of them.
+func parsePythonList(s string, max int) ([]string, error) {
+	p := pyParser{s: s, max: max}
 	return p.list()
 }
 
 type pyParser struct {
 	s   string
 	pos int
+	max int // most elements list accepts; negative = no cap
 }
 
 func (p *pyParser) errf(pos int, format string, args ...any) error {
@@ -73,6 +87,9 @@ func (p *pyParser) list() ([]string, error) {
 		if p.s[p.pos] == ']' {
 			p.pos++
 			break
+		}
+		if p.max >= 0 && len(out) == p.max {
+			return nil, errTooManyElements
 		}
 		elem, err := p.element()
 		if err != nil {

@@ -33,7 +33,7 @@ func startProxiedBroker(t *testing.T, partitions int) (*kfake.Cluster, *faultpro
 	}
 	t.Cleanup(func() { _ = px.Close() })
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(partitions),
-		kfake.SeedTopics(int32(partitions), "transcripts", "transcripts.scored", "transcripts.dlq"),
+		kfake.SeedTopics(int32(partitions), "transcripts"),
 		kfake.ListenFn(func(network, _ string) (net.Listener, error) {
 			ln, err := net.Listen(network, "127.0.0.1:0")
 			if err != nil {
@@ -49,6 +49,7 @@ func startProxiedBroker(t *testing.T, partitions int) (*kfake.Cluster, *faultpro
 	if got := c.ListenAddrs()[0]; got != px.Addr() {
 		t.Fatalf("kfake advertises %s, want the proxy %s", got, px.Addr())
 	}
+	createOutputTopics(t, px.Addr(), partitions)
 	return c, px
 }
 

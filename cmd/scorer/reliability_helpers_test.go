@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/scorer/scorer/internal/testenv"
+	"github.com/scorer/scorer/producer"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -102,6 +104,22 @@ func corpusSentences(t testing.TB, minLen, maxLen int) []string {
 		t.Fatalf("only %d short corpus sentences", len(corpusSents))
 	}
 	return corpusSents
+}
+
+// createOutputTopics creates the scorer's output and DLQ topics with room
+// for the largest records its default limits allow, as `scorer broker`
+// does: a test reading them before the scorer starts would otherwise have
+// the broker auto-create them at its 1 MiB default, which the scorer
+// refuses at start.
+func createOutputTopics(t testing.TB, broker string, partitions int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	big := map[string]string{"max.message.bytes": strconv.Itoa(128 << 20)}
+	if err := producer.EnsureTopics(ctx, []string{broker}, nil, producer.TopicSpec{Name: "transcripts.scored", Partitions: partitions, Configs: big},
+		producer.TopicSpec{Name: "transcripts.dlq", Partitions: 1, Configs: big}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // topicWatch reads every partition of a topic from the start in the

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -16,8 +15,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/producer"
 	"github.com/scorer/scorer/schema"
 )
@@ -97,9 +96,9 @@ func poisonCorpus(t *testing.T) []poisonCase {
 		return b.String()[:n]
 	}
 	const mib = 1 << 20
-	tenMB := make([]string, 10)
-	for i := range tenMB {
-		tenMB[i] = repeatText(mib - 64)
+	sevenMB := make([]string, 7)
+	for i := range sevenMB {
+		sevenMB[i] = repeatText(mib - 64)
 	}
 	many := func(n int) []string {
 		out := make([]string, n)
@@ -113,14 +112,18 @@ func poisonCorpus(t *testing.T) []poisonCase {
 		manySections[fmt.Sprintf("S%03d", i)] = []string{sents[i]}
 	}
 	cases = append(cases,
-		// 10 sentences just under 1 MiB each: a valid ~10 MB event. Each
-		// premise is truncated to the model's 512 tokens, so it scores fast.
-		poisonCase{name: "gen_10MB_valid", value: event("P-10MB", map[string][]string{"FILT_MD": tenMB}), callID: "P-10MB", sentences: 10},
-		// Over MAX_MESSAGE_BYTES (16 MiB): dead-lettered before decoding;
-		// its value cannot fit a DLQ record (1 MiB) so it is dropped.
-		poisonCase{name: "gen_17MB", value: event("P-17MB", map[string][]string{"FILT_MD": append(tenMB, tenMB[:7]...)}), dlq: "too_large", dropped: true},
+		// 7 sentences just under 1 MiB each: a valid ~7 MB event, under
+		// MAX_MESSAGE_BYTES (8 MiB). Each premise is truncated to the
+		// model's 512 tokens, so it scores fast.
+		poisonCase{name: "gen_7MB_valid", value: event("P-7MB", map[string][]string{"FILT_MD": sevenMB}), callID: "P-7MB", sentences: 7},
+		// Over MAX_MESSAGE_BYTES: dead-lettered before decoding; its value
+		// cannot fit the DLQ topic (sized for MAX_MESSAGE_BYTES records),
+		// so it is dropped.
+		poisonCase{name: "gen_14MB", value: event("P-14MB", map[string][]string{"FILT_MD": append(sevenMB, sevenMB...)}), dlq: "too_large", dropped: true},
 		poisonCase{name: "gen_1MiB_sentence", value: event("P-1MIB", map[string][]string{"FILT_MD": {repeatText(mib)}}), callID: "P-1MIB", sentences: 1},
-		poisonCase{name: "gen_1MiB_plus_1_sentence", value: event("P-1MIB-PLUS", map[string][]string{"FILT_MD": {repeatText(mib + 1)}}), dlq: "too_large", dropped: true},
+		// The DLQ topic holds any record within MAX_MESSAGE_BYTES: the
+		// dead letter keeps its 1 MiB value.
+		poisonCase{name: "gen_1MiB_plus_1_sentence", value: event("P-1MIB-PLUS", map[string][]string{"FILT_MD": {repeatText(mib + 1)}}), dlq: "too_large"},
 		// 100 000 sentences is valid under DefaultLimits but takes ~10
 		// minutes to score on two CPU cores; its limit path (one more) is
 		// what runs here. docs/reliability.md records the decision.
@@ -133,19 +136,28 @@ func poisonCorpus(t *testing.T) []poisonCase {
 }
 
 // startBigBroker is kfake in-process, one partition per topic, accepting
-// records up to 64 MiB (kfake's default message.max.bytes is 1 MiB, too
-// small for the 10 MB and 17 MB inputs).
+// records up to 128 MiB (kfake's default message.max.bytes is 1 MiB, too
+// small for the 7 MB and 14 MB inputs), its topics created with their
+// max.message.bytes (kfake reports its 1 MiB default for a topic without
+// one, such as one auto-created by a reader, and the scorer sizes its
+// records to what a topic reports).
 func startBigBroker(t *testing.T) string {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(1),
-		kfake.SeedTopics(1, "transcripts", "transcripts.scored", "transcripts.dlq"),
-		kfake.BrokerConfigs(map[string]string{"message.max.bytes": strconv.Itoa(64 << 20)}),
-		kfake.ListenFn(func(network, _ string) (net.Listener, error) { return net.Listen(network, "127.0.0.1:0") }))
+	c, addr, err := service.StartBroker(service.BrokerOptions{Addr: "127.0.0.1:0", Partitions: 1, MaxMessageBytes: 128 << 20,
+		Topics: []string{"transcripts", "transcripts.scored"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	return c.ListenAddrs()[0]
+	// A DLQ that holds dead letters of records within MAX_MESSAGE_BYTES
+	// (8 MiB) with their value, and not those of the 10 and 14 MB ones.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := producer.EnsureTopics(ctx, []string{addr}, nil, producer.TopicSpec{Name: "transcripts.dlq", Partitions: 1,
+		Configs: map[string]string{"max.message.bytes": "11000000"}}); err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }
 
 // TestReliabilityPoison sends every poison input between two good real
@@ -155,7 +167,7 @@ func startBigBroker(t *testing.T) string {
 // end (nothing blocks the partition).
 func TestReliabilityPoison(t *testing.T) {
 	if testing.Short() {
-		t.Skip("service-level poison corpus, with 10–17 MB records")
+		t.Skip("service-level poison corpus, with 7–14 MB records")
 	}
 	cases := poisonCorpus(t)
 	broker := startBigBroker(t)

@@ -25,6 +25,8 @@ import (
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/scorer/scorer/internal/testenv"
 )
 
 // testPKI is a CA made in the test, a server certificate for 127.0.0.1 and
@@ -217,25 +219,37 @@ func TestReliabilitySecurity(t *testing.T) {
 		p := startScorerProcess(t, relEnv(t, "KAFKA_BROKERS", optionalCert, "METRICS_ADDR", metrics, "KAFKA_GROUP_ID", "sec-wrong",
 			"KAFKA_TLS", "true", "KAFKA_TLS_CA_FILE", pki.caFile, "KAFKA_SASL_MECHANISM", "SCRAM-SHA-512",
 			"KAFKA_SASL_USERNAME", "scorer-scram-sha-512", "KAFKA_SASL_PASSWORD", wrong))
-		waitLog(t, p, "Kafka not reachable yet; retrying", time.Minute)
-		// A stop while start-up waits for Kafka is a clean stop: exit 0.
-		if err, _ := signalAndWait(t, p, syscall.SIGTERM, 40*time.Second); err != nil {
-			t.Errorf("scorer exit while waiting for Kafka: %v, want 0", err)
+		// A refused authentication does not heal by retrying (the password
+		// is read once, at start): the scorer exits at once, non-zero,
+		// naming the cause, and the orchestrator's restart picks up a fixed
+		// secret.
+		done := make(chan error, 1)
+		go func() { done <- p.cmd.Wait() }()
+		var exitErr error
+		select {
+		case exitErr = <-done:
+		case <-time.After(time.Minute):
+			t.Fatalf("scorer still running a minute after its authentication was refused:\n%s", testenv.Tail(p.log.String(), 2000))
+		}
+		if exitErr == nil {
+			t.Error("scorer exited 0 after its authentication was refused, want non-zero")
 		}
 		logText := p.log.String()
 		if strings.Contains(logText, wrong) {
 			t.Errorf("the wrong password appears in the log")
 		}
+		if strings.Contains(logText, "Kafka not reachable yet") {
+			t.Errorf("a refused authentication was retried as unreachable")
+		}
 		line := ""
 		for _, l := range strings.Split(logText, "\n") {
-			if strings.Contains(l, "Kafka not reachable yet") {
+			if strings.HasPrefix(l, "scorer: ") {
 				line = l
-				break
 			}
 		}
-		if !strings.Contains(strings.ToLower(line), "sasl") && !strings.Contains(strings.ToLower(line), "auth") {
-			t.Errorf("the retry line does not say authentication failed: %s", line)
+		if !strings.Contains(strings.ToLower(line), "sasl") || !strings.Contains(strings.ToLower(line), "auth") {
+			t.Errorf("the exit line does not say SASL authentication failed: %q", line)
 		}
-		t.Logf("wrong password: not ready, logged as %s", truncate(line, 300))
+		t.Logf("wrong password: exited (%v) with %s", exitErr, truncate(line, 300))
 	})
 }

@@ -24,8 +24,9 @@ import (
 // an unauthorized topic would). Its partition pauses at MAX_UNCOMMITTED
 // with nothing after the stuck record published or committed, while the
 // other partition keeps publishing; /metrics shows the pause, the committed
-// lag and the age of the stuck record, and /healthz fails once that age
-// passes LIVENESS_STALL_TIMEOUT, although work progresses elsewhere. When
+// lag and the age of the stuck record, and /healthz fails once its dead
+// letter has been retried for LIVENESS_STALL_TIMEOUT, although work
+// progresses elsewhere. When
 // the DLQ accepts writes again, everything drains and /healthz recovers.
 func TestReliabilityStuckDeadLetter(t *testing.T) {
 	if testing.Short() {
@@ -114,7 +115,7 @@ func TestReliabilityStuckDeadLetter(t *testing.T) {
 	for {
 		code, body := healthz()
 		if code == http.StatusServiceUnavailable {
-			if !strings.Contains(body, "oldest unacknowledged record") {
+			if !strings.Contains(body, "a record's publish or dead letter") {
 				t.Errorf("/healthz body %q does not name the stuck record", body)
 			}
 			break

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/internal/testenv"
 )
 
@@ -36,5 +37,46 @@ func TestRunStopWhileWaitingForKafka(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "stopped before start-up finished") {
 		t.Errorf("no stop line in the log:\n%s", testenv.Tail(logs.String(), 2000))
+	}
+}
+
+// TestRunRefusesEmptyBrokers: without KAFKA_BROKERS (or with only commas)
+// `scorer run` starts nothing and fails at once naming the variable and the
+// explicit in-memory choice: a missing secret must not become a scorer that
+// reports ready on a broker of its own and consumes nothing real.
+func TestRunRefusesEmptyBrokers(t *testing.T) {
+	for name, brokers := range map[string]string{"unset": "", "commas": ",", "spaces": " , "} {
+		t.Run(name, func(t *testing.T) {
+			env := map[string]string{"METRICS_ADDR": "off", "LOG_FORMAT": "json"}
+			if brokers != "" {
+				env["KAFKA_BROKERS"] = brokers
+			}
+			start := time.Now()
+			// Bounded: a run that starts anyway would serve until stopped.
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			var stderr lockedBuffer
+			err := run(ctx, []string{"run", "--broker-addr", "127.0.0.1:0"}, func(k string) string { return env[k] }, strings.NewReader(""), io.Discard, &stderr)
+			if err == nil {
+				t.Fatal("run accepted an empty KAFKA_BROKERS")
+			}
+			if service.ExitCode(err) == 0 || !strings.Contains(err.Error(), "KAFKA_BROKERS") || !strings.Contains(err.Error(), "embedded") {
+				t.Errorf("run = %v (exit %d), want a non-zero exit naming KAFKA_BROKERS and KAFKA_BROKERS=embedded", err, service.ExitCode(err))
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("refusing took %v; it needs no broker, model or ONNX Runtime", d)
+			}
+			if strings.Contains(stderr.String(), "in-memory") {
+				t.Errorf("an in-memory broker was started:\n%s", testenv.Tail(stderr.String(), 2000))
+			}
+		})
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	err := run(ctx, []string{"run"}, func(k string) string {
+		return map[string]string{"KAFKA_BROKERS": "embedded,127.0.0.1:9092", "METRICS_ADDR": "off"}[k]
+	}, strings.NewReader(""), io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "KAFKA_BROKERS") {
+		t.Errorf("run with embedded among addresses = %v, want an error naming KAFKA_BROKERS", err)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/scorer/scorer/producer"
 )
 
 // BrokerOptions describes an in-memory Kafka-protocol broker (franz-go's
@@ -17,8 +19,12 @@ import (
 type BrokerOptions struct {
 	Addr       string // host:port to listen on; port 0 picks a free one
 	Partitions int
-	Topics     []string
-	DataDir    string // persist to this folder and reload on restart; empty = memory only
+	// Topics are created at start, with max.message.bytes set to
+	// MaxMessageBytes when that is set (kfake reports its default for a
+	// topic without its own, whatever the broker's message.max.bytes, and
+	// the scorer sizes its records to what a topic reports).
+	Topics  []string
+	DataDir string // persist to this folder and reload on restart; empty = memory only
 	// MaxMessageBytes is the broker's message.max.bytes; 0 keeps kfake's
 	// default (about 1 MiB), which is smaller than the scorer's input limit.
 	MaxMessageBytes int
@@ -43,9 +49,6 @@ func StartBroker(o BrokerOptions) (*kfake.Cluster, string, error) {
 			return net.Listen(network, net.JoinHostPort(host, strconv.Itoa(port)))
 		}),
 	}
-	if len(o.Topics) > 0 {
-		opts = append(opts, kfake.SeedTopics(int32(o.Partitions), o.Topics...))
-	}
 	if o.DataDir != "" {
 		opts = append(opts, kfake.DataDir(o.DataDir))
 	}
@@ -61,6 +64,21 @@ func StartBroker(o BrokerOptions) (*kfake.Cluster, string, error) {
 		c.Close()
 		return nil, "", fmt.Errorf("broker: no listen address")
 	}
+	if len(o.Topics) > 0 {
+		specs := make([]producer.TopicSpec, len(o.Topics))
+		for i, t := range o.Topics {
+			specs[i] = producer.TopicSpec{Name: t, Partitions: o.Partitions}
+			if o.MaxMessageBytes > 0 {
+				specs[i].Configs = map[string]string{"max.message.bytes": strconv.Itoa(o.MaxMessageBytes)}
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), producer.EnsureTopicsAttemptTimeout)
+		defer cancel()
+		if err := producer.EnsureTopics(ctx, addrs[:1], nil, specs...); err != nil {
+			c.Close()
+			return nil, "", fmt.Errorf("broker: create topics: %w", err)
+		}
+	}
 	return c, addrs[0], nil
 }
 
@@ -73,7 +91,7 @@ func RunBroker(ctx context.Context, e Env, args []string) error {
 	partitions := fs.Int("partitions", 6, "partitions of the seeded and auto-created topics")
 	topics := fs.String("topics", "transcripts,transcripts.scored,transcripts.dlq", "comma-separated topics to create at start")
 	dataDir := fs.String("data-dir", "", "persist the log to this folder (kept across restarts); empty = memory only")
-	maxMessage := fs.Int("max-message-bytes", 64<<20, "the broker's message.max.bytes")
+	maxMessage := fs.Int("max-message-bytes", 128<<20, "the broker's message.max.bytes, and max.message.bytes of the --topics it creates (the scorer needs about 71 MB on its output topic at its default limits)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return ErrUsage

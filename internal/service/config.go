@@ -4,6 +4,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strconv"
@@ -20,7 +22,7 @@ import (
 // by a flag of the same name in lower case with dashes (KAFKA_BROKERS →
 // --kafka-brokers). README.md documents each variable.
 type Config struct {
-	KafkaBrokers     []string      `env:"KAFKA_BROKERS" envSeparator:"," help:"comma-separated bootstrap brokers; empty starts the in-memory broker in-process (not durable)"`
+	KafkaBrokers     []string      `env:"KAFKA_BROKERS" envSeparator:"," help:"comma-separated bootstrap brokers, required by scorer run; embedded = an in-memory broker in the scorer's own process (not durable; make run uses it)"`
 	InputTopic       string        `env:"KAFKA_INPUT_TOPIC" envDefault:"transcripts" help:"topic of TranscriptEvents"`
 	OutputTopic      string        `env:"KAFKA_OUTPUT_TOPIC" envDefault:"transcripts.scored" help:"topic of ScoredTranscripts"`
 	DLQTopic         string        `env:"KAFKA_DLQ_TOPIC" envDefault:"transcripts.dlq" help:"dead-letter topic"`
@@ -32,6 +34,7 @@ type Config struct {
 	SessionTimeout   time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"30s" help:"group session timeout: how long a dead member keeps its partitions"`
 	RebalanceTimeout time.Duration `env:"KAFKA_REBALANCE_TIMEOUT" envDefault:"30s" help:"how long the group waits for members to rejoin; at a rebalance in-flight work gets min(10s, half of this minus the heartbeat interval) to finish"`
 	InputPartitions  int           `env:"KAFKA_INPUT_PARTITIONS" envDefault:"6" help:"partitions for topics the scorer creates (in-memory broker, or missing topics)"`
+	CreateTopics     bool          `env:"KAFKA_CREATE_TOPICS" envDefault:"true" help:"create missing topics at start (KAFKA_INPUT_PARTITIONS, KAFKA_TOPIC_REPLICATION_FACTOR, a max.message.bytes that fits the input limits); false = topics are managed elsewhere and a missing one stops start-up"`
 	TopicReplication int           `env:"KAFKA_TOPIC_REPLICATION_FACTOR" envDefault:"1" help:"replication factor of topics the scorer creates when they are missing (the in-memory broker always uses 1); at least your cluster's min.insync.replicas (acks=all writes fail below it), or create topics ahead"`
 	KafkaTLS         bool          `env:"KAFKA_TLS" help:"connect with TLS; required by every other KAFKA_TLS_* setting"`
 	KafkaTLSCAFile   string        `env:"KAFKA_TLS_CA_FILE" help:"PEM CA bundle for the brokers' certificates"`
@@ -46,7 +49,7 @@ type Config struct {
 	BatchMaxMessages   int           `env:"BATCH_MAX_MESSAGES" envDefault:"16" help:"messages per consumer batch"`
 	BatchMaxBytes      int           `env:"BATCH_MAX_BYTES" envDefault:"8388608" help:"bytes per consumer batch (never exceeded)"`
 	BatchMaxWait       time.Duration `env:"BATCH_MAX_WAIT" envDefault:"200ms" help:"longest a batch waits, from its oldest message"`
-	MaxMessageBytes    int           `env:"MAX_MESSAGE_BYTES" envDefault:"16777216" help:"larger input records go to the DLQ"`
+	MaxMessageBytes    int           `env:"MAX_MESSAGE_BYTES" envDefault:"8388608" help:"larger input records go to the DLQ; with MAX_SENTENCES and the labels it sizes the output topic (checked at start: every accepted transcript's result must fit its max.message.bytes)"`
 	MaxSentences       int           `env:"MAX_SENTENCES" envDefault:"100000" help:"sentences per transcript (all sections); more goes to the DLQ"`
 	MaxSentenceBytes   int           `env:"MAX_SENTENCE_BYTES" envDefault:"1048576" help:"bytes per sentence; longer goes to the DLQ (the model truncates to its max length anyway)"`
 	MaxInflightBatches int           `env:"MAX_INFLIGHT_BATCHES" envDefault:"2" help:"consumer batches between fetch and ack; fetching pauses beyond"`
@@ -58,8 +61,8 @@ type Config struct {
 	ScoreCacheBytes    int           `env:"SCORE_CACHE_BYTES" envDefault:"268435456" help:"memory for the cache of pair scores (revised and repeated sentences skip inference); 0 = off"`
 
 	ModelDir           string   `env:"MODEL_DIR" envDefault:"../shared/models/nli-unigram-small" help:"model folder: config.json, tokenizer.json, ONNX file"`
-	ModelFile          string   `env:"MODEL_FILE" help:"ONNX file relative to MODEL_DIR; empty = model.onnx or the single onnx/model*.onnx"`
-	ORTLib             string   `env:"ORT_LIB" envDefault:".deps/ort-1.30.0/libonnxruntime.so.1" help:"ONNX Runtime shared library"`
+	ModelFile          string   `env:"MODEL_FILE" help:"ONNX file relative to MODEL_DIR and inside it (no leading /, no ..); empty = model.onnx or the single onnx/model*.onnx"`
+	ORTLib             string   `env:"ORT_LIB" help:"ONNX Runtime shared library; empty = .deps/ort-<version>/libonnxruntime.so.1 in the folder above the scorer executable's (what make fetches for bin/scorer), never looked for in the working directory"`
 	ScoreMode          string   `env:"SCORE_MODE" envDefault:"softmax" help:"softmax (P(entailment) over all classes) or entail_vs_contradiction"`
 	PairEncoding       string   `env:"PAIR_ENCODING" envDefault:"pair" help:"pair ([CLS] sentence [SEP] hypothesis [SEP], what NLI models are trained on) or joined (sentence + PAIR_SEPARATOR + hypothesis as one sequence, the Spark job's encoding; over the max length only the sentence is cut)"`
 	PairSeparator      string   `env:"PAIR_SEPARATOR" envDefault:"</s></s>" help:"text between sentence and hypothesis when PAIR_ENCODING=joined (ordinary text to DeBERTa-v3's tokenizer)"`
@@ -79,7 +82,7 @@ type Config struct {
 	GPUProbation time.Duration `env:"GPU_PROBATION" envDefault:"5m" help:"a degraded GPU is re-probed after this and rejoins when it passes"`
 
 	MetricsAddr          string        `env:"METRICS_ADDR" envDefault:":9464" help:"address of /metrics, /healthz and /readyz; off = no HTTP server"`
-	LivenessStallTimeout time.Duration `env:"LIVENESS_STALL_TIMEOUT" envDefault:"10m" help:"/healthz fails when records are in flight and no inference batch, publish or dead letter happened for this long, or when one record stays unacknowledged this long; 0 = off"`
+	LivenessStallTimeout time.Duration `env:"LIVENESS_STALL_TIMEOUT" envDefault:"10m" help:"/healthz fails when records are in flight and no inference batch, publish or dead letter happened for this long, or when one inference run, or one record's publish or dead letter (retried), goes on this long; a long transcript is none of these; 0 = off"`
 	ShutdownTimeout      time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" help:"bound on the whole stop after SIGTERM: drain, final commit, leaving the group (allow about 10s more before SIGKILL; the Helm chart adds 15s)"`
 	LogLevel             string        `env:"LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error"`
 	LogFormat            string        `env:"LOG_FORMAT" envDefault:"auto" help:"json, console, or auto (console on a terminal)"`
@@ -99,7 +102,7 @@ func LoadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
 	}
-	cfg.ORTLib = preferCUDASet(cfg.ORTLib, cfg.Device, nvidiaDriverLoaded(), ResolvePath)
+	cfg.ORTLib = preferCUDASet(cfg.ORTLib, cfg.Device, nvidiaDriverLoaded(), checkoutRoot())
 	return cfg, nil
 }
 
@@ -123,7 +126,44 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 			v.Field(i).Set(reflect.ValueOf(cleanList(l)))
 		}
 	}
+	if cfg.ORTLib == "" {
+		cfg.ORTLib = DefaultORTLib()
+	}
 	return cfg, nil
+}
+
+// defaultORTLib is the ONNX Runtime core `make` fetches, relative to the
+// repository the binary is built in (bin/scorer → bin/..); the Makefile's
+// ORT_VERSION names the same release.
+const defaultORTLib = ".deps/ort-1.30.0/libonnxruntime.so.1"
+
+// DefaultORTLib is ORT_LIB when it is unset: defaultORTLib resolved from
+// the executable's folder (symlinks followed), as an absolute path, and
+// never from the working directory: a library found there would run its
+// code in this process, and whoever can write to the folder a scorer is
+// started from is not whoever installed it. Images set ORT_LIB to their
+// own absolute path. "" when the executable cannot be found (InitORT then
+// says ORT_LIB is missing).
+func DefaultORTLib() string {
+	root := checkoutRoot()
+	if root == "" {
+		return ""
+	}
+	return filepath.Join(root, defaultORTLib)
+}
+
+// checkoutRoot is the folder above the scorer executable's (bin/..,
+// symlinks followed), where `make` puts .deps; "" when the executable
+// cannot be found.
+func checkoutRoot() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	if real, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = real
+	}
+	return filepath.Join(filepath.Dir(exe), "..")
 }
 
 // Validate checks ranges and combinations LoadConfig cannot see field by
@@ -169,6 +209,7 @@ func (c *Config) Validate() error {
 	check(c.PairEncoding == "pair" || c.PairEncoding == "joined", "PAIR_ENCODING must be pair or joined, got %q", c.PairEncoding)
 	check(c.PairSeparator != "", "PAIR_SEPARATOR must not be empty")
 	check(c.EntailmentIndex >= -1, "ENTAILMENT_INDEX must be >= 0, or -1 for auto (from id2label), got %d", c.EntailmentIndex)
+	check(c.ModelFile == "" || filepath.IsLocal(c.ModelFile), "MODEL_FILE must be a path inside MODEL_DIR (relative, no leading /, no ..), got %q", c.ModelFile)
 	check(len(c.Labels) > 0, "LABELS must not be empty")
 	for _, l := range c.Labels {
 		check(strings.TrimSpace(l) != "", "LABELS must not contain an empty label")

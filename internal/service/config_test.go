@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/scorer/scorer/internal/testenv"
+	"github.com/scorer/scorer/producer"
 )
 
 func parseConfig(t *testing.T, environ map[string]string, args ...string) (Config, error) {
@@ -30,7 +33,7 @@ func TestConfigDefaults(t *testing.T) {
 		t.Errorf("topics = %q %q %q", cfg.InputTopic, cfg.OutputTopic, cfg.DLQTopic)
 	}
 	if len(cfg.KafkaBrokers) != 0 {
-		t.Errorf("KafkaBrokers = %v, want empty (in-memory broker)", cfg.KafkaBrokers)
+		t.Errorf("KafkaBrokers = %v, want empty (scorer run refuses it)", cfg.KafkaBrokers)
 	}
 	want := []string{"consumer strength", "consumer weakness", "reduced consumer's spending patterns"}
 	if !reflect.DeepEqual(cfg.Labels, want) {
@@ -228,6 +231,92 @@ func TestCPUPlanSplitsCores(t *testing.T) {
 		if w != tc.wantWorkers || th != tc.wantThreads {
 			t.Errorf("CPUPlan(WORKERS=%d, CPU_THREADS=%d) = %d workers × %d threads, want %d × %d",
 				tc.workers, tc.threads, w, th, tc.wantWorkers, tc.wantThreads)
+		}
+	}
+}
+
+// TestDefaultORTLibIgnoresWorkingDirectory: with ORT_LIB unset the library
+// is looked for beside the executable's folder only. A library planted at
+// the default's relative path under the working directory (a checkout, a
+// download folder) is never the one resolved, since loading it runs its
+// code.
+func TestDefaultORTLibIgnoresWorkingDirectory(t *testing.T) {
+	// The default names the core of the pin list's cpu set, where `make ort`
+	// puts it.
+	if want, err := filepath.Rel(testenv.RepoRoot(), testenv.DefaultORTLib()); err != nil || want != defaultORTLib {
+		t.Errorf("defaultORTLib %q, want %q from deploy/ort/pins.txt (%v)", defaultORTLib, want, err)
+	}
+	dir := t.TempDir()
+	planted := filepath.Join(dir, defaultORTLib)
+	if err := os.MkdirAll(filepath.Dir(planted), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(planted, []byte("not onnxruntime"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	cfg, err := parseConfig(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(filepath.Dir(exe), "..", ".deps"); !filepath.IsAbs(cfg.ORTLib) || !strings.HasPrefix(cfg.ORTLib, want+string(filepath.Separator)) {
+		t.Errorf("default ORT_LIB = %q, want an absolute path under %s", cfg.ORTLib, want)
+	}
+	if lib, err := ResolvePath(cfg.ORTLib); err == nil {
+		if sameFile(lib, planted) {
+			t.Fatalf("the default ORT_LIB resolved to %s, the working directory's planted file", lib)
+		}
+	}
+	if _, err := InitORT(cfg.ORTLib); err == nil || !strings.Contains(err.Error(), "ORT_LIB") {
+		t.Errorf("InitORT(default) = %v, want an ORT_LIB error (nothing beside the test binary)", err)
+	}
+}
+
+// TestConfigModelFileStaysInModelDir: MODEL_FILE names a graph inside
+// MODEL_DIR; a path that leaves it is refused, naming the variable.
+func TestConfigModelFileStaysInModelDir(t *testing.T) {
+	for _, bad := range []string{"../other/model.onnx", "onnx/../../model.onnx", "/etc/model.onnx"} {
+		_, err := parseConfig(t, map[string]string{"MODEL_FILE": bad})
+		if err == nil || !strings.Contains(err.Error(), "MODEL_FILE") || !strings.Contains(err.Error(), "MODEL_DIR") {
+			t.Errorf("MODEL_FILE=%s: err = %v, want one naming MODEL_FILE and MODEL_DIR", bad, err)
+		}
+	}
+	for _, good := range []string{"model.onnx", "onnx/model_quantized.onnx", "./onnx/../model.onnx"} {
+		if _, err := parseConfig(t, map[string]string{"MODEL_FILE": good}); err != nil {
+			t.Errorf("MODEL_FILE=%s: %v", good, err)
+		}
+	}
+}
+
+// TestTopicPlanFitsKafkaDefault: the limits docs/operating.md suggests for
+// a cluster that keeps Kafka's default max.message.bytes pass the start-up
+// check; the defaults do not, and say what would.
+func TestTopicPlanFitsKafkaDefault(t *testing.T) {
+	const kafkaDefault = 1048588
+	for _, tc := range []struct {
+		env  map[string]string
+		fits bool
+	}{
+		{map[string]string{"MAX_MESSAGE_BYTES": "65536", "MAX_SENTENCES": "2000"}, true},
+		{nil, false},
+	} {
+		cfg, err := parseConfig(t, tc.env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc := producer.Config{Brokers: []string{"b"}, Topic: cfg.OutputTopic, DLQTopic: cfg.DLQTopic, Format: cfg.OutputFormat}
+		plan, err := planTopics(cfg, pc, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		limits := map[string]int64{cfg.OutputTopic: kafkaDefault, cfg.DLQTopic: kafkaDefault}
+		err = checkTopicLimits(cfg, pc, plan, limits, zerolog.Nop())
+		if (err == nil) != tc.fits {
+			t.Errorf("%v on 1 MiB topics: %v, want fits=%v", tc.env, err, tc.fits)
 		}
 	}
 }

@@ -3,19 +3,11 @@ package service
 import (
 	"os"
 	"path/filepath"
-	"reflect"
 )
 
 // cudaORTDir is where `make cuda-ort` puts the CUDA set: the core and the
 // CUDA provider libraries of one release (deploy/ort/pins.txt).
 const cudaORTDir = ".deps/ort-cuda"
-
-// defaultORTLib is ORT_LIB's default, read from Config's tag so it follows
-// whichever core the build pins.
-var defaultORTLib = func() string {
-	f, _ := reflect.TypeFor[Config]().FieldByName("ORTLib")
-	return f.Tag.Get("envDefault")
-}()
 
 // preferCUDASet returns the ORT_LIB to load. ONNX Runtime loads the CUDA
 // provider from the core's own folder, and the default ORT_LIB (`make
@@ -23,38 +15,35 @@ var defaultORTLib = func() string {
 // library would fail with missing_provider_files although `make cuda-ort`
 // put the whole set beside it. When a GPU is asked for (DEVICE=cuda, or
 // auto on a host with an NVIDIA driver) and ORT_LIB is the default, the CUDA
-// set is used if it is there; an explicit ORT_LIB is never changed.
-func preferCUDASet(ortLib, device string, gpuHost bool, resolve func(string) (string, error)) string {
-	if !(device == "cuda" || (device == "auto" || device == "") && gpuHost) || !isDefaultLib(ortLib, resolve) {
+// set under root (the checkout the executable was built in, as for the
+// default itself: never the working directory) is used if it is there; an
+// explicit ORT_LIB is never changed.
+func preferCUDASet(ortLib, device string, gpuHost bool, root string) string {
+	if !(device == "cuda" || (device == "auto" || device == "") && gpuHost) || root == "" || !sameFile(ortLib, filepath.Join(root, defaultORTLib)) {
 		return ortLib
 	}
-	if core, err := resolve(ortLib); err == nil {
-		if _, err := os.Stat(filepath.Join(filepath.Dir(core), "libonnxruntime_providers_cuda.so")); err == nil {
-			return ortLib // the default folder has the providers itself
-		}
+	if hasCUDAProvider(ortLib) {
+		return ortLib // the default folder has the providers itself
 	}
-	set := filepath.Join(cudaORTDir, "libonnxruntime.so.1")
-	if p, err := resolve(set); err == nil {
-		if _, err := os.Stat(filepath.Join(filepath.Dir(p), "libonnxruntime_providers_cuda.so")); err == nil {
-			return p
-		}
+	if set := filepath.Join(root, cudaORTDir, "libonnxruntime.so.1"); hasCUDAProvider(set) {
+		return set
 	}
 	return ortLib
 }
 
-// isDefaultLib reports whether ortLib is the default library: its relative
-// path, or that file named another way (the Makefile exports it absolute).
-func isDefaultLib(ortLib string, resolve func(string) (string, error)) bool {
-	if ortLib == defaultORTLib {
-		return true
-	}
-	def, err := resolve(defaultORTLib)
-	if err != nil {
-		return false
-	}
-	a, errA := os.Stat(def)
-	b, errB := os.Stat(ortLib)
-	return errA == nil && errB == nil && os.SameFile(a, b)
+// hasCUDAProvider reports whether core exists with the CUDA provider
+// library beside it.
+func hasCUDAProvider(core string) bool {
+	_, errCore := os.Stat(core)
+	_, errProvider := os.Stat(filepath.Join(filepath.Dir(core), "libonnxruntime_providers_cuda.so"))
+	return errCore == nil && errProvider == nil
+}
+
+// sameFile reports whether a and b name one existing file.
+func sameFile(a, b string) bool {
+	sa, errA := os.Stat(a)
+	sb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(sa, sb)
 }
 
 // nvidiaDriverLoaded reports whether this host has an NVIDIA driver, from

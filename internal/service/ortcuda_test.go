@@ -22,14 +22,10 @@ func TestPreferCUDASet(t *testing.T) {
 		}
 	}
 	write(defaultORTLib)
-	resolve := func(p string) (string, error) {
-		abs := filepath.Join(root, p)
-		_, err := os.Stat(abs)
-		return abs, err
-	}
+	def := filepath.Join(root, defaultORTLib)
 	cudaSet := filepath.Join(root, cudaORTDir, "libonnxruntime.so.1")
 	// No CUDA set yet: nothing to switch to.
-	if got := preferCUDASet(defaultORTLib, "cuda", false, resolve); got != defaultORTLib {
+	if got := preferCUDASet(def, "cuda", false, root); got != def {
 		t.Errorf("without the CUDA set: %s", got)
 	}
 	write(filepath.Join(cudaORTDir, "libonnxruntime.so.1"))
@@ -40,22 +36,24 @@ func TestPreferCUDASet(t *testing.T) {
 		gpuHost     bool
 		want        string
 	}{
-		{defaultORTLib, "cuda", false, cudaSet},
-		{defaultORTLib, "auto", true, cudaSet},
-		{defaultORTLib, "", true, cudaSet},
-		{defaultORTLib, "auto", false, defaultORTLib},
-		{defaultORTLib, "cpu", true, defaultORTLib},
+		{def, "cuda", false, cudaSet},
+		{def, "auto", true, cudaSet},
+		{def, "", true, cudaSet},
+		{def, "auto", false, def},
+		{def, "cpu", true, def},
 		{"/opt/ort/libonnxruntime.so.1", "cuda", true, "/opt/ort/libonnxruntime.so.1"},
-		// The default file by its absolute path, as the Makefile exports it.
-		{filepath.Join(root, defaultORTLib), "cuda", false, cudaSet},
+		// The default file named another way, as the Makefile may export it.
+		{filepath.Join(root, "x", "..", defaultORTLib), "cuda", false, cudaSet},
+		// The same relative path from the working directory is not the default.
+		{defaultORTLib, "cuda", false, defaultORTLib},
 	} {
-		if got := preferCUDASet(tc.lib, tc.device, tc.gpuHost, resolve); got != tc.want {
+		if got := preferCUDASet(tc.lib, tc.device, tc.gpuHost, root); got != tc.want {
 			t.Errorf("ORT_LIB=%s DEVICE=%q gpu host %v: %s, want %s", tc.lib, tc.device, tc.gpuHost, got, tc.want)
 		}
 	}
 	// A default folder that has the providers itself is left alone.
 	write(filepath.Join(filepath.Dir(defaultORTLib), "libonnxruntime_providers_cuda.so"))
-	if got := preferCUDASet(defaultORTLib, "cuda", true, resolve); got != defaultORTLib {
+	if got := preferCUDASet(def, "cuda", true, root); got != def {
 		t.Errorf("default folder with providers: %s", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -23,12 +24,16 @@ import (
 func Run(ctx context.Context, e Env, args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
-	brokerAddr := fs.String("broker-addr", "127.0.0.1:9092", "listen address of the in-memory broker when KAFKA_BROKERS is empty (falls back to a free port when taken)")
+	brokerAddr := fs.String("broker-addr", "127.0.0.1:9092", "listen address of the in-memory broker when KAFKA_BROKERS=embedded (falls back to a free port when taken)")
 	demoFile := fs.String("demo-file", "", "after start-up, load this TranscriptEvent JSONL into the input topic and print a summary once all are handled (scored or dead-lettered)")
 	demoLimit := fs.Int("demo-limit", 0, "load at most this many transcripts from --demo-file; 0 = all")
 	cfg, err := LoadConfig(e.Getenv, fs, args)
 	if err != nil {
 		return UsageOr(err)
+	}
+	embedded, err := embeddedBroker(cfg.KafkaBrokers)
+	if err != nil {
+		return err
 	}
 	log, err := NewLogger(e.Stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
@@ -36,6 +41,9 @@ func Run(ctx context.Context, e Env, args []string) error {
 	}
 	reg := newRegistry()
 	h := newHealth(reg)
+	embeddedGauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "scorer_embedded_broker",
+		Help: "1 when this process consumes from and publishes to its own in-memory Kafka broker (KAFKA_BROKERS=embedded): nothing is durable and no other client sees it unless pointed at it."})
+	reg.MustRegister(embeddedGauge)
 
 	if cfg.MetricsAddr != "" && cfg.MetricsAddr != "off" {
 		addr, stopHTTP, err := startHTTP(cfg.MetricsAddr, reg, h, log)
@@ -50,20 +58,20 @@ func Run(ctx context.Context, e Env, args []string) error {
 		log.Info().Str("addr", addr).Msg("serving /metrics, /healthz and /readyz")
 	}
 
-	embedded := len(cfg.KafkaBrokers) == 0
 	if embedded {
-		c, addr, err := StartBroker(BrokerOptions{Addr: *brokerAddr, Partitions: cfg.InputPartitions, MaxMessageBytes: 64 << 20})
+		c, addr, err := StartBroker(BrokerOptions{Addr: *brokerAddr, Partitions: cfg.InputPartitions, MaxMessageBytes: 128 << 20})
 		if err != nil {
 			log.Warn().Err(err).Str("addr", *brokerAddr).Msg("in-memory broker address taken; using a free port")
-			c, addr, err = StartBroker(BrokerOptions{Addr: "127.0.0.1:0", Partitions: cfg.InputPartitions, MaxMessageBytes: 64 << 20})
+			c, addr, err = StartBroker(BrokerOptions{Addr: "127.0.0.1:0", Partitions: cfg.InputPartitions, MaxMessageBytes: 128 << 20})
 			if err != nil {
 				return err
 			}
 		}
 		defer c.Close()
 		cfg.KafkaBrokers = []string{addr}
+		embeddedGauge.Set(1)
 		log.Warn().Str("addr", addr).
-			Msgf("KAFKA_BROKERS is empty: started an in-memory Kafka broker at %s; data is NOT durable and is lost at exit (kcat -b %s -L)", addr, addr)
+			Msgf("KAFKA_BROKERS=embedded: started an in-memory Kafka broker at %s; data is NOT durable and is lost at exit, and nothing outside this process reads or writes it unless pointed at it (kcat -b %s -L)", addr, addr)
 	}
 	sec, err := NewKafkaSecurity(&cfg)
 	if err != nil {
@@ -72,21 +80,35 @@ func Run(ctx context.Context, e Env, args []string) error {
 
 	// Topics that exist are left alone (no CREATE permission needed); the
 	// missing ones get KAFKA_TOPIC_REPLICATION_FACTOR, 1 on the in-memory
-	// broker, which has one node.
+	// broker, which has one node, and a max.message.bytes that fits the
+	// largest record the input limits allow.
 	rf := cfg.TopicReplication
 	if embedded {
 		rf = 1
 	}
-	topics := []producer.TopicSpec{
-		{Name: cfg.InputTopic, Partitions: cfg.InputPartitions, ReplicationFactor: rf},
-		{Name: cfg.OutputTopic, Partitions: cfg.InputPartitions, ReplicationFactor: rf},
-		{Name: cfg.DLQTopic, Partitions: 1, ReplicationFactor: rf},
+	prodCfg := producer.Config{
+		Brokers: cfg.KafkaBrokers, Topic: cfg.OutputTopic, RowsTopic: cfg.RowsTopic, DLQTopic: cfg.DLQTopic,
+		Format: cfg.OutputFormat, Key: cfg.OutputKey, ClientID: cfg.ClientID, Transport: sec.Transport(cfg.ClientID),
 	}
-	if cfg.RowsTopic != "" {
-		topics = append(topics, producer.TopicSpec{Name: cfg.RowsTopic, Partitions: cfg.InputPartitions, ReplicationFactor: rf})
+	plan, err := planTopics(cfg, prodCfg, rf)
+	if err != nil {
+		return err
 	}
-	if err := EnsureTopicsRetry(ctx, cfg.KafkaBrokers, sec.Dialer(cfg.ClientID), topics, log); err != nil {
+	// The in-memory broker starts empty: its topics are always created.
+	create := cfg.CreateTopics || embedded
+	limits, err := PrepareTopicsRetry(ctx, cfg.KafkaBrokers, sec.Dialer(cfg.ClientID), create, plan.specs, log)
+	if err != nil {
+		if !create && errors.Is(err, kafka.UnknownTopicOrPartition) {
+			err = fmt.Errorf("%w (KAFKA_CREATE_TOPICS=false: create them, or let the scorer create them with KAFKA_CREATE_TOPICS=true)", err)
+		}
 		return stoppedDuringStartup(ctx, err, log)
+	}
+	if err := checkTopicLimits(cfg, prodCfg, plan, limits, log); err != nil {
+		return err
+	}
+	prodCfg.TopicMaxBytes = map[string]int64{cfg.OutputTopic: limits[cfg.OutputTopic], cfg.DLQTopic: limits[cfg.DLQTopic]}
+	if cfg.RowsTopic != "" {
+		prodCfg.TopicMaxBytes[cfg.RowsTopic] = limits[cfg.RowsTopic]
 	}
 
 	stack, err := OpenScoring(ctx, cfg, log, reg)
@@ -96,10 +118,7 @@ func Run(ctx context.Context, e Env, args []string) error {
 	h.modelLoaded.Store(true)
 	reg.MustRegister(buildInfo(stack))
 
-	prod, err := producer.New(producer.Config{
-		Brokers: cfg.KafkaBrokers, Topic: cfg.OutputTopic, RowsTopic: cfg.RowsTopic, DLQTopic: cfg.DLQTopic,
-		Format: cfg.OutputFormat, Key: cfg.OutputKey, ClientID: cfg.ClientID, Transport: sec.Transport(cfg.ClientID),
-	}, log.With().Str("component", "producer").Logger(), reg)
+	prod, err := producer.New(prodCfg, log.With().Str("component", "producer").Logger(), reg)
 	if err != nil {
 		stack.Close(context.Background())
 		return err
@@ -129,7 +148,9 @@ func Run(ctx context.Context, e Env, args []string) error {
 				cs, ps := cons.Stats(), stack.Pool.Stats()
 				return cs.Published + cs.DeadLettered + ps.Batches, cs.Inflight > 0
 			},
-			oldest: cons.OldestUnacked})
+			stuck: func() (time.Duration, string) {
+				return oldestStuck(stack.Pool.Stats().OldestRun, cons.OldestAcknowledgement())
+			}})
 	}
 
 	if *demoFile != "" {
@@ -170,6 +191,33 @@ func Run(ctx context.Context, e Env, args []string) error {
 	return nil
 }
 
+// EmbeddedBrokers is the KAFKA_BROKERS value that makes `scorer run` start
+// an in-memory broker in its own process (development and `make run`).
+const EmbeddedBrokers = "embedded"
+
+// embeddedBroker reads KAFKA_BROKERS for `scorer run`: true for
+// EmbeddedBrokers alone, false for broker addresses, and an error naming the
+// variable when it is empty (unset, or only commas and spaces) or mixes the
+// two. An empty value is not taken to mean the in-memory broker: a missing
+// secret or a typo in a deployment would then start a scorer that reports
+// ready and consumes nothing real.
+func embeddedBroker(brokers []string) (bool, error) {
+	const fix = "set it to the bootstrap brokers (host:port,…), or to " + EmbeddedBrokers + " for an in-memory broker in this process (not durable; for demos and development)"
+	n := 0
+	for _, b := range brokers {
+		if strings.EqualFold(b, EmbeddedBrokers) {
+			n++
+		}
+	}
+	switch {
+	case len(brokers) == 0:
+		return false, fmt.Errorf("config: KAFKA_BROKERS is empty: %s", fix)
+	case n > 0 && len(brokers) > 1:
+		return false, fmt.Errorf("config: KAFKA_BROKERS=%s mixes %s with broker addresses: %s", strings.Join(brokers, ","), EmbeddedBrokers, fix)
+	}
+	return n == 1, nil
+}
+
 // stoppedDuringStartup turns a start-up failure caused by SIGTERM or Ctrl-C
 // (ctx cancelled, e.g. while waiting for the broker) into a clean stop, exit
 // 0 as for any other stop; other failures pass through.
@@ -200,24 +248,39 @@ func closeWithin(d time.Duration, log zerolog.Logger, closers ...func(context.Co
 	}
 }
 
-// EnsureTopicsRetry creates missing topics, retrying with backoff while the
-// broker is unreachable so that a broker that starts after the scorer is
-// waited for, with a clear log line each time.
+// EnsureTopicsRetry creates missing topics as PrepareTopicsRetry does,
+// discarding their limits.
 func EnsureTopicsRetry(ctx context.Context, brokers []string, d *kafka.Dialer, topics []producer.TopicSpec, log zerolog.Logger) error {
+	_, err := PrepareTopicsRetry(ctx, brokers, d, true, topics, log)
+	return err
+}
+
+// PrepareTopicsRetry readies the topics with producer.PrepareTopics
+// (creating the missing ones when create is set) and returns their
+// max.message.bytes. It retries with backoff what may heal (no broker
+// reachable yet, a leader or controller not available, a timeout), so that
+// a broker that starts after the scorer is waited for, with a clear log line
+// each time, and returns at once what will not (an invalid replication
+// factor, missing permissions, a failed authentication, a missing topic
+// with creation off): retrying those would only hide them.
+func PrepareTopicsRetry(ctx context.Context, brokers []string, d *kafka.Dialer, create bool, topics []producer.TopicSpec, log zerolog.Logger) (map[string]int64, error) {
 	backoff := 500 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		err := producer.EnsureTopics(ctx, brokers, d, topics...)
+		limits, err := producer.PrepareTopics(ctx, brokers, d, create, topics...)
 		if err == nil {
-			return nil
+			return limits, nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("waiting for Kafka: %w", ctx.Err())
+			return nil, fmt.Errorf("waiting for Kafka: %w", ctx.Err())
+		}
+		if consumer.IsPermanent(err) {
+			return nil, fmt.Errorf("kafka: topics cannot be set up, and retrying will not help: %w", err)
 		}
 		log.Warn().Err(err).Strs("brokers", brokers).Int("attempt", attempt).Dur("retry_in", backoff).
 			Msg("Kafka not reachable yet; retrying")
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for Kafka: %w", ctx.Err())
+			return nil, fmt.Errorf("waiting for Kafka: %w", ctx.Err())
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 15*time.Second)

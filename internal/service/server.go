@@ -84,7 +84,7 @@ func startHTTP(addr string, reg *prometheus.Registry, h *health, log zerolog.Log
 		if pw := h.progress.Load(); pw != nil && !h.shuttingDown.Load() {
 			if stalled, since, why := pw.stalled(); stalled {
 				log.Error().Dur("for", since).Dur("limit", pw.limit).Str("why", why).
-					Msg("liveness failing: no inference, publish or dead letter with records in flight, or one record unacknowledged for too long")
+					Msg("liveness failing: no inference, publish or dead letter with records in flight, or one inference run or one record's publish or dead letter going on for too long")
 				w.WriteHeader(http.StatusServiceUnavailable)
 				_, _ = fmt.Fprintf(w, "stalled: %s for %s (limit %s)\n", why, since.Round(time.Second), pw.limit)
 				return

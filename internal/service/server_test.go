@@ -2,7 +2,9 @@ package service
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -54,8 +56,9 @@ func TestReadyGaugeAtScrape(t *testing.T) {
 }
 
 // TestHealthzFailsWhenStalled: /healthz turns 503 only when records are in
-// flight and nothing moved for longer than the limit; progress, an idle
-// pipeline and a shutdown keep it 200.
+// flight and nothing moved for longer than the limit, or one inference run
+// or one record's publish or dead letter went on for longer; progress, an
+// idle pipeline and a shutdown keep it 200.
 func TestHealthzFailsWhenStalled(t *testing.T) {
 	reg := newRegistry()
 	h := newHealth(reg)
@@ -69,12 +72,12 @@ func TestHealthzFailsWhenStalled(t *testing.T) {
 		now      = time.Unix(1_700_000_000, 0)
 		progress uint64
 		pending  bool
-		oldest   time.Duration
+		run, ack time.Duration
 	)
 	h.progress.Store(&progressWatch{limit: time.Minute,
 		now:    func() time.Time { mu.Lock(); defer mu.Unlock(); return now },
 		sample: func() (uint64, bool) { mu.Lock(); defer mu.Unlock(); return progress, pending },
-		oldest: func() time.Duration { mu.Lock(); defer mu.Unlock(); return oldest }})
+		stuck:  func() (time.Duration, string) { mu.Lock(); defer mu.Unlock(); return oldestStuck(run, ack) }})
 	set := func(advance time.Duration, moved uint64, waiting bool) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -97,29 +100,48 @@ func TestHealthzFailsWhenStalled(t *testing.T) {
 		{"work arrives after idling", time.Second, 0, true, 200},
 		{"stuck again past the limit", 61 * time.Second, 0, true, 503},
 		{"moving again", time.Second, 5, true, 200},
-		{"moving, one record unacknowledged within the limit", time.Second, 5, true, 200},
-		{"moving, one record unacknowledged past the limit", time.Second, 5, true, 503},
+		{"moving, one record's dead letter retried within the limit", time.Second, 5, true, 200},
+		{"moving, one record's dead letter retried past the limit", time.Second, 5, true, 503},
 		{"that record acknowledged", time.Second, 5, true, 200},
+		{"moving, one inference run past the limit", time.Second, 5, true, 503},
+		{"that run returned", time.Second, 5, true, 200},
 	} {
 		set(step.advance, step.moved, step.pending)
 		mu.Lock()
+		run, ack = 0, 0
 		switch step.name {
-		case "moving, one record unacknowledged within the limit":
-			oldest = 59 * time.Second
-		case "moving, one record unacknowledged past the limit":
-			oldest = 61 * time.Second
-		default:
-			oldest = 0
+		case "moving, one record's dead letter retried within the limit":
+			ack = 59 * time.Second
+		case "moving, one record's dead letter retried past the limit":
+			ack = 61 * time.Second
+		case "moving, one inference run past the limit":
+			run = 61 * time.Second
 		}
 		mu.Unlock()
-		if got := httpStatus(t, "http://"+addr+"/healthz"); got != step.want {
-			t.Errorf("%s: /healthz = %d, want %d", step.name, got, step.want)
+		code, body := httpGet(t, "http://"+addr+"/healthz")
+		if code != step.want {
+			t.Errorf("%s: /healthz = %d, want %d", step.name, code, step.want)
+		}
+		if want := map[string]string{"moving, one record's dead letter retried past the limit": stuckRecord,
+			"moving, one inference run past the limit": stuckRun}[step.name]; want != "" && !strings.Contains(body, want) {
+			t.Errorf("%s: /healthz body %q does not name %q", step.name, body, want)
 		}
 	}
 	h.shuttingDown.Store(true)
 	if got := httpStatus(t, "http://"+addr+"/healthz"); got != 200 {
 		t.Errorf("while draining: /healthz = %d, want 200 (the drain is bounded by SHUTDOWN_TIMEOUT)", got)
 	}
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
 }
 
 func httpStatus(t *testing.T, url string) int {

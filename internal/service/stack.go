@@ -109,10 +109,7 @@ func OpenScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg promet
 	if err != nil {
 		return nil, err
 	}
-	s.Limits = schema.DefaultLimits()
-	s.Limits.MaxMessageBytes = cfg.MaxMessageBytes
-	s.Limits.MaxSentences = cfg.MaxSentences
-	s.Limits.MaxSentenceBytes = cfg.MaxSentenceBytes
+	s.Limits = cfg.Limits()
 	return s, nil
 }
 
@@ -283,6 +280,9 @@ func (s *ScoringStack) Close(ctx context.Context) error {
 // Runtime environment of the process; every command that scores (run, score,
 // bench, compare) starts it this way, so a missing library reads alike.
 func InitORT(ortLib string) (shutdown func() error, err error) {
+	if ortLib == "" {
+		return nil, errors.New("ORT_LIB is not set and the scorer executable's folder, where its default lies, is unknown: point ORT_LIB at libonnxruntime.so.1")
+	}
 	lib, err := ResolvePath(ortLib)
 	if err != nil {
 		return nil, fmt.Errorf("ORT_LIB: %w (run `make` to fetch ONNX Runtime, or point ORT_LIB at libonnxruntime.so.1)", err)
@@ -290,9 +290,11 @@ func InitORT(ortLib string) (shutdown func() error, err error) {
 	return model.InitRuntime(lib)
 }
 
-// ResolvePath finds a relative default path from the working directory or,
-// failing that, from the repository the binary was built in (bin/..), so
-// that `bin/scorer` works from anywhere after `make`.
+// ResolvePath finds a relative path from the working directory or, failing
+// that, from the repository the binary was built in (bin/..), so that
+// `bin/scorer` works from anywhere after `make`. ORT_LIB's default is
+// absolute already (DefaultORTLib): a library is never picked up from the
+// working directory unless ORT_LIB names it.
 func ResolvePath(p string) (string, error) {
 	if filepath.IsAbs(p) {
 		if _, err := os.Stat(p); err != nil {

@@ -115,8 +115,11 @@ true
 {{- if not (has .Values.model.source (list "pvc" "hostPath" "image")) }}
 {{- fail (printf "model.source must be pvc, hostPath or image, not %q" .Values.model.source) }}
 {{- end }}
-{{- if not .Values.kafka.brokers }}
-{{- fail "kafka.brokers is required (an empty KAFKA_BROKERS starts the in-memory demo broker)" }}
+{{- if not (trim (replace "," "" .Values.kafka.brokers)) }}
+{{- fail "kafka.brokers is required (the scorer refuses an empty KAFKA_BROKERS)" }}
+{{- end }}
+{{- if has "embedded" (splitList "," (lower (nospace .Values.kafka.brokers))) }}
+{{- fail "kafka.brokers may not be embedded: that starts an in-memory demo broker inside each pod, not durable and seen by nothing else" }}
 {{- end }}
 {{- with .Values.kafka.tls }}
 {{- if and (or .certKey .keyKey) (not (and .certKey .keyKey)) }}
