@@ -167,8 +167,8 @@ func jsonName(f reflect.StructField) (name string, omitempty, skip bool) {
 }
 
 // ConnectEnvelope wraps v in a JsonConverter envelope {"schema":…,"payload":…}
-// with the schema derived from v's type by SchemaOf. The payload is exactly
-// json.Marshal(v).
+// with the schema derived from v's type by SchemaOf. The payload is encoded
+// as record values are (MarshalValue: no HTML escaping).
 func ConnectEnvelope(v any) ([]byte, error) {
 	if v == nil {
 		return nil, fmt.Errorf("schema: connect envelope of nil")
@@ -177,7 +177,7 @@ func ConnectEnvelope(v any) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return envelope(s, v)
+	return valueEnvelope(s, v)
 }
 
 func envelope(s *ConnectSchema, v any) ([]byte, error) {
