@@ -35,6 +35,8 @@ func InitRuntime(libPath string) (shutdown func() error, err error) {
 	if ort.IsInitialized() {
 		return nil, errors.New("model: ONNX Runtime environment is already initialized in this process")
 	}
+	// Before ORT starts any thread: see singleMallocArena.
+	singleMallocArena()
 	ort.SetSharedLibraryPath(libPath)
 	if err := ort.InitializeEnvironment(); err != nil {
 		return nil, fmt.Errorf("model: initializing ONNX Runtime from %s: %w", libPath, err)

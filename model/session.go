@@ -85,6 +85,9 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 		}
 		return nil, fmt.Errorf("model: creating session for %s: %w", m.ONNXPath, err)
 	}
+	// Loading held the file's protobuf beside the weights; that memory is
+	// free now but stays resident until trimmed.
+	trimMalloc()
 	return &Session{m: m, sess: sess, shrink: opts.ShrinkArenas}, nil
 }
 
