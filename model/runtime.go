@@ -17,6 +17,10 @@ import (
 // the environment exists is an error rather than a silent no-op, because two
 // owners would each believe they may destroy it.
 //
+// On glibc it first caps malloc at one arena for the whole process (see
+// singleMallocArena): ONNX Runtime's memory then no longer depends on which
+// OS thread a cgo call ran on.
+//
 // shutdown destroys the environment and unloads the library; calling it again
 // is a no-op.
 func InitRuntime(libPath string) (shutdown func() error, err error) {
