@@ -104,10 +104,15 @@ func benchWholeProcess(ctx context.Context, e service.Env, cfg service.Config, b
 			if err != nil {
 				return fmt.Errorf("bench: whole process, %s %s: %w", filepath.Base(dir), g, err)
 			}
-			rep.WholeProcess = append(rep.WholeProcess, rows...)
 			if sp != nil {
 				rep.Startup = append(rep.Startup, *sp)
+				for i := range rows {
+					if net := rows[i].ScorerSeconds - sp.Seconds; net > 0 {
+						rows[i].ScorerNetPairsPerSec = float64(rows[i].Pairs) / net
+					}
+				}
 			}
+			rep.WholeProcess = append(rep.WholeProcess, rows...)
 		}
 		if j.isProdDM {
 			rep.Production = productionChecks(filepath.Base(dir), rep.WholeProcess)
@@ -143,8 +148,8 @@ func productionChecks(model string, rows []wholeProcess) []productionCheck {
 		if f, q := get("model.onnx", in), get(int8File, in); f != nil && q != nil {
 			v := q.ScorerPeakRSSMiB / f.ScorerPeakRSSMiB
 			add("int8 / fp32 peak RSS, "+in, "< 1", v, v < 1)
-			s := q.ScorerPairsPerSec / f.ScorerPairsPerSec
-			add("int8 / fp32 pairs/s, "+in, "≥ 2", s, s >= 2)
+			s := q.ScorerNetPairsPerSec / f.ScorerNetPairsPerSec
+			add("int8 / fp32 pairs/s after start-up, "+in, "≥ 2", s, s >= 2)
 		}
 	}
 	for _, g := range []string{"model.onnx", int8File} {
@@ -164,7 +169,7 @@ func printWholeTable(w io.Writer, r *benchReport) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nwhole process\tpairs (mean/max tokens)\tscorer pairs/s\tscorer peak RSS MiB\traw loop pairs/s\traw peak RSS MiB\tscorer/raw speed\tscorer/raw RSS\trounds")
+	fmt.Fprintln(tw, "\nwhole process\tpairs (mean/max tokens)\tscorer pairs/s (after start-up)\tscorer peak RSS MiB\traw loop pairs/s\traw peak RSS MiB\tscorer/raw speed\tscorer/raw RSS\trounds")
 	for _, x := range r.WholeProcess {
 		raw, rawRSS, sp, rss := "-", "-", "-", "-"
 		if x.RawSeconds > 0 {
@@ -176,8 +181,12 @@ func printWholeTable(w io.Writer, r *benchReport) {
 			sp = fmt.Sprintf("%.3f %s", x.SpeedRatio, mark(x.SpeedRatio >= target))
 			rss = fmt.Sprintf("%.2f", x.RSSRatio)
 		}
-		fmt.Fprintf(tw, "%s %s %s\t%d (%.0f/%d)\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t%d\n", x.Model, x.Graph, x.Input, x.Pairs,
-			x.MeanPairTokens, x.MaxPairTokens, x.ScorerPairsPerSec, x.ScorerPeakRSSMiB, raw, rawRSS, sp, rss, x.Rounds)
+		net := ""
+		if x.ScorerNetPairsPerSec > 0 {
+			net = fmt.Sprintf(" (%.2f)", x.ScorerNetPairsPerSec)
+		}
+		fmt.Fprintf(tw, "%s %s %s\t%d (%.0f/%d)\t%.2f%s\t%.0f\t%s\t%s\t%s\t%s\t%d\n", x.Model, x.Graph, x.Input, x.Pairs,
+			x.MeanPairTokens, x.MaxPairTokens, x.ScorerPairsPerSec, net, x.ScorerPeakRSSMiB, raw, rawRSS, sp, rss, x.Rounds)
 	}
 	for _, s := range r.Startup {
 		fmt.Fprintf(tw, "start-up %s %s (scorer score, one sentence)\t%.1f s, peak RSS %.0f MiB\n", s.Model, s.Graph, s.Seconds, s.PeakRSSMiB)
