@@ -19,6 +19,30 @@ import (
 	"github.com/scorer/scorer/model"
 )
 
+// realModel starts ONNX Runtime for the test (stopped at its end, after
+// any pool the test closes) and loads a shared model folder; it skips in
+// -short runs.
+func realModel(t *testing.T, name string) *model.Model {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("real ONNX Runtime model test")
+	}
+	shutdown, err := model.InitRuntime(testenv.ORTLib(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := shutdown(); err != nil {
+			t.Error(err)
+		}
+	})
+	m, err := model.Load(model.LoadOptions{Dir: testenv.ModelDir(t, name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 // realPairs encodes the first sentences of the real transcript corpus
 // against three label hypotheses, as the service does.
 func realPairs(t *testing.T, m *model.Model, sentences int) []model.Pair {
@@ -75,22 +99,7 @@ func realPairs(t *testing.T, m *model.Model, sentences int) []model.Pair {
 // the real model and ONNX Runtime: batching, sorting and scattering back
 // must not change a score.
 func TestPoolMatchesSessionOnRealModel(t *testing.T) {
-	if testing.Short() {
-		t.Skip("real ONNX Runtime model test")
-	}
-	shutdown, err := model.InitRuntime(testenv.ORTLib(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := shutdown(); err != nil {
-			t.Error(err)
-		}
-	})
-	m, err := model.Load(model.LoadOptions{Dir: testenv.ModelDir(t, "nli-unigram-small")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := realModel(t, "nli-unigram-small")
 	pairs := realPairs(t, m, 100)
 
 	sess, err := m.NewSession(model.SessionOptions{IntraOpThreads: 2})
@@ -242,17 +251,17 @@ func TestSessionOptionsPerDevice(t *testing.T) {
 	}
 }
 
-// longPairs joins consecutive real corpus sentences into premises of about
-// 490 tokens, each against three label hypotheses: the ~500-token pairs
-// that a transcript of run-on sentences sends.
+// longPairs joins the token ids of consecutive real corpus sentences into
+// pairs of 492 tokens: the ~500-token pairs a transcript of run-on
+// sentences sends.
 func longPairs(t *testing.T, m *model.Model, n int) []model.Pair {
 	t.Helper()
 	short := realPairs(t, m, 900)
 	var pairs []model.Pair
 	var prem []int32
 	for i := 0; i < len(short) && len(pairs) < n; i += 3 {
-		// realPairs gives sentence, [SEP]-joined hypothesis; take the
-		// premise's ids by re-encoding is not needed: any real ids do.
+		// Up to 39 real token ids of each sentence's pair (past its
+		// leading special token): memory depends on the length only.
 		prem = append(prem, short[i].IDs[1:min(len(short[i].IDs), 40)]...)
 		if len(prem) < 490 {
 			continue
@@ -302,22 +311,7 @@ func (e *recordingEngine) Model() *model.Model { return e.Engine.(*model.Session
 // both workers' shares plus a small allowance (Go heap, page rounding): an
 // unbounded 16-row batch of 500-token pairs needs about ten times that.
 func TestCPUMemoryBoundsLongInputsOnRealModel(t *testing.T) {
-	if testing.Short() {
-		t.Skip("real ONNX Runtime model test")
-	}
-	shutdown, err := model.InitRuntime(testenv.ORTLib(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := shutdown(); err != nil {
-			t.Error(err)
-		}
-	})
-	m, err := model.Load(model.LoadOptions{Dir: testenv.ModelDir(t, "nli-deberta-v3-tiny")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := realModel(t, "nli-deberta-v3-tiny")
 	long := longPairs(t, m, 12)
 	ordinary := realPairs(t, m, 40)
 
