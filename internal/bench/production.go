@@ -156,6 +156,7 @@ func productionChecks(model string, rows []wholeProcess) []productionCheck {
 		for _, in := range []string{"typical", "long"} {
 			if r := get(g, in); r != nil && r.RawSeconds > 0 {
 				add(fmt.Sprintf("%s %s: scorer / raw loop pairs/s", g, in), "≥ 0.95", r.SpeedRatio, r.SpeedRatio >= 0.95)
+				add(fmt.Sprintf("%s %s: scorer / raw loop pairs per CPU-second", g, in), "≥ 0.95", r.CPURatio, r.CPURatio >= 0.95)
 				add(fmt.Sprintf("%s %s: scorer / raw loop peak RSS", g, in), "≤ 1.25", r.RSSRatio, r.RSSRatio <= 1.25)
 			}
 		}
@@ -169,9 +170,9 @@ func printWholeTable(w io.Writer, r *benchReport) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nwhole process\tpairs (mean/max tokens)\tscorer pairs/s (after start-up)\tscorer peak RSS MiB\traw loop pairs/s\traw peak RSS MiB\tscorer/raw speed\tscorer/raw RSS\trounds")
+	fmt.Fprintln(tw, "\nwhole process\tpairs (mean/max tokens)\tscorer pairs/s (after start-up)\tscorer peak RSS MiB\traw loop pairs/s\traw peak RSS MiB\tscorer/raw speed\tper CPU-s\tscorer/raw RSS\trounds")
 	for _, x := range r.WholeProcess {
-		raw, rawRSS, sp, rss := "-", "-", "-", "-"
+		raw, rawRSS, sp, cpu, rss := "-", "-", "-", "-", "-"
 		if x.RawSeconds > 0 {
 			raw, rawRSS = fmt.Sprintf("%.2f", x.RawPairsPerSec), fmt.Sprintf("%.0f", x.RawPeakRSSMiB)
 			target := 1.0 // the small models' target
@@ -180,13 +181,14 @@ func printWholeTable(w io.Writer, r *benchReport) {
 			}
 			sp = fmt.Sprintf("%.3f %s", x.SpeedRatio, mark(x.SpeedRatio >= target))
 			rss = fmt.Sprintf("%.2f", x.RSSRatio)
+			cpu = fmt.Sprintf("%.3f", x.CPURatio)
 		}
 		net := ""
 		if x.ScorerNetPairsPerSec > 0 {
 			net = fmt.Sprintf(" (%.2f)", x.ScorerNetPairsPerSec)
 		}
-		fmt.Fprintf(tw, "%s %s %s\t%d (%.0f/%d)\t%.2f%s\t%.0f\t%s\t%s\t%s\t%s\t%d\n", x.Model, x.Graph, x.Input, x.Pairs,
-			x.MeanPairTokens, x.MaxPairTokens, x.ScorerPairsPerSec, net, x.ScorerPeakRSSMiB, raw, rawRSS, sp, rss, x.Rounds)
+		fmt.Fprintf(tw, "%s %s %s\t%d (%.0f/%d)\t%.2f%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%d\n", x.Model, x.Graph, x.Input, x.Pairs,
+			x.MeanPairTokens, x.MaxPairTokens, x.ScorerPairsPerSec, net, x.ScorerPeakRSSMiB, raw, rawRSS, sp, cpu, rss, x.Rounds)
 	}
 	for _, s := range r.Startup {
 		fmt.Fprintf(tw, "start-up %s %s (scorer score, one sentence)\t%.1f s, peak RSS %.0f MiB\n", s.Model, s.Graph, s.Seconds, s.PeakRSSMiB)

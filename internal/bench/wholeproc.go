@@ -51,6 +51,13 @@ type wholeProcess struct {
 	RSSRatio   float64 `json:"rss_ratio,omitempty"`
 	// RawNote says why there is no raw-loop figure (no node, say).
 	RawNote string `json:"raw_note,omitempty"`
+	// ScorerCPUSeconds and RawCPUSeconds are each side's least user+system
+	// CPU time over the rounds; CPURatio compares pairs per CPU-second,
+	// which other tenants of a shared machine disturb far less than wall
+	// time (it does not credit using more cores, only using them well).
+	ScorerCPUSeconds float64 `json:"scorer_cpu_seconds"`
+	RawCPUSeconds    float64 `json:"raw_cpu_seconds,omitempty"`
+	CPURatio         float64 `json:"cpu_ratio,omitempty"`
 }
 
 // startupPoint is a graph's start-up: the wall time of `scorer score` on a
@@ -65,9 +72,9 @@ type startupPoint struct {
 // procResult is one child's wall time and peak resident set (getrusage of
 // the reaped child: ru_maxrss, the kernel's high-water mark).
 type procResult struct {
-	seconds    float64
-	peakRSSMiB float64
-	stdout     []byte
+	seconds, cpuSeconds float64
+	peakRSSMiB          float64
+	stdout              []byte
 }
 
 // runProc runs a command to completion and measures it.
@@ -85,6 +92,7 @@ func runProc(ctx context.Context, env []string, name string, args ...string) (pr
 	r := procResult{seconds: d.Seconds(), stdout: out.Bytes()}
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		r.peakRSSMiB = float64(ru.Maxrss) / 1024 // KiB on Linux
+		r.cpuSeconds = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 	}
 	return r, nil
 }
@@ -264,6 +272,9 @@ func runWholeProcess(ctx context.Context, e service.Env, o wholeProcOpts) ([]who
 			if round == 0 || r.seconds < w.ScorerSeconds {
 				w.ScorerSeconds = r.seconds
 			}
+			if round == 0 || r.cpuSeconds < w.ScorerCPUSeconds {
+				w.ScorerCPUSeconds = r.cpuSeconds
+			}
 			w.ScorerPeakRSSMiB = max(w.ScorerPeakRSSMiB, r.peakRSSMiB)
 			if o.rawLoop == "" {
 				continue
@@ -283,6 +294,9 @@ func runWholeProcess(ctx context.Context, e service.Env, o wholeProcOpts) ([]who
 			if round == 0 || r.seconds < w.RawSeconds {
 				w.RawSeconds = r.seconds
 			}
+			if round == 0 || r.cpuSeconds < w.RawCPUSeconds {
+				w.RawCPUSeconds = r.cpuSeconds
+			}
 			w.RawPeakRSSMiB = max(w.RawPeakRSSMiB, r.peakRSSMiB)
 		}
 		w.ScorerPairsPerSec = float64(w.Pairs) / w.ScorerSeconds
@@ -290,6 +304,9 @@ func runWholeProcess(ctx context.Context, e service.Env, o wholeProcOpts) ([]who
 			w.RawPairsPerSec = float64(w.Pairs) / w.RawSeconds
 			w.SpeedRatio = w.ScorerPairsPerSec / w.RawPairsPerSec
 			w.RSSRatio = w.ScorerPeakRSSMiB / w.RawPeakRSSMiB
+			if w.ScorerCPUSeconds > 0 {
+				w.CPURatio = w.RawCPUSeconds / w.ScorerCPUSeconds
+			}
 		}
 		rows = append(rows, w)
 	}
