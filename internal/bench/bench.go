@@ -120,7 +120,7 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 	fs.IntVar(&bf.prodSentences, "production-sentences", 100, "real sentences in --production-model's typical input (× labels = pairs)")
 	fs.IntVar(&bf.prodLong, "production-long", 8, "~500-token sentences in --production-model's long input (× labels = pairs)")
 	fs.IntVar(&bf.prodRounds, "production-rounds", 1, "alternating scorer / raw loop rounds per --production-model row; each keeps its best time and worst peak RSS")
-	fs.IntVar(&bf.wholeSentences, "wholeproc-sentences", 1000, "real sentences in the small models' whole-process input (× labels = pairs)")
+	fs.IntVar(&bf.wholeSentences, "wholeproc-sentences", 4000, "real sentences in the small models' whole-process input (× labels = pairs)")
 	fs.IntVar(&bf.wholeRounds, "wholeproc-rounds", 2, "alternating scorer / raw loop rounds per small-model whole-process row")
 	cfg, err := service.LoadConfig(e.Getenv, fs, args)
 	if err != nil {

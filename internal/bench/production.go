@@ -150,6 +150,10 @@ func productionChecks(model string, rows []wholeProcess) []productionCheck {
 			add("int8 / fp32 peak RSS, "+in, "< 1", v, v < 1)
 			s := q.ScorerNetPairsPerSec / f.ScorerNetPairsPerSec
 			add("int8 / fp32 pairs/s after start-up, "+in, "≥ 2", s, s >= 2)
+			if q.ScorerCPUSeconds > 0 {
+				c := f.ScorerCPUSeconds / q.ScorerCPUSeconds
+				add("int8 / fp32 pairs per CPU-second, "+in, "≥ 2", c, c >= 2)
+			}
 		}
 	}
 	for _, g := range []string{"model.onnx", int8File} {
