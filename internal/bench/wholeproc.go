@@ -41,10 +41,10 @@ type wholeProcess struct {
 	// time less the one-sentence run's), where a start-up was measured:
 	// the scoring rate a long-running service sees.
 	ScorerNetPairsPerSec float64 `json:"scorer_net_pairs_per_sec,omitempty"`
-	ScorerPeakRSSMiB  float64 `json:"scorer_peak_rss_mib"`
-	RawSeconds        float64 `json:"raw_seconds,omitempty"`
-	RawPairsPerSec    float64 `json:"raw_pairs_per_sec,omitempty"`
-	RawPeakRSSMiB     float64 `json:"raw_peak_rss_mib,omitempty"`
+	ScorerPeakRSSMiB     float64 `json:"scorer_peak_rss_mib"`
+	RawSeconds           float64 `json:"raw_seconds,omitempty"`
+	RawPairsPerSec       float64 `json:"raw_pairs_per_sec,omitempty"`
+	RawPeakRSSMiB        float64 `json:"raw_peak_rss_mib,omitempty"`
 	// SpeedRatio is scorer pairs/s over the raw loop's; RSSRatio scorer peak
 	// RSS over the raw loop's.
 	SpeedRatio float64 `json:"speed_ratio,omitempty"`
