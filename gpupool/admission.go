@@ -355,7 +355,8 @@ type memPoint struct {
 
 // fitMemory fits bytes ≈ a + b·rows·len + c·rows·len² by least squares.
 // A negative c (no visible quadratic growth, or noise) falls back to the
-// line a + b·rows·len; ok is false when even that has no positive slope.
+// line a + b·rows·len, a negative b to a + c·rows·len²; ok is false when
+// even the line has no positive slope.
 func fitMemory(pts []memPoint) (a, b, c float64, ok bool) {
 	xs := make([]float64, len(pts))
 	qs := make([]float64, len(pts))
@@ -367,8 +368,16 @@ func fitMemory(pts []memPoint) (a, b, c float64, ok bool) {
 		lens[pt.length] = true
 	}
 	if len(lens) >= 3 {
-		if a, b, c, ok := fitPlane(xs, qs, ys); ok && c >= 0 && b >= 0 && (b > 0 || c > 0) {
+		a, b, c, ok := fitPlane(xs, qs, ys)
+		if ok && c >= 0 && b >= 0 && (b > 0 || c > 0) {
 			return a, b, c, true
+		}
+		if ok && c > 0 && b < 0 {
+			// Growth all in len² (a negative linear term is noise around
+			// zero): a + c·rows·len², not a line that misses the curve.
+			if a, c, ok := fitLine(qs, ys); ok && c > 0 {
+				return a, 0, c, true
+			}
 		}
 	}
 	a, b, ok = fitLine(xs, ys)

@@ -102,6 +102,8 @@ type cfg struct {
 	afterCUDAInit     func()
 	memLimit          MemLimit
 	probation         time.Duration
+	cpuMem            *CPUMemoryConfig
+	procMem           processMemory // nil: /proc/self
 }
 
 func defaultCfg() cfg {
@@ -171,6 +173,19 @@ func (c *cfg) validate() error {
 	}
 	if c.coolUtilization >= c.hotUtilization || c.hotUtilization > 100 {
 		errs = append(errs, fmt.Errorf("UtilizationHysteresis cool %d, hot %d: want cool < hot <= 100", c.coolUtilization, c.hotUtilization))
+	}
+	if m := c.cpuMem; m != nil {
+		if m.RefLen < 0 {
+			errs = append(errs, fmt.Errorf("CPUMemory RefLen %d < 0", m.RefLen))
+		}
+		if m.Limit > 0 && m.Reserve >= m.Limit {
+			errs = append(errs, fmt.Errorf("CPUMemory Reserve %d >= Limit %d", m.Reserve, m.Limit))
+		}
+		for _, s := range m.Shapes {
+			if s.Rows < 1 || s.Len < 1 {
+				errs = append(errs, fmt.Errorf("CPU calibration shape %dx%d: rows and len must be >= 1", s.Rows, s.Len))
+			}
+		}
 	}
 	for _, s := range c.calibration.Shapes {
 		if s.Rows < 1 || s.Len < 1 {

@@ -136,6 +136,8 @@ type device struct {
 	workers  int
 	fallback bool // lazily created CPU engine
 	est      memEstimate
+	// cpu is a CPU device's memory budget (CPUMemory); nil: none.
+	cpu *cpuBudget
 
 	// Guarded by Pool.mu.
 	degraded bool
@@ -192,8 +194,12 @@ type DeviceStats struct {
 	Fallback       bool
 	// EstimateBase, EstimatePerToken and EstimatePerTokenLen are the
 	// calibrated memory model bytes ≈ base + perToken·rows·len +
-	// perTokenLen·rows·len² (zero on the CPU).
+	// perTokenLen·rows·len² (zero on a CPU without CPUMemory).
 	EstimateBase, EstimatePerToken, EstimatePerTokenLen float64
+	// BatchBytes is the most modelled memory one CPU batch may take and
+	// BaselineBytes the resident memory once the CPU engine was open and
+	// calibrated (both zero without CPUMemory).
+	BatchBytes, BaselineBytes float64
 }
 
 // PaddingEfficiency is RealTokens / PaddedTokens: 1 means no padding.
@@ -271,7 +277,7 @@ func engineMaxLength(e Engine) int {
 // openDevices fills p.devices according to the mode.
 func (p *Pool) openDevices(ctx context.Context) error {
 	if p.cfg.mode == ModeCPU {
-		return p.openCPU(false)
+		return p.openCPU(ctx, false)
 	}
 	reason := p.openGPUs(ctx)
 	if len(p.devices) > 0 {
@@ -294,20 +300,45 @@ func (p *Pool) openDevices(ctx context.Context) error {
 		ev = ev.Str("problem", pr.Kind).Str("cause", pr.Cause).Str("remedy", pr.Remedy)
 	}
 	ev.Msg("gpupool: no usable GPU, scoring on CPU")
-	return p.openCPU(false)
+	return p.openCPU(ctx, false)
 }
 
-func (p *Pool) openCPU(fallback bool) error {
+// openCPU opens the CPU engine. The pool's own CPU device (not a lazily
+// created fallback, which must start at once) is calibrated when CPUMemory
+// is set.
+func (p *Pool) openCPU(ctx context.Context, fallback bool) error {
 	dev := Device{Kind: CPU, Name: "cpu"}
 	eng, err := p.factory(dev)
 	if err != nil {
 		return fmt.Errorf("gpupool: opening CPU engine: %w", err)
 	}
-	p.addDeviceLocked(dev, eng, memEstimate{}, fallback)
+	var est memEstimate
+	var bud *cpuBudget
+	if p.cfg.cpuMem != nil && !fallback {
+		mem := p.cfg.procMem
+		if mem == nil {
+			mem = defaultProcessMemory()
+		}
+		t0 := time.Now()
+		if est, bud, err = p.calibrateCPU(ctx, eng, mem, p.workersFor(dev)); err != nil {
+			_ = eng.Close()
+			return err
+		}
+		if bud != nil {
+			p.log.Info().Float64("estimate_base_bytes", est.base).Float64("estimate_bytes_per_token", est.perToken).
+				Float64("estimate_bytes_per_token_len", est.perTokenLen).Uint64("limit_bytes", bud.limit).
+				Uint64("baseline_bytes", bud.baseline).Uint64("reserve_bytes", bud.reserve).
+				Int("workers", p.workersFor(dev)).Float64("batch_bytes", bud.room).Dur("took", time.Since(t0)).
+				Msg("gpupool: cpu: memory calibrated; batches are cut to batch_bytes each")
+		}
+	}
+	d := p.addDeviceLocked(dev, eng, est, fallback)
+	d.cpu = bud
 	return nil
 }
 
-func (p *Pool) addDeviceLocked(dev Device, eng Engine, est memEstimate, fallback bool) *device {
+// workersFor is how many workers pull batches for dev.
+func (p *Pool) workersFor(dev Device) int {
 	w := p.cfg.workersPerDevice
 	switch {
 	case dev.Kind == CPU && p.cfg.cpuWorkers > 0:
@@ -317,6 +348,11 @@ func (p *Pool) addDeviceLocked(dev Device, eng Engine, est memEstimate, fallback
 	case w == 0:
 		w = 1 // the CPU session already spreads one batch over every core
 	}
+	return w
+}
+
+func (p *Pool) addDeviceLocked(dev Device, eng Engine, est memEstimate, fallback bool) *device {
+	w := p.workersFor(dev)
 	d := &device{slot: len(p.devices), dev: dev, engine: eng, workers: w, fallback: fallback, est: est, arenaPeak: est.arena}
 	if dev.Kind == CUDA {
 		p.m.gpuDegraded.WithLabelValues(dev.Label()).Set(0) // the series exists before anything goes wrong
@@ -468,6 +504,9 @@ func (p *Pool) Stats() Stats {
 		s.Devices[i] = DeviceStats{Device: d.dev, Workers: d.workers, Batches: d.batches, Pairs: d.pairs, Degraded: d.degraded,
 			Hot: d.hot, Fallback: d.fallback, EstimateBase: d.est.base, EstimatePerToken: d.est.perToken,
 			EstimatePerTokenLen: d.est.perTokenLen}
+		if d.cpu != nil {
+			s.Devices[i].BatchBytes, s.Devices[i].BaselineBytes = d.cpu.room, float64(d.cpu.baseline)
+		}
 	}
 	return s
 }
@@ -519,11 +558,12 @@ func (p *Pool) ScorePairs(ctx context.Context, pairs []model.Pair) ([]float32, e
 }
 
 // rowCapFunc returns the most rows of a given length one batch may have so
-// that the roomiest GPU's memory model admits it on an otherwise idle
-// device: the planner cuts long pairs into fewer rows than the token budget
-// allows, because attention memory grows with len². It snapshots the
-// estimates once per plan. Without a calibrated GPU it is nil (no cap: the
-// CPU has no such limit worth planning around).
+// that the roomiest device's memory model admits it: on a calibrated GPU,
+// an otherwise idle device's room; on a CPU with CPUMemory, one worker's
+// share of the budget. The planner cuts long pairs into fewer rows than the
+// token budget allows, because attention memory grows with len². It
+// snapshots the estimates once per plan. With no such device it is nil (no
+// cap beyond rows and tokens).
 func (p *Pool) rowCapFunc() func(length int) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -533,8 +573,12 @@ func (p *Pool) rowCapFunc() func(length int) int {
 	}
 	var devs []dev
 	for _, d := range p.devices {
-		if d.dev.Kind == CUDA && d.est.calibrated && !d.degraded {
+		switch {
+		case d.degraded:
+		case d.dev.Kind == CUDA && d.est.calibrated:
 			devs = append(devs, dev{d.est, p.budgetLocked(d) - float64(d.est.weights) - float64(p.cfg.headroom)})
+		case d.dev.Kind == CPU && d.cpu != nil:
+			devs = append(devs, dev{d.est, d.cpu.room})
 		}
 	}
 	if len(devs) == 0 {

@@ -80,6 +80,9 @@ func sessionOptions(dev Device, cfg SessionConfig) (model.SessionOptions, error)
 		if opts.IntraOpThreads == 0 {
 			opts.IntraOpThreads = runtime.GOMAXPROCS(0) // follows the container CPU limit
 		}
+		// CPU memory calibration (CPUMemory) empties the arena between
+		// shapes through this; runs never shrink it.
+		opts.ShrinkArenas = "cpu:0"
 	case CUDA:
 		cudaOpts := cudaProviderOptions(dev, cfg)
 		opts.Configure = func(so *ort.SessionOptions) error { return appendCUDA(so, cudaOpts) }

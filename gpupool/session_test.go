@@ -3,12 +3,15 @@ package gpupool
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -16,6 +19,30 @@ import (
 	"github.com/scorer/scorer/internal/testenv"
 	"github.com/scorer/scorer/model"
 )
+
+// realModel starts ONNX Runtime for the test (stopped at its end, after
+// any pool the test closes) and loads a shared model folder; it skips in
+// -short runs.
+func realModel(t *testing.T, name string) *model.Model {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("real ONNX Runtime model test")
+	}
+	shutdown, err := model.InitRuntime(testenv.ORTLib(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := shutdown(); err != nil {
+			t.Error(err)
+		}
+	})
+	m, err := model.Load(model.LoadOptions{Dir: testenv.ModelDir(t, name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
 
 // realPairs encodes the first sentences of the real transcript corpus
 // against three label hypotheses, as the service does.
@@ -232,17 +259,153 @@ func TestGPUMemLimitBelowAdmissionLimit(t *testing.T) {
 
 // CUDA sessions run without memory patterns and can shrink their own
 // device's arena (calibration's per-shape measurement); CPU sessions keep
-// ORT's defaults.
+// ORT's defaults but can shrink the CPU arena (CPUMemory's calibration).
 func TestSessionOptionsPerDevice(t *testing.T) {
 	o, err := sessionOptions(Device{Kind: CUDA, Index: 3}, SessionConfig{})
 	if err != nil || !o.DisableMemPattern || o.ShrinkArenas != "gpu:3" || o.Configure == nil {
 		t.Errorf("CUDA options %+v, %v: want memory patterns off, ShrinkArenas gpu:3 and the CUDA provider", o, err)
 	}
 	o, err = sessionOptions(Device{Kind: CPU}, SessionConfig{IntraOpThreads: 2})
-	if err != nil || o.DisableMemPattern || o.ShrinkArenas != "" || o.Configure != nil || o.IntraOpThreads != 2 {
-		t.Errorf("CPU options %+v, %v: want ORT's defaults with 2 threads", o, err)
+	if err != nil || o.DisableMemPattern || o.ShrinkArenas != "cpu:0" || o.Configure != nil || o.IntraOpThreads != 2 {
+		t.Errorf("CPU options %+v, %v: want ORT's defaults with 2 threads and ShrinkArenas cpu:0", o, err)
 	}
 	if _, err := sessionOptions(Device{Kind: DeviceKind(9)}, SessionConfig{}); err == nil {
 		t.Error("unknown device kind accepted")
+	}
+}
+
+// longPairs joins the token ids of consecutive real corpus sentences into
+// pairs of 492 tokens: the ~500-token pairs a transcript of run-on
+// sentences sends.
+func longPairs(t *testing.T, m *model.Model, n int) []model.Pair {
+	t.Helper()
+	short := realPairs(t, m, 900)
+	var pairs []model.Pair
+	var prem []int32
+	for i := 0; i < len(short) && len(pairs) < n; i += 3 {
+		// Up to 39 real token ids of each sentence's pair (past its
+		// leading special token): memory depends on the length only.
+		prem = append(prem, short[i].IDs[1:min(len(short[i].IDs), 40)]...)
+		if len(prem) < 490 {
+			continue
+		}
+		ids := append([]int32{short[i].IDs[0]}, prem[:490]...)
+		ids = append(ids, short[i].IDs[len(short[i].IDs)-1])
+		pairs = append(pairs, model.Pair{IDs: ids, TypeIDs: make([]int32, len(ids))})
+		prem = prem[:0]
+	}
+	if len(pairs) < n {
+		t.Fatalf("built %d long pairs, want %d", len(pairs), n)
+	}
+	return pairs
+}
+
+// recordingEngine records the shape of every batch it runs.
+type recordingEngine struct {
+	Engine
+	mu     sync.Mutex
+	shapes [][2]int
+}
+
+func (e *recordingEngine) ScorePairs(ctx context.Context, pairs []model.Pair) ([]float32, error) {
+	l := 0
+	for _, p := range pairs {
+		l = max(l, p.Len())
+	}
+	e.mu.Lock()
+	e.shapes = append(e.shapes, [2]int{len(pairs), l})
+	e.mu.Unlock()
+	return e.Engine.ScorePairs(ctx, pairs)
+}
+
+func (e *recordingEngine) ReleaseArena(ctx context.Context) error {
+	return e.Engine.(ArenaReleaser).ReleaseArena(ctx)
+}
+
+func (e *recordingEngine) Model() *model.Model { return e.Engine.(*model.Session).Model() }
+
+// TestCPUMemoryBoundsLongInputsOnRealModel scores ~500-token pairs and
+// ordinary transcript pairs on the real DeBERTa-v3 architecture (tiny
+// weights) and ONNX Runtime, through a CPU pool with the default memory
+// model (CPUMemory): calibration must give a usable fit of the model's real
+// cost, every batch's modelled memory must stay within one worker's share
+// (the planner's promise), long pairs must run in fewer rows than ordinary
+// ones, and the process's measured peak while scoring them must stay within
+// both workers' shares plus a small allowance (Go heap, page rounding): an
+// unbounded 16-row batch of 500-token pairs needs about ten times that.
+func TestCPUMemoryBoundsLongInputsOnRealModel(t *testing.T) {
+	m := realModel(t, "nli-deberta-v3-tiny")
+	long := longPairs(t, m, 12)
+	ordinary := realPairs(t, m, 40)
+
+	var rec *recordingEngine
+	factory := func(dev Device) (Engine, error) {
+		e, err := SessionFactory(m, SessionConfig{IntraOpThreads: 1})(dev)
+		if err != nil {
+			return nil, err
+		}
+		rec = &recordingEngine{Engine: e}
+		return rec, nil
+	}
+	p, err := New(testCtx(t), factory, Mode(ModeCPU), CPUWorkers(2), MaxBatchRows(16), MaxBatchTokens(16384), Logger(zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel)),
+		CPUMemory(CPUMemoryConfig{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := p.Close(testCtx(t)); err != nil {
+			t.Error(err)
+		}
+	}()
+	st := p.Stats().Devices[0]
+	est := memEstimate{base: st.EstimateBase, perToken: st.EstimatePerToken, perTokenLen: st.EstimatePerTokenLen}
+	t.Logf("calibrated: %.0f + %.0f·r·l + %.1f·r·l² bytes; batch %.1f MiB; one 512-token row %.1f MiB",
+		est.base, est.perToken, est.perTokenLen, st.BatchBytes/(1<<20), est.bytes(1, 512)/(1<<20))
+	if st.BatchBytes <= 0 || est.perTokenLen <= 0 {
+		t.Fatalf("no usable calibration on the real model: %+v", st)
+	}
+	rec.mu.Lock()
+	rec.shapes = nil
+	rec.mu.Unlock()
+
+	mem := procSelf{}
+	if err := mem.resetPeak(); err != nil {
+		t.Fatal(err)
+	}
+	before, _, err := mem.usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.ScorePairs(testCtx(t), long); err != nil {
+		t.Fatal(err)
+	}
+	_, peak, err := mem.usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.ScorePairs(testCtx(t), ordinary); err != nil {
+		t.Fatal(err)
+	}
+	rec.mu.Lock()
+	shapes := slices.Clone(rec.shapes)
+	rec.mu.Unlock()
+	longRows, shortRows := 0, 0
+	for _, s := range shapes {
+		if e := est.bytes(s[0], s[1]); e > st.BatchBytes {
+			t.Errorf("batch %d×%d: modelled %.1f MiB, above the %.1f MiB a batch may take", s[0], s[1], e/(1<<20), st.BatchBytes/(1<<20))
+		}
+		if s[1] >= 490 {
+			longRows = max(longRows, s[0])
+		} else {
+			shortRows = max(shortRows, s[0])
+		}
+	}
+	t.Logf("batches %v; peak rise while scoring the long pairs %.1f MiB", shapes, float64(peak-before)/(1<<20))
+	if longRows == 0 || longRows >= shortRows {
+		t.Errorf("long pairs ran up to %d rows a batch, ordinary ones %d: want fewer for long", longRows, shortRows)
+	}
+	if allow := 2*st.BatchBytes + 48<<20; float64(peak-before) > allow {
+		t.Errorf("peak resident memory rose %.1f MiB while scoring long pairs, above both workers' batches plus 48 MiB (%.1f MiB)",
+			float64(peak-before)/(1<<20), allow/(1<<20))
 	}
 }

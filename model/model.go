@@ -341,24 +341,26 @@ func hashInto(h io.Writer, path string) error {
 }
 
 // readGraph fills InputNames and OutputName from the graph and checks that
-// every input is one we can feed.
+// every input is one we can feed. It reads the file's declarations only
+// (readGraphIO), so a malformed graph that declares them well still loads
+// here and fails at NewSession.
 func (m *Model) readGraph() error {
-	ins, outs, err := ort.GetInputOutputInfo(m.ONNXPath)
+	ins, outs, err := readGraphIO(m.ONNXPath)
 	if err != nil {
 		return fmt.Errorf("model: reading graph inputs and outputs of %s: %w", m.ONNXPath, err)
 	}
 	have := map[string]bool{}
 	for _, in := range ins {
-		switch in.Name {
+		switch in.name {
 		case inputIDs, inputMask, inputTypeIDs:
 		default:
-			return fmt.Errorf("model: graph %s has input %q; only %s, %s and %s can be fed", m.ONNXPath, in.Name, inputIDs, inputMask, inputTypeIDs)
+			return fmt.Errorf("model: graph %s has input %q; only %s, %s and %s can be fed", m.ONNXPath, in.name, inputIDs, inputMask, inputTypeIDs)
 		}
-		if in.DataType != ort.TensorElementDataTypeInt64 {
-			return fmt.Errorf("model: graph input %q is %s, want int64", in.Name, in.DataType)
+		if in.elemType != onnxElemInt64 {
+			return fmt.Errorf("model: graph input %q is %s, want int64", in.name, ort.TensorElementDataType(in.elemType))
 		}
-		have[in.Name] = true
-		m.InputNames = append(m.InputNames, in.Name)
+		have[in.name] = true
+		m.InputNames = append(m.InputNames, in.name)
 	}
 	for _, req := range []string{inputIDs, inputMask} {
 		if !have[req] {
@@ -366,9 +368,9 @@ func (m *Model) readGraph() error {
 		}
 	}
 
-	var out *ort.InputOutputInfo
+	var out *graphValue
 	for i := range outs {
-		if outs[i].Name == outputLogits {
+		if outs[i].name == outputLogits {
 			out = &outs[i]
 		}
 	}
@@ -376,23 +378,25 @@ func (m *Model) readGraph() error {
 		if len(outs) != 1 {
 			names := make([]string, len(outs))
 			for i, o := range outs {
-				names[i] = o.Name
+				names[i] = o.name
 			}
 			return fmt.Errorf("model: graph %s has no %q output and %d outputs %v; cannot tell which holds logits", m.ONNXPath, outputLogits, len(outs), names)
 		}
 		out = &outs[0]
 	}
-	switch out.DataType {
+	// ONNX's element type numbers are ORT's.
+	outType := ort.TensorElementDataType(out.elemType)
+	switch outType {
 	case ort.TensorElementDataTypeFloat, ort.TensorElementDataTypeFloat16:
 	default:
-		return fmt.Errorf("model: graph output %q is %s, want float32 or float16 logits", out.Name, out.DataType)
+		return fmt.Errorf("model: graph output %q is %s, want float32 or float16 logits", out.name, outType)
 	}
-	if d := out.Dimensions; len(d) != 2 {
-		return fmt.Errorf("model: graph output %q has shape %v, want [batch, classes]", out.Name, d)
+	if d := out.dims; len(d) != 2 {
+		return fmt.Errorf("model: graph output %q has shape %v, want [batch, classes]", out.name, d)
 	} else if d[1] > 0 && int(d[1]) != len(m.ID2Label) {
-		return fmt.Errorf("model: graph output %q has %d classes but id2label has %d", out.Name, d[1], len(m.ID2Label))
+		return fmt.Errorf("model: graph output %q has %d classes but id2label has %d", out.name, d[1], len(m.ID2Label))
 	}
-	m.OutputName, m.OutputType = out.Name, out.DataType
+	m.OutputName, m.OutputType = out.name, outType
 	return nil
 }
 

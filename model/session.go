@@ -85,6 +85,9 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 		}
 		return nil, fmt.Errorf("model: creating session for %s: %w", m.ONNXPath, err)
 	}
+	// Loading held the file's protobuf beside the weights; that memory is
+	// free now but stays resident until trimmed.
+	trimMalloc()
 	return &Session{m: m, sess: sess, shrink: opts.ShrinkArenas}, nil
 }
 
@@ -94,9 +97,10 @@ var ErrNoArenaShrink = errors.New("model: session has no arena to shrink")
 
 // ReleaseArena runs one minimal batch with ORT's arena-shrinkage run option,
 // so the device arena hands every region no tensor holds back to the device
-// at the end of the run. gpupool's calibration calls it between shapes so
-// each shape's memory is measured from an empty arena, not on top of the
-// previous shape's high-water mark.
+// at the end of the run (on the CPU, to the C heap, which is then trimmed).
+// gpupool's calibration calls it between shapes so each shape's memory is
+// measured from an empty arena, not on top of the previous shape's
+// high-water mark.
 func (s *Session) ReleaseArena(ctx context.Context) error {
 	if s.shrink == "" {
 		return ErrNoArenaShrink
@@ -129,6 +133,7 @@ func (s *Session) ReleaseArena(ctx context.Context) error {
 		return fmt.Errorf("model: releasing arena (%s): %w", s.shrink, err)
 	}
 	outputs[0].Destroy()
+	trimMalloc() // what the arena handed back to the C heap
 	return nil
 }
 

@@ -8,6 +8,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -66,6 +67,14 @@ type benchFlags struct {
 	largeModel   string
 	largePairs   int
 	largeRows    string
+
+	md             string
+	prodModel      string
+	prodSentences  int
+	prodLong       int
+	prodRounds     int
+	wholeSentences int
+	wholeRounds    int
 }
 
 // Run is `scorer bench`: per model folder it measures the pipeline
@@ -89,7 +98,7 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 	fs.StringVar(&bf.scalingThreads, "scaling-threads", "1,2", "intra-op thread counts of the CPU scaling run")
 	fs.StringVar(&bf.scalingWorkers, "scaling-workers", "1,2", "workers per device of the CPU scaling run")
 	fs.IntVar(&bf.scalingRounds, "scaling-rounds", 2, "interleaved rounds of the CPU scaling run; each setting reports its best")
-	fs.StringVar(&bf.skip, "skip", "", "comma-separated sections to skip: pipeline (with raw ORT, padding, tokenizer), latency, memory, scaling, shapes, revision, int8; large (the --large-model rows, which ignore the others)")
+	fs.StringVar(&bf.skip, "skip", "", "comma-separated sections to skip: pipeline (with raw ORT, padding, tokenizer), latency, memory, scaling, shapes, revision, int8; large (the --large-model rows, which ignore the others); wholeproc (scorer score vs the raw loop on the small models); production (the --production-model rows)")
 	fs.StringVar(&bf.shapeRows, "shape-rows", "8,16,32,64,256", "MAX_BATCH_ROWS values of the CPU batch-shape sweep")
 	fs.StringVar(&bf.shapeTokens, "shape-tokens", "16384", "MAX_BATCH_TOKENS values of the CPU batch-shape sweep")
 	fs.StringVar(&bf.shapePlans, "shape-plans", "2x1,1x2", "WORKERSxTHREADS settings of the CPU batch-shape sweep")
@@ -106,6 +115,13 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 	fs.IntVar(&bf.largePairs, "large-pairs", 150, "pairs per measurement on --large-model")
 	fs.StringVar(&bf.largeRows, "large-shape-rows", "8,16,64", "MAX_BATCH_ROWS values of --large-model's batch-shape sweep (one round, the largest --shape-tokens)")
 	fs.DurationVar(&bf.pipelineDeadline, "run-timeout", 15*time.Minute, "deadline of each pipeline run")
+	fs.StringVar(&bf.md, "md", "", "also write the whole-process table into this Markdown file, between its <!-- wholeprocess:begin --> and <!-- wholeprocess:end --> lines; empty = none")
+	fs.StringVar(&bf.prodModel, "production-model", "", "a production-size model folder (make_deberta.py --size large --vocab 128100 --int8; `make bench` builds one under .deps): whole-process rows for model.onnx and onnx/model_quantized.onnx on typical and long inputs, with start-up; empty = none")
+	fs.IntVar(&bf.prodSentences, "production-sentences", 100, "real sentences in --production-model's typical input (× labels = pairs)")
+	fs.IntVar(&bf.prodLong, "production-long", 8, "~500-token sentences in --production-model's long input (× labels = pairs)")
+	fs.IntVar(&bf.prodRounds, "production-rounds", 1, "alternating scorer / raw loop rounds per --production-model row; each keeps its best time and worst peak RSS")
+	fs.IntVar(&bf.wholeSentences, "wholeproc-sentences", 4000, "real sentences in the small models' whole-process input (× labels = pairs)")
+	fs.IntVar(&bf.wholeRounds, "wholeproc-rounds", 2, "alternating scorer / raw loop rounds per small-model whole-process row")
 	cfg, err := service.LoadConfig(e.Getenv, fs, args)
 	if err != nil {
 		return service.UsageOr(err)
@@ -213,8 +229,20 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 		}
 		rep.Perf = append(rep.Perf, pr)
 	}
+	if err := benchWholeProcess(ctx, e, cfg, bf, corpus, dirs, skip, &rep); err != nil {
+		return err
+	}
 	printTable(e.Stdout, &rep)
 	printPerfTable(e.Stdout, rep.Perf)
+	var md bytes.Buffer
+	printWholeTable(&md, &rep)
+	fmt.Fprint(e.Stdout, md.String())
+	if bf.md != "" && md.Len() > 0 {
+		if err := replaceBetween(bf.md, "<!-- wholeprocess:begin -->", "<!-- wholeprocess:end -->", "```\n"+md.String()+"```\n"); err != nil {
+			return fmt.Errorf("bench: --md: %w", err)
+		}
+		progress(e, "wrote the whole-process table into %s", bf.md)
+	}
 	if bf.out != "" {
 		b, err := json.MarshalIndent(rep, "", "  ")
 		if err != nil {

@@ -56,9 +56,17 @@ type cpuScorer struct {
 }
 
 func newCPUScorer(ctx context.Context, cfg service.Config, m *model.Model, s cpuShape, cache *scorecache.Cache) (*cpuScorer, error) {
-	pool, err := gpupool.New(ctx, gpupool.SessionFactory(m, gpupool.SessionConfig{IntraOpThreads: s.Threads}),
-		gpupool.Mode(gpupool.ModeCPU), gpupool.WorkersPerDevice(s.Workers),
-		gpupool.MaxBatchTokens(s.Tokens), gpupool.MaxBatchRows(s.Rows))
+	popts := []gpupool.Option{gpupool.Mode(gpupool.ModeCPU), gpupool.WorkersPerDevice(s.Workers),
+		gpupool.MaxBatchTokens(s.Tokens), gpupool.MaxBatchRows(s.Rows)}
+	// The service's CPU memory budget, so each shape runs as it would there.
+	mem, _, err := service.CPUMemory(cfg, func() service.MemoryLimit { return service.DetectMemoryLimit("/") })
+	if err != nil {
+		return nil, err
+	}
+	if mem != nil {
+		popts = append(popts, gpupool.CPUMemory(*mem))
+	}
+	pool, err := gpupool.New(ctx, gpupool.SessionFactory(m, gpupool.SessionConfig{IntraOpThreads: s.Threads}), popts...)
 	if err != nil {
 		return nil, err
 	}

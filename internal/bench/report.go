@@ -16,6 +16,12 @@ type benchReport struct {
 	Settings benchSettings `json:"settings"`
 	Models   []modelReport `json:"models"`
 	Perf     []perfReport  `json:"perf,omitempty"`
+	// WholeProcess is `scorer score` against the raw loop, whole processes,
+	// on the small models and the production-size stand-in; Startup and
+	// Production are the stand-in's start-up and target checks.
+	WholeProcess []wholeProcess    `json:"whole_process,omitempty"`
+	Startup      []startupPoint    `json:"startup,omitempty"`
+	Production   []productionCheck `json:"production_checks,omitempty"`
 }
 
 type machine struct {

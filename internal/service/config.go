@@ -58,6 +58,8 @@ type Config struct {
 	MaxBatchRows       int           `env:"MAX_BATCH_ROWS" envDefault:"256" help:"rows per inference batch"`
 	CPUMaxBatchTokens  int           `env:"CPU_MAX_BATCH_TOKENS" envDefault:"16384" help:"on CPU-only pools, MAX_BATCH_TOKENS is capped at this (measured: make bench, CPU batch shapes)"`
 	CPUMaxBatchRows    int           `env:"CPU_MAX_BATCH_ROWS" envDefault:"16" help:"on CPU-only pools, MAX_BATCH_ROWS is capped at this: small batches stay in the CPU's caches (measured: make bench, CPU batch shapes)"`
+	CPUMemLimit        string        `env:"CPU_MEM_LIMIT" envDefault:"auto" help:"memory the process may use on a CPU pool; batches are cut so the weights, the score cache, in-flight input and every worker's batch fit: auto = the container's cgroup limit, else physical memory; bytes (6GiB), a fraction of auto (0.8), or 0 = none"`
+	CPUMaxBatchBytes   string        `env:"CPU_MAX_BATCH_BYTES" envDefault:"auto" help:"most memory one CPU batch may take, from the model's cost measured at start (rows fall as pairs grow longer): auto = what CPU_MAX_BATCH_ROWS pairs of 128 tokens need; bytes (512MiB); off = no memory model (rows and tokens caps only)"`
 	ScoreCacheBytes    int           `env:"SCORE_CACHE_BYTES" envDefault:"268435456" help:"memory for the cache of pair scores (revised and repeated sentences skip inference); 0 = off"`
 
 	ModelDir           string   `env:"MODEL_DIR" envDefault:"../shared/models/nli-unigram-small" help:"model folder: config.json, tokenizer.json, ONNX file"`
@@ -192,6 +194,10 @@ func (c *Config) Validate() error {
 	check(c.MaxBatchRows > 0, "MAX_BATCH_ROWS must be > 0")
 	check(c.CPUMaxBatchTokens > 0, "CPU_MAX_BATCH_TOKENS must be > 0")
 	check(c.CPUMaxBatchRows > 0, "CPU_MAX_BATCH_ROWS must be > 0")
+	// Syntax only: the limit itself is read from the cgroup at start.
+	if _, _, err := CPUMemory(*c, func() MemoryLimit { return MemoryLimit{Bytes: 1 << 50} }); err != nil {
+		errs = append(errs, err)
+	}
 	check(c.ScoreCacheBytes == 0 || c.ScoreCacheBytes >= scorecache.MinBytes, "SCORE_CACHE_BYTES must be 0 (off) or at least %d", scorecache.MinBytes)
 	check(c.Device == "auto" || c.Device == "cpu" || c.Device == "cuda", "DEVICE must be auto, cpu or cuda, got %q", c.Device)
 	check(c.GPUMemFraction > 0 && c.GPUMemFraction <= 1, "GPU_MEM_FRACTION must be in (0, 1]")

@@ -240,6 +240,16 @@ func NewPool(ctx context.Context, cfg Config, m *model.Model, log zerolog.Logger
 	}
 	tokens, rows := BatchShape(cfg, probe == nil)
 	opts = append(opts, gpupool.MaxBatchTokens(tokens), gpupool.MaxBatchRows(rows))
+	cpuMem, lim, err := CPUMemory(cfg, func() MemoryLimit { return DetectMemoryLimit("/") })
+	if err != nil {
+		closeNVML()
+		return nil, nil, err
+	}
+	if cpuMem != nil {
+		log.Info().Uint64("cpu_mem_limit_bytes", lim.Bytes).Str("source", lim.Source).Uint64("reserve_bytes", cpuMem.Reserve).
+			Msg("CPU memory budget")
+		opts = append(opts, gpupool.CPUMemory(*cpuMem))
+	}
 	pool, err := gpupool.New(ctx, factory, opts...)
 	if err != nil {
 		closeNVML()

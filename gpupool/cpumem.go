@@ -1,0 +1,206 @@
+package gpupool
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/scorer/scorer/model"
+)
+
+// CPUMemoryConfig bounds the memory CPU batches take. A transformer's
+// activations grow with rows·len (and, inside attention, rows·len²), so a
+// batch of long pairs can need many times what a batch of ordinary
+// sentences does: on the production-size DeBERTa, 16 rows of 512 tokens
+// take about 1.7 GB per worker against 0.2 GB for 16 rows of 128. With this
+// set, the pool learns the CPU engine's cost per batch at start (the GPU's
+// memory model, bytes ≈ a + b·rows·len + c·rows·len², fitted to the
+// process's peak resident memory over a few one-row batches) and the
+// planner cuts each call's batches so that every batch's modelled memory
+// stays within one worker's share: rows fall as length grows.
+type CPUMemoryConfig struct {
+	// Limit is the memory the whole process may use, in bytes (the
+	// container's limit); 0 means none is known, and only BatchBytes bounds
+	// a batch.
+	Limit uint64
+	// Reserve is what the process needs besides the engine and its batches
+	// (score cache, input in flight, the Go heap); it is set aside from
+	// Limit together with the resident memory measured once the CPU engine
+	// is open (weights, ONNX Runtime). The rest is split evenly between the
+	// CPU workers, which run at once.
+	Reserve uint64
+	// BatchBytes caps one batch's modelled memory. 0 means what
+	// MaxBatchRows pairs of RefLen tokens need: a batch of long pairs then
+	// takes no more memory than a full batch of ordinary sentences, so
+	// memory no longer depends on what arrives, and on a CPU wider batches
+	// of long pairs score no faster (each row is already hundreds of
+	// tokens of work).
+	BatchBytes uint64
+	// RefLen is the pair length of the reference batch behind BatchBytes's
+	// default (default 128 tokens: longer than 99% of real transcript
+	// sentences with a label hypothesis).
+	RefLen int
+	// Shapes are the calibration batches (default one row at 32, 64, 128,
+	// 256 and 512 tokens, below the engine's maximum length, the last ones
+	// only while a shape takes under 250 ms): one row keeps the start-up
+	// cost low (about 3 s on the production-size model, 2 cores, where the
+	// 512-token row is left out) and the fitted model scales in rows.
+	Shapes []Shape
+}
+
+// CPUMemory bounds CPU batches by memory; see CPUMemoryConfig. Without it
+// (the default) CPU batches are bounded by MaxBatchRows and MaxBatchTokens
+// alone.
+func CPUMemory(c CPUMemoryConfig) Option {
+	return optFunc(func(cf *cfg) { cf.cpuMem = &c })
+}
+
+// processMemory reads this process's resident memory. The pool calibrates
+// the CPU engine with it; tests replace it.
+type processMemory interface {
+	// resetPeak starts a new high-water mark at the current resident size.
+	resetPeak() error
+	// usage returns resident bytes now and the high-water mark.
+	usage() (rss, peak uint64, err error)
+}
+
+// cpuBudget is a CPU device's memory plan, fixed at start.
+type cpuBudget struct {
+	// room is the most modelled memory one batch may take.
+	room float64
+	// baseline is the resident memory once the engine was open and
+	// calibrated; limit and reserve are the config's.
+	baseline, limit, reserve uint64
+}
+
+// defaultCPUShapes is one row at 32, 64, 128, 256 and 512 tokens and at
+// twice refLen, capped at maxLen, shortest first.
+func defaultCPUShapes(refLen, maxLen int) []Shape {
+	var out []Shape
+	for _, l := range []int{32, 64, 128, 256, 512, 2 * refLen} {
+		out = append(out, Shape{Rows: 1, Len: min(l, maxLen)})
+	}
+	slices.SortFunc(out, func(a, b Shape) int { return a.Len - b.Len })
+	return slices.Compact(out)
+}
+
+// slowShape is how long a calibration run may take for longer default
+// shapes to follow it: longer rows add little to a fit that already spans
+// 32 to 2·RefLen tokens, and at production size each costs seconds.
+const slowShape = 250 * time.Millisecond
+
+// calibrateCPU learns the CPU engine's memory per batch: after a warm-up
+// run, each shape runs from a released arena (ArenaReleaser) with the
+// process's peak reset, and the peak's rise over the resident size before
+// it is the shape's cost; a fast shape is measured three times and the
+// largest reading kept, since small models' costs are near the noise. It returns the fit and the budget; without a usable fit the pool
+// runs without a memory cap and says so.
+func (p *Pool) calibrateCPU(ctx context.Context, eng Engine, mem processMemory, workers int) (memEstimate, *cpuBudget, error) {
+	c := p.cfg.cpuMem
+	refLen := c.RefLen
+	if refLen == 0 {
+		refLen = 128
+	}
+	maxLen := p.cfg.calibration.MaxLen
+	if n := engineMaxLength(eng); n > 0 {
+		maxLen = min(maxLen, n)
+	}
+	refLen = min(refLen, maxLen)
+	shapes := clampShapes(c.Shapes, maxLen)
+	adaptive := len(shapes) == 0
+	if adaptive {
+		shapes = defaultCPUShapes(refLen, maxLen)
+	}
+	id := p.cfg.calibration.TokenID
+	if _, err := eng.ScorePairs(ctx, syntheticPairs(Shape{Rows: 1, Len: min(8, maxLen)}, id)); err != nil {
+		return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: calibration warm-up: %w", err)
+	}
+	rel, canRelease := eng.(ArenaReleaser)
+	release := func() {
+		if canRelease {
+			if err := rel.ReleaseArena(ctx); err != nil {
+				p.log.Warn().Err(err).Msg("gpupool: cpu: cannot release the arena between calibration shapes; readings are high-water marks")
+				canRelease = false
+			}
+		}
+	}
+	var pts []memPoint
+	var last time.Duration
+	for _, s := range shapes {
+		if adaptive && s.Len > 2*refLen && last > slowShape {
+			break
+		}
+		var ys []float64
+		for rep := 0; rep < 3; rep++ {
+			release()
+			if err := mem.resetPeak(); err != nil {
+				return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
+			}
+			before, _, err := mem.usage()
+			if err != nil {
+				return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
+			}
+			t0 := time.Now()
+			if _, err := eng.ScorePairs(ctx, syntheticPairs(s, id)); err != nil {
+				return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: calibration batch %dx%d: %w", s.Rows, s.Len, err)
+			}
+			_, peak, err := mem.usage()
+			if err != nil {
+				return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
+			}
+			ys = append(ys, max(0, float64(peak)-float64(before)))
+			if last = time.Since(t0); last > slowShape {
+				break // a large model's: one reading is far above the noise
+			}
+		}
+		// The most a shape ever added: a reading falls short when the run
+		// reuses heap pages still resident from an earlier one.
+		pts = append(pts, memPoint{rows: s.Rows, length: s.Len, bytes: slices.Max(ys)})
+		p.log.Debug().Int("rows", s.Rows).Int("len", s.Len).Floats64("bytes", ys).Msg("gpupool: cpu: calibration shape")
+	}
+	release()
+	est := memEstimate{}
+	a, b, cc, ok := fitMemory(pts)
+	if !ok {
+		p.log.Warn().Int("points", len(pts)).Msg("gpupool: cpu: memory calibration gave no usable fit; CPU batches are bounded by rows and tokens only")
+		return est, nil, nil
+	}
+	est.base, est.perToken, est.perTokenLen, est.calibrated = max(0, a), b, cc, true
+	rss, _, err := mem.usage()
+	if err != nil {
+		return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
+	}
+	bud := &cpuBudget{baseline: rss, limit: c.Limit, reserve: c.Reserve}
+	bud.room = float64(c.BatchBytes)
+	if bud.room == 0 {
+		bud.room = est.bytes(p.cfg.maxBatchRows, refLen)
+	}
+	if c.Limit > 0 {
+		share := (float64(c.Limit) - float64(rss) - float64(c.Reserve)) / float64(max(workers, 1))
+		bud.room = min(bud.room, share)
+	}
+	if est.maxRows(maxLen, bud.room) < 1 {
+		p.log.Warn().Uint64("limit_bytes", c.Limit).Uint64("baseline_bytes", rss).Uint64("reserve_bytes", c.Reserve).
+			Int("workers", workers).Float64("room_per_batch_bytes", bud.room).Int("max_len", maxLen).
+			Float64("one_pair_bytes", est.bytes(1, maxLen)).
+			Msg("gpupool: cpu: the memory budget leaves less per worker than one pair of the model's maximum length needs; such pairs still run, one per batch, above the budget: raise the memory limit or lower WORKERS")
+	}
+	return est, bud, nil
+}
+
+// errNoProcMemory is returned where the process's memory cannot be read.
+var errNoProcMemory = errors.New("gpupool: process memory readings not available")
+
+// cpuRowCap is the most rows of length tokens a CPU batch may have under
+// d's budget (at least 1), or 0 when d has no budget.
+func cpuRowCap(d *device, length int) int {
+	if d.cpu == nil {
+		return 0
+	}
+	return max(1, d.est.maxRows(length, d.cpu.room))
+}
+
+// model.Session implements the optional abilities calibration uses.
+var _ ArenaReleaser = (*model.Session)(nil)

@@ -1,0 +1,233 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/scorer/scorer/internal/service"
+)
+
+// productionCheck is one of issue 25's targets on the production-size
+// stand-in, as measured.
+type productionCheck struct {
+	Name   string  `json:"name"`
+	Value  float64 `json:"value"`
+	Target string  `json:"target"`
+	OK     bool    `json:"ok"`
+}
+
+// benchWholeProcess runs the whole-process comparison on the small model
+// folders (typical input) and on --production-model (fp32 and int8, typical
+// and long inputs, start-up), and derives the production checks.
+func benchWholeProcess(ctx context.Context, e service.Env, cfg service.Config, bf benchFlags, corpus []corpusLine, dirs []string, skip map[string]bool, rep *benchReport) error {
+	small := !skip["wholeproc"]
+	prod := bf.prodModel != "" && !skip["production"]
+	if !small && !prod {
+		return nil
+	}
+	rawLoop, rawNote := findRawLoop()
+	if rawNote != "" {
+		progress(e, "whole process: no raw loop (%s); scorer score rows only", rawNote)
+	}
+	work, err := os.MkdirTemp("", "scorer-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	one := filepath.Join(work, "one.jsonl")
+	if err := os.WriteFile(one, []byte(`{"call_id":"BENCH-ONE","sections":{"FILT_MD":["Revenue grew in the quarter."]}}`+"\n"), 0o644); err != nil {
+		return err
+	}
+	type job struct {
+		dir      string
+		graphs   []string
+		inputs   []string
+		rounds   int
+		sents    int
+		long     int
+		startup  bool
+		isProdDM bool
+	}
+	var jobs []job
+	if small {
+		for _, d := range dirs {
+			jobs = append(jobs, job{dir: d, inputs: []string{"typical"}, rounds: bf.wholeRounds, sents: bf.wholeSentences, long: 1})
+		}
+	}
+	if prod {
+		jobs = append(jobs, job{dir: bf.prodModel, graphs: []string{"model.onnx", int8File}, inputs: []string{"typical", "long"},
+			rounds: bf.prodRounds, sents: bf.prodSentences, long: bf.prodLong, startup: true, isProdDM: true})
+	}
+	for i, j := range jobs {
+		dir, err := service.ResolvePath(j.dir)
+		if err != nil {
+			return fmt.Errorf("bench: model dir: %w", err)
+		}
+		c := cfg
+		c.ModelDir, c.ModelFile = dir, ""
+		m, err := service.LoadModel(c)
+		if err != nil {
+			return err
+		}
+		graphs := j.graphs
+		if graphs == nil {
+			rel, err := filepath.Rel(dir, m.ONNXPath)
+			if err != nil {
+				return err
+			}
+			graphs = []string{rel}
+		}
+		wd := filepath.Join(work, fmt.Sprint(i))
+		if err := os.MkdirAll(wd, 0o755); err != nil {
+			return err
+		}
+		typical, long, err := wholeProcInputs(wd, m, corpus, j.sents, j.long)
+		if err != nil {
+			return err
+		}
+		for _, g := range graphs {
+			if _, err := os.Stat(filepath.Join(dir, g)); err != nil {
+				progress(e, "%s: no %s, skipped", filepath.Base(dir), g)
+				continue
+			}
+			rows, sp, err := runWholeProcess(ctx, e, wholeProcOpts{
+				dir: dir, graph: g, inputs: j.inputs, files: map[string]string{"typical": typical, "long": long},
+				rounds: j.rounds, rawLoop: rawLoop, rawNote: rawNote, startup: j.startup, startupInput: one,
+				workDir: wd, cfg: c, m: m, progressLabel: filepath.Base(dir),
+			})
+			if err != nil {
+				return fmt.Errorf("bench: whole process, %s %s: %w", filepath.Base(dir), g, err)
+			}
+			if sp != nil {
+				rep.Startup = append(rep.Startup, *sp)
+				for i := range rows {
+					if net := rows[i].ScorerSeconds - sp.Seconds; net > 0 {
+						rows[i].ScorerNetPairsPerSec = float64(rows[i].Pairs) / net
+					}
+				}
+			}
+			rep.WholeProcess = append(rep.WholeProcess, rows...)
+		}
+		if j.isProdDM {
+			rep.Production = productionChecks(filepath.Base(dir), rep.WholeProcess)
+		}
+	}
+	return nil
+}
+
+// productionChecks derives the production-size targets from the rows of
+// model (issue 25): long inputs' peak RSS within 1.25× of typical ones',
+// int8 below fp32 in memory and at least 2× its pairs/s, and `scorer score`
+// at least 0.95× the raw loop's pairs/s at no more than 1.25× its peak RSS.
+func productionChecks(model string, rows []wholeProcess) []productionCheck {
+	get := func(graph, input string) *wholeProcess {
+		for i := range rows {
+			if r := &rows[i]; r.Model == model && r.Graph == graph && r.Input == input {
+				return r
+			}
+		}
+		return nil
+	}
+	var out []productionCheck
+	add := func(name, target string, v float64, ok bool) {
+		out = append(out, productionCheck{Name: name, Value: v, Target: target, OK: ok})
+	}
+	for _, g := range []string{"model.onnx", int8File} {
+		if t, l := get(g, "typical"), get(g, "long"); t != nil && l != nil {
+			v := l.ScorerPeakRSSMiB / t.ScorerPeakRSSMiB
+			add(g+": peak RSS long / typical", "≤ 1.25", v, v <= 1.25)
+		}
+	}
+	for _, in := range []string{"typical", "long"} {
+		if f, q := get("model.onnx", in), get(int8File, in); f != nil && q != nil {
+			v := q.ScorerPeakRSSMiB / f.ScorerPeakRSSMiB
+			add("int8 / fp32 peak RSS, "+in, "< 1", v, v < 1)
+			s := q.ScorerNetPairsPerSec / f.ScorerNetPairsPerSec
+			add("int8 / fp32 pairs/s after start-up, "+in, "≥ 2", s, s >= 2)
+			if q.ScorerCPUSeconds > 0 {
+				c := f.ScorerCPUSeconds / q.ScorerCPUSeconds
+				add("int8 / fp32 pairs per CPU-second, "+in, "≥ 2", c, c >= 2)
+			}
+		}
+	}
+	for _, g := range []string{"model.onnx", int8File} {
+		for _, in := range []string{"typical", "long"} {
+			if r := get(g, in); r != nil && r.RawSeconds > 0 {
+				add(fmt.Sprintf("%s %s: scorer / raw loop pairs/s", g, in), "≥ 0.95", r.SpeedRatio, r.SpeedRatio >= 0.95)
+				add(fmt.Sprintf("%s %s: scorer / raw loop pairs per CPU-second", g, in), "≥ 0.95", r.CPURatio, r.CPURatio >= 0.95)
+				add(fmt.Sprintf("%s %s: scorer / raw loop peak RSS", g, in), "≤ 1.25", r.RSSRatio, r.RSSRatio <= 1.25)
+			}
+		}
+	}
+	return out
+}
+
+// printWholeTable writes the whole-process rows, start-up and checks.
+func printWholeTable(w io.Writer, r *benchReport) {
+	if len(r.WholeProcess) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nwhole process\tpairs (mean/max tokens)\tscorer pairs/s (after start-up)\tscorer peak RSS MiB\traw loop pairs/s\traw peak RSS MiB\tscorer/raw speed\tper CPU-s\tscorer/raw RSS\trounds")
+	for _, x := range r.WholeProcess {
+		raw, rawRSS, sp, cpu, rss := "-", "-", "-", "-", "-"
+		if x.RawSeconds > 0 {
+			raw, rawRSS = fmt.Sprintf("%.2f", x.RawPairsPerSec), fmt.Sprintf("%.0f", x.RawPeakRSSMiB)
+			target := 1.0 // the small models' target
+			if isProduction(r, x.Model) {
+				target = 0.95
+			}
+			sp = fmt.Sprintf("%.3f %s", x.SpeedRatio, mark(x.SpeedRatio >= target))
+			rss = fmt.Sprintf("%.2f", x.RSSRatio)
+			cpu = fmt.Sprintf("%.3f", x.CPURatio)
+		}
+		net := ""
+		if x.ScorerNetPairsPerSec > 0 {
+			net = fmt.Sprintf(" (%.2f)", x.ScorerNetPairsPerSec)
+		}
+		fmt.Fprintf(tw, "%s %s %s\t%d (%.0f/%d)\t%.2f%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%d\n", x.Model, x.Graph, x.Input, x.Pairs,
+			x.MeanPairTokens, x.MaxPairTokens, x.ScorerPairsPerSec, net, x.ScorerPeakRSSMiB, raw, rawRSS, sp, cpu, rss, x.Rounds)
+	}
+	for _, s := range r.Startup {
+		fmt.Fprintf(tw, "start-up %s %s (scorer score, one sentence)\t%.1f s, peak RSS %.0f MiB\n", s.Model, s.Graph, s.Seconds, s.PeakRSSMiB)
+	}
+	for _, c := range r.Production {
+		fmt.Fprintf(tw, "check: %s\t%.3f\t%s %s\n", c.Name, c.Value, c.Target, mark(c.OK))
+	}
+	tw.Flush()
+}
+
+// isProduction reports whether model's rows are the production checks'.
+func isProduction(r *benchReport, model string) bool {
+	for _, s := range r.Startup {
+		if s.Model == model {
+			return true
+		}
+	}
+	return false
+}
+
+// replaceBetween replaces the lines strictly between the begin and end
+// marker lines of a file with text.
+func replaceBetween(path, begin, end, text string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	s := string(b)
+	i, j := strings.Index(s, begin+"\n"), strings.Index(s, end)
+	if i < 0 || j < i {
+		return fmt.Errorf("%s has no %s … %s lines", path, begin, end)
+	}
+	var out bytes.Buffer
+	out.WriteString(s[:i+len(begin)+1])
+	out.WriteString(text)
+	out.WriteString(s[j:])
+	return os.WriteFile(path, out.Bytes(), 0o644)
+}

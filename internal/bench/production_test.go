@@ -1,0 +1,61 @@
+package bench
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestProductionChecks derives issue 25's targets from whole-process rows:
+// each check passes or misses on its own row's figures.
+func TestProductionChecks(t *testing.T) {
+	row := func(graph, input string, pps, net, rss, speed, rssRatio float64) wholeProcess {
+		return wholeProcess{Model: "m", Graph: graph, Input: input, ScorerPairsPerSec: pps, ScorerNetPairsPerSec: net,
+			ScorerPeakRSSMiB: rss, RawSeconds: 1, SpeedRatio: speed, RSSRatio: rssRatio}
+	}
+	rows := []wholeProcess{
+		row("model.onnx", "typical", 5, 6, 2000, 0.97, 0.8),
+		row("model.onnx", "long", 0.3, 0.4, 2600, 1.5, 0.3), // 1.3× typical: a miss
+		row(int8File, "typical", 11, 15, 1300, 1.1, 0.9),    // 2.5× fp32 after start-up
+		row(int8File, "long", 0.5, 0.7, 1300, 0.9, 0.4),     // 1.75×: a miss; speed 0.9: a miss
+		{Model: "other", Graph: "model.onnx", Input: "typical", ScorerPeakRSSMiB: 1},
+	}
+	got := map[string]bool{}
+	for _, c := range productionChecks("m", rows) {
+		got[c.Name] = c.OK
+	}
+	want := map[string]bool{
+		"model.onnx: peak RSS long / typical":           false,
+		int8File + ": peak RSS long / typical":          true,
+		"int8 / fp32 peak RSS, typical":                 true,
+		"int8 / fp32 peak RSS, long":                    true,
+		"int8 / fp32 pairs/s after start-up, typical":   true,
+		"int8 / fp32 pairs/s after start-up, long":      false,
+		"model.onnx typical: scorer / raw loop pairs/s": true,
+		int8File + " long: scorer / raw loop pairs/s":   false,
+		"model.onnx long: scorer / raw loop peak RSS":   true,
+	}
+	for name, ok := range want {
+		if g, found := got[name]; !found || g != ok {
+			t.Errorf("%s: got ok=%v (found %v), want %v", name, g, found, ok)
+		}
+	}
+}
+
+func TestReplaceBetween(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "b.md")
+	if err := os.WriteFile(f, []byte("a\n<!-- x:begin -->\nold\n<!-- x:end -->\nb\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := replaceBetween(f, "<!-- x:begin -->", "<!-- x:end -->", "new\n"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(f)
+	if string(b) != "a\n<!-- x:begin -->\nnew\n<!-- x:end -->\nb\n" {
+		t.Errorf("got %q", b)
+	}
+	if err := replaceBetween(f, "<!-- y:begin -->", "<!-- y:end -->", "z"); err == nil || !strings.Contains(err.Error(), "no") {
+		t.Errorf("missing markers: %v", err)
+	}
+}

@@ -1,0 +1,330 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/model"
+	"github.com/scorer/scorer/schema"
+)
+
+// wholeProcess is `scorer score` against an independent raw loop
+// (tools/rawloop: Hugging Face tokenizers and onnxruntime-node, length-sorted
+// batches of 16, ORT's default session options) on the same input file, each
+// a whole process from exec to exit, so the model's load counts: the
+// comparison a user makes with a stopwatch. Rounds alternate the two (A B A
+// B) and each side keeps its best wall time and its worst peak RSS (the
+// peak is what sizes a pod).
+type wholeProcess struct {
+	Model string `json:"model"`
+	Graph string `json:"graph"` // the ONNX file, relative to the model folder
+	Input string `json:"input"` // "typical" (real transcript sentences) or "long" (~500-token sentences)
+	Pairs int    `json:"pairs"`
+	// MeanPairTokens and MaxPairTokens describe the input as our tokenizer
+	// sees it (premise with one label hypothesis).
+	MeanPairTokens float64 `json:"mean_pair_tokens"`
+	MaxPairTokens  int     `json:"max_pair_tokens"`
+	Rounds         int     `json:"rounds"`
+
+	ScorerSeconds     float64 `json:"scorer_seconds"`
+	ScorerPairsPerSec float64 `json:"scorer_pairs_per_sec"`
+	// ScorerNetPairsPerSec leaves the graph's start-up out (pairs over wall
+	// time less the one-sentence run's), where a start-up was measured:
+	// the scoring rate a long-running service sees.
+	ScorerNetPairsPerSec float64 `json:"scorer_net_pairs_per_sec,omitempty"`
+	ScorerPeakRSSMiB     float64 `json:"scorer_peak_rss_mib"`
+	RawSeconds           float64 `json:"raw_seconds,omitempty"`
+	RawPairsPerSec       float64 `json:"raw_pairs_per_sec,omitempty"`
+	RawPeakRSSMiB        float64 `json:"raw_peak_rss_mib,omitempty"`
+	// SpeedRatio is scorer pairs/s over the raw loop's; RSSRatio scorer peak
+	// RSS over the raw loop's.
+	SpeedRatio float64 `json:"speed_ratio,omitempty"`
+	RSSRatio   float64 `json:"rss_ratio,omitempty"`
+	// RawNote says why there is no raw-loop figure (no node, say).
+	RawNote string `json:"raw_note,omitempty"`
+	// ScorerCPUSeconds and RawCPUSeconds are each side's least user+system
+	// CPU time over the rounds; CPURatio compares pairs per CPU-second,
+	// which other tenants of a shared machine disturb far less than wall
+	// time (it does not credit using more cores, only using them well).
+	ScorerCPUSeconds float64 `json:"scorer_cpu_seconds"`
+	RawCPUSeconds    float64 `json:"raw_cpu_seconds,omitempty"`
+	CPURatio         float64 `json:"cpu_ratio,omitempty"`
+}
+
+// startupPoint is a graph's start-up: the wall time of `scorer score` on a
+// one-sentence input (load, sessions, CPU memory calibration, one pair).
+type startupPoint struct {
+	Model      string  `json:"model"`
+	Graph      string  `json:"graph"`
+	Seconds    float64 `json:"seconds"`
+	PeakRSSMiB float64 `json:"peak_rss_mib"`
+}
+
+// procResult is one child's wall time and peak resident set (getrusage of
+// the reaped child: ru_maxrss, the kernel's high-water mark).
+type procResult struct {
+	seconds, cpuSeconds float64
+	peakRSSMiB          float64
+	stdout              []byte
+}
+
+// runProc runs a command to completion and measures it.
+func runProc(ctx context.Context, env []string, name string, args ...string) (procResult, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &tailWriter{buf: &errb}
+	t0 := time.Now()
+	err := cmd.Run()
+	d := time.Since(t0)
+	if err != nil {
+		return procResult{}, fmt.Errorf("%s %s: %w: %s", filepath.Base(name), strings.Join(args, " "), err, errb.String())
+	}
+	r := procResult{seconds: d.Seconds(), stdout: out.Bytes()}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		r.peakRSSMiB = float64(ru.Maxrss) / 1024 // KiB on Linux
+		r.cpuSeconds = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	}
+	return r, nil
+}
+
+// tailWriter keeps the last 4 KiB written, for error messages.
+type tailWriter struct{ buf *bytes.Buffer }
+
+func (t *tailWriter) Write(p []byte) (int, error) {
+	t.buf.Write(p)
+	if over := t.buf.Len() - 4096; over > 0 {
+		t.buf.Next(over)
+	}
+	return len(p), nil
+}
+
+// wholeProcInputs writes the typical and long inputs for one model folder
+// into dir: typical is real transcript sentences (the first sentences of
+// transcripts spread over the corpus's size distribution, up to sentences
+// in all); long joins consecutive real sentences until each premise is
+// about 480 tokens, so a pair with its hypothesis is ~490–500 tokens.
+func wholeProcInputs(dir string, m *model.Model, corpus []corpusLine, sentences, longSentences int) (typical, long string, err error) {
+	sample := spreadSample(corpus, 8)
+	per := (sentences + len(sample) - 1) / len(sample)
+	var lines [][]byte
+	left := sentences
+	for _, l := range sample {
+		ev := l.ev
+		var s []string
+		for _, sec := range ev.SectionNames() {
+			s = append(s, ev.Sections[sec]...)
+		}
+		s = s[:min(len(s), per, left)]
+		left -= len(s)
+		ev.Sections = map[string][]string{"FILT_MD": s}
+		b, err := json.Marshal(ev)
+		if err != nil {
+			return "", "", err
+		}
+		lines = append(lines, b)
+		if left == 0 {
+			break
+		}
+	}
+	typical = filepath.Join(dir, "typical.jsonl")
+	if err := os.WriteFile(typical, append(bytes.Join(lines, []byte("\n")), '\n'), 0o644); err != nil {
+		return "", "", err
+	}
+
+	var longs []string
+	for _, l := range bySize(corpus) {
+		if len(longs) == longSentences {
+			break
+		}
+		var cur []string
+		n := 0
+		for _, sec := range l.ev.SectionNames() {
+			for _, s := range l.ev.Sections[sec] {
+				ids, err := m.Tokenizer.Encode(s)
+				if err != nil {
+					return "", "", err
+				}
+				cur, n = append(cur, s), n+len(ids)
+				if n >= 480 {
+					longs = append(longs, strings.Join(cur, " "))
+					cur, n = nil, 0
+					if len(longs) == longSentences {
+						break
+					}
+				}
+			}
+			if len(longs) == longSentences {
+				break
+			}
+		}
+	}
+	if len(longs) < longSentences {
+		return "", "", fmt.Errorf("bench: the corpus gave %d long sentences, want %d", len(longs), longSentences)
+	}
+	b, err := json.Marshal(schema.TranscriptEvent{CallID: "BENCH-LONG", EntityID: "BENCH", Sections: map[string][]string{"FILT_MD": longs}})
+	if err != nil {
+		return "", "", err
+	}
+	long = filepath.Join(dir, "long.jsonl")
+	return typical, long, os.WriteFile(long, append(b, '\n'), 0o644)
+}
+
+// inputStats is the pair count and pair lengths of an input file under m.
+func inputStats(path string, m *model.Model, labels model.LabelConfig) (pairs int, mean float64, maxLen int, err error) {
+	lines, err := loadCorpus(path, schema.DefaultLimits())
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	var hyps [][]int32
+	for _, h := range labels.Hypotheses() {
+		ids, err := m.Tokenizer.Encode(h)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		hyps = append(hyps, ids)
+	}
+	total := 0
+	for _, l := range lines {
+		for _, sents := range l.ev.Sections {
+			for _, s := range sents {
+				ids, err := m.Tokenizer.Encode(s)
+				if err != nil {
+					return 0, 0, 0, err
+				}
+				for _, h := range hyps {
+					n := m.Tokenizer.EncodePair(ids, h, m.MaxLength).Len()
+					pairs, total, maxLen = pairs+1, total+n, max(maxLen, n)
+				}
+			}
+		}
+	}
+	if pairs > 0 {
+		mean = float64(total) / float64(pairs)
+	}
+	return pairs, mean, maxLen, nil
+}
+
+// wholeProcOpts are the whole-process comparison's settings for one folder.
+type wholeProcOpts struct {
+	dir, graph    string
+	inputs        []string // "typical", "long"
+	files         map[string]string
+	rounds        int
+	rawLoop       string // tools/rawloop/rawloop.mjs; empty: no raw loop
+	rawNote       string
+	startup       bool
+	startupInput  string
+	workDir       string
+	cfg           service.Config
+	m             *model.Model
+	progressLabel string
+}
+
+// runWholeProcess measures `scorer score` (this binary, with the bench's
+// configuration in its environment) and the raw loop on each input.
+func runWholeProcess(ctx context.Context, e service.Env, o wholeProcOpts) ([]wholeProcess, *startupPoint, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, nil, err
+	}
+	lib, err := service.ResolvePath(o.cfg.ORTLib)
+	if err != nil {
+		return nil, nil, err
+	}
+	env := []string{"ORT_LIB=" + lib, "LOG_LEVEL=warn", "DEVICE=" + o.cfg.Device}
+	out := filepath.Join(o.workDir, "scored.jsonl")
+	scorer := func(in string) (procResult, error) {
+		return runProc(ctx, env, exe, "score", "--model", o.dir, "--model-file", o.graph, "--in", in, "--out", out, "--progress", "off")
+	}
+	labels := model.LabelConfig{Template: o.cfg.HypothesisTemplate, Labels: o.cfg.Labels, Threshold: o.cfg.Threshold}
+	var sp *startupPoint
+	if o.startup {
+		progress(e, "%s: start-up, %s on one sentence", o.progressLabel, o.graph)
+		r, err := scorer(o.startupInput)
+		if err != nil {
+			return nil, nil, err
+		}
+		sp = &startupPoint{Model: filepath.Base(o.dir), Graph: o.graph, Seconds: r.seconds, PeakRSSMiB: r.peakRSSMiB}
+	}
+	var rows []wholeProcess
+	for _, input := range o.inputs {
+		in := o.files[input]
+		w := wholeProcess{Model: filepath.Base(o.dir), Graph: o.graph, Input: input, Rounds: o.rounds, RawNote: o.rawNote}
+		if w.Pairs, w.MeanPairTokens, w.MaxPairTokens, err = inputStats(in, o.m, labels); err != nil {
+			return nil, nil, err
+		}
+		for round := range o.rounds {
+			progress(e, "%s: %s, %s input (%d pairs), round %d/%d: scorer score", o.progressLabel, o.graph, input, w.Pairs, round+1, o.rounds)
+			r, err := scorer(in)
+			if err != nil {
+				return nil, nil, err
+			}
+			if round == 0 || r.seconds < w.ScorerSeconds {
+				w.ScorerSeconds = r.seconds
+			}
+			if round == 0 || r.cpuSeconds < w.ScorerCPUSeconds {
+				w.ScorerCPUSeconds = r.cpuSeconds
+			}
+			w.ScorerPeakRSSMiB = max(w.ScorerPeakRSSMiB, r.peakRSSMiB)
+			if o.rawLoop == "" {
+				continue
+			}
+			progress(e, "%s: %s, %s input, round %d/%d: raw loop", o.progressLabel, o.graph, input, round+1, o.rounds)
+			r, err = runProc(ctx, nil, "node", o.rawLoop, "--model", o.dir, "--model-file", o.graph, "--in", in,
+				"--labels", strings.Join(o.cfg.Labels, ","), "--template", o.cfg.HypothesisTemplate)
+			if err != nil {
+				return nil, nil, err
+			}
+			var rr struct {
+				Pairs int `json:"pairs"`
+			}
+			if err := json.Unmarshal(bytes.TrimSpace(r.stdout), &rr); err != nil || rr.Pairs != w.Pairs {
+				return nil, nil, fmt.Errorf("bench: the raw loop scored %d pairs of %s, we count %d (%v)", rr.Pairs, in, w.Pairs, err)
+			}
+			if round == 0 || r.seconds < w.RawSeconds {
+				w.RawSeconds = r.seconds
+			}
+			if round == 0 || r.cpuSeconds < w.RawCPUSeconds {
+				w.RawCPUSeconds = r.cpuSeconds
+			}
+			w.RawPeakRSSMiB = max(w.RawPeakRSSMiB, r.peakRSSMiB)
+		}
+		w.ScorerPairsPerSec = float64(w.Pairs) / w.ScorerSeconds
+		if w.RawSeconds > 0 {
+			w.RawPairsPerSec = float64(w.Pairs) / w.RawSeconds
+			w.SpeedRatio = w.ScorerPairsPerSec / w.RawPairsPerSec
+			w.RSSRatio = w.ScorerPeakRSSMiB / w.RawPeakRSSMiB
+			if w.ScorerCPUSeconds > 0 {
+				w.CPURatio = w.RawCPUSeconds / w.ScorerCPUSeconds
+			}
+		}
+		rows = append(rows, w)
+	}
+	return rows, sp, nil
+}
+
+// findRawLoop returns tools/rawloop/rawloop.mjs when node and the loop's
+// npm packages are installed (`make bench` installs them), else why not.
+func findRawLoop() (string, string) {
+	if _, err := exec.LookPath("node"); err != nil {
+		return "", "node is not on PATH"
+	}
+	script, err := service.ResolvePath("tools/rawloop/rawloop.mjs")
+	if err != nil {
+		return "", "tools/rawloop/rawloop.mjs not found"
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(script), "node_modules", "onnxruntime-node")); err != nil {
+		return "", "tools/rawloop has no node_modules (run `make rawloop`)"
+	}
+	return script, ""
+}

@@ -1,0 +1,107 @@
+package service
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// fakeRoot writes files (path relative to root → content) into a temp dir.
+func fakeRoot(t *testing.T, files map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	for p, c := range files {
+		f := filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+func TestDetectMemoryLimit(t *testing.T) {
+	const meminfo = "MemTotal:       24685260 kB\nMemFree:        1000 kB\n"
+	phys := uint64(24685260) << 10
+	tests := []struct {
+		name  string
+		files map[string]string
+		want  MemoryLimit
+	}{
+		{"v2 in a cgroup namespace", map[string]string{
+			"proc/meminfo": meminfo, "proc/self/cgroup": "0::/\n", "sys/fs/cgroup/memory.max": "4294967296\n",
+		}, MemoryLimit{4 << 30, "cgroup v2 memory.max"}},
+		{"v2 nested: a parent's lower limit binds", map[string]string{
+			"proc/meminfo": meminfo, "proc/self/cgroup": "0::/kubepods/pod1/ctr\n",
+			"sys/fs/cgroup/kubepods/pod1/ctr/memory.max": "max\n",
+			"sys/fs/cgroup/kubepods/pod1/memory.max":     "3221225472\n",
+			"sys/fs/cgroup/kubepods/memory.max":          "8589934592\n",
+		}, MemoryLimit{3 << 30, "cgroup v2 memory.max"}},
+		{"v2 without a limit", map[string]string{
+			"proc/meminfo": meminfo, "proc/self/cgroup": "0::/\n", "sys/fs/cgroup/memory.max": "max\n",
+		}, MemoryLimit{phys, "physical memory"}},
+		{"v1", map[string]string{
+			"proc/meminfo": meminfo, "proc/self/cgroup": "12:cpu,cpuacct:/\n4:memory:/docker/abc\n",
+			"sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes": "2147483648\n",
+		}, MemoryLimit{2 << 30, "cgroup v1 memory.limit_in_bytes"}},
+		{"v1 unlimited", map[string]string{
+			"proc/meminfo": meminfo, "proc/self/cgroup": "4:memory:/\n",
+			"sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712\n",
+		}, MemoryLimit{phys, "physical memory"}},
+		{"a limit above physical memory is none", map[string]string{
+			"proc/meminfo": meminfo, "proc/self/cgroup": "0::/\n", "sys/fs/cgroup/memory.max": "68719476736\n",
+		}, MemoryLimit{phys, "physical memory"}},
+		{"nothing readable", map[string]string{}, MemoryLimit{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := DetectMemoryLimit(fakeRoot(t, tc.files)); got != tc.want {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestCPUMemoryConfig checks how CPU_MEM_LIMIT and CPU_MAX_BATCH_BYTES
+// become the pool's budget: the reserve counts the score cache, in-flight
+// input and a tenth of the limit.
+func TestCPUMemoryConfig(t *testing.T) {
+	detect := func() MemoryLimit { return MemoryLimit{8 << 30, "cgroup v2 memory.max"} }
+	base := func(set func(*Config)) Config {
+		c, err := ConfigFromEnv(func(string) string { return "" })
+		if err != nil {
+			t.Fatal(err)
+		}
+		set(&c)
+		return c
+	}
+	c, lim, err := CPUMemory(base(func(*Config) {}), detect)
+	if err != nil || c == nil || lim.Source != "cgroup v2 memory.max" || c.Limit != 8<<30 || c.BatchBytes != 0 || c.RefLen != 128 {
+		t.Fatalf("defaults: %+v %+v %v", c, lim, err)
+	}
+	want := uint64(256<<20) + 2*2*8<<20 + (8<<30)/10
+	if c.Reserve != want {
+		t.Errorf("reserve %d, want cache + 2 × in-flight input + limit/10 = %d", c.Reserve, want)
+	}
+	if c, _, err := CPUMemory(base(func(c *Config) { c.CPUMemLimit = "0.5" }), detect); err != nil || c.Limit != 4<<30 {
+		t.Errorf("fraction: %+v %v", c, err)
+	}
+	if c, _, err := CPUMemory(base(func(c *Config) { c.CPUMemLimit = "0"; c.CPUMaxBatchBytes = "512MiB" }), detect); err != nil || c.Limit != 0 || c.Reserve != 0 || c.BatchBytes != 512<<20 {
+		t.Errorf("no limit, explicit batch bytes: %+v %v", c, err)
+	}
+	if c, _, err := CPUMemory(base(func(c *Config) { c.CPUMaxBatchBytes = "off" }), detect); err != nil || c != nil {
+		t.Errorf("off: %+v %v", c, err)
+	}
+	for _, bad := range []func(*Config){
+		func(c *Config) { c.CPUMemLimit = "lots" },
+		func(c *Config) { c.CPUMaxBatchBytes = "0.5" },
+		func(c *Config) { c.CPUMemLimit = "100MiB" }, // below the score cache alone
+	} {
+		if _, _, err := CPUMemory(base(bad), detect); err == nil || !strings.Contains(err.Error(), "CPU_M") {
+			t.Errorf("bad setting accepted or unclear: %v", err)
+		}
+	}
+}

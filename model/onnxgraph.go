@@ -1,0 +1,254 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// graphValue is one graph input or output as ONNX declares it: a name, the
+// tensor element type (onnx.proto TensorProto.DataType) and a shape whose
+// symbolic dimensions are -1, as ORT reports them.
+type graphValue struct {
+	name     string
+	elemType uint64
+	dims     []int64
+}
+
+// ONNX tensor element types this package reads or feeds.
+const (
+	onnxElemFloat = 1
+	onnxElemInt64 = 7
+)
+
+// readGraphIO returns the inputs a session must be fed (graph inputs that
+// are not initializers, as ORT counts them) and the graph outputs, reading
+// only the protobuf's framing: weights are skipped by seeking, never read.
+//
+// Why not ask ORT: its only way (onnxruntime_go's GetInputOutputInfo) builds
+// a whole session, which for a production-size model reads and optimises the
+// 1.7 GB graph once more at start (about 3 s and a transient 3 GB), and the
+// memory it frees stays in the C heap.
+func readGraphIO(path string) (inputs, outputs []graphValue, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	r := &pbReader{r: f}
+	var graph *pbMsg
+	// ModelProto: field 7 is the GraphProto.
+	err = r.fields(0, st.Size(), func(field int, m pbMsg) error {
+		if field == 7 {
+			graph = &m
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if graph == nil {
+		return nil, nil, errors.New("no graph in the file")
+	}
+	var ins []graphValue
+	initializers := map[string]bool{}
+	// GraphProto: 5 initializer (TensorProto, name = 8), 11 input, 12 output
+	// (ValueInfoProto).
+	err = r.fields(graph.off, graph.end, func(field int, m pbMsg) error {
+		switch field {
+		case 5:
+			return r.fields(m.off, m.end, func(f int, v pbMsg) error {
+				if f == 8 {
+					name, err := r.str(v)
+					initializers[name] = true
+					return err
+				}
+				return nil
+			})
+		case 11, 12:
+			v, err := r.valueInfo(m)
+			if err != nil {
+				return err
+			}
+			if field == 11 {
+				ins = append(ins, v)
+			} else {
+				outputs = append(outputs, v)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, in := range ins {
+		if !initializers[in.name] {
+			inputs = append(inputs, in)
+		}
+	}
+	return inputs, outputs, nil
+}
+
+// pbMsg is a length-delimited field's value: bytes [off, end) of the file.
+// For varint fields val holds the value and off == end.
+type pbMsg struct {
+	off, end int64
+	val      uint64
+}
+
+// pbReader walks protobuf messages in a file through a small read window,
+// so skipping a field costs a seek, not a read.
+type pbReader struct {
+	r      io.ReaderAt
+	win    [64 << 10]byte
+	winOff int64
+	winLen int
+}
+
+var errMalformed = errors.New("malformed protobuf")
+
+func (p *pbReader) byteAt(off int64) (byte, error) {
+	if off < p.winOff || off >= p.winOff+int64(p.winLen) {
+		n, err := p.r.ReadAt(p.win[:], off)
+		if n == 0 {
+			if err == nil || err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, err
+		}
+		p.winOff, p.winLen = off, n
+	}
+	return p.win[off-p.winOff], nil
+}
+
+func (p *pbReader) varint(off, end int64) (uint64, int64, error) {
+	var v uint64
+	for shift := uint(0); shift < 64; shift += 7 {
+		if off >= end {
+			return 0, 0, errMalformed
+		}
+		b, err := p.byteAt(off)
+		if err != nil {
+			return 0, 0, err
+		}
+		off++
+		v |= uint64(b&0x7f) << shift
+		if b < 0x80 {
+			return v, off, nil
+		}
+	}
+	return 0, 0, errMalformed
+}
+
+// fields calls fn for every varint or length-delimited field of the
+// message in [off, end), skipping fixed-width ones.
+func (p *pbReader) fields(off, end int64, fn func(field int, m pbMsg) error) error {
+	for off < end {
+		tag, next, err := p.varint(off, end)
+		if err != nil {
+			return err
+		}
+		off = next
+		field := int(tag >> 3)
+		if field == 0 {
+			return errMalformed
+		}
+		switch tag & 7 {
+		case 0:
+			v, next, err := p.varint(off, end)
+			if err != nil {
+				return err
+			}
+			off = next
+			if err := fn(field, pbMsg{off: off, end: off, val: v}); err != nil {
+				return err
+			}
+		case 1:
+			off += 8
+		case 5:
+			off += 4
+		case 2:
+			n, next, err := p.varint(off, end)
+			if err != nil {
+				return err
+			}
+			if n > uint64(end-next) {
+				return errMalformed
+			}
+			off = next + int64(n)
+			if err := fn(field, pbMsg{off: next, end: off}); err != nil {
+				return err
+			}
+		default:
+			return errMalformed
+		}
+	}
+	if off != end {
+		return errMalformed
+	}
+	return nil
+}
+
+func (p *pbReader) str(m pbMsg) (string, error) {
+	if m.end-m.off > 1<<16 {
+		return "", errMalformed
+	}
+	b := make([]byte, m.end-m.off)
+	if _, err := p.r.ReadAt(b, m.off); err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// valueInfo reads a ValueInfoProto: name (1) and type (2: TypeProto, whose
+// tensor_type (1) holds elem_type (1) and shape (2: dims (1), each a
+// dim_value (1) or a dim_param (2)).
+func (p *pbReader) valueInfo(m pbMsg) (graphValue, error) {
+	var v graphValue
+	err := p.fields(m.off, m.end, func(f int, x pbMsg) error {
+		switch f {
+		case 1:
+			name, err := p.str(x)
+			v.name = name
+			return err
+		case 2:
+			return p.fields(x.off, x.end, func(f int, t pbMsg) error {
+				if f != 1 {
+					return nil
+				}
+				return p.fields(t.off, t.end, func(f int, y pbMsg) error {
+					switch f {
+					case 1:
+						v.elemType = y.val
+					case 2:
+						return p.fields(y.off, y.end, func(f int, d pbMsg) error {
+							if f != 1 {
+								return nil
+							}
+							dim := int64(-1)
+							err := p.fields(d.off, d.end, func(f int, z pbMsg) error {
+								if f == 1 && z.off == z.end {
+									dim = int64(z.val)
+								}
+								return nil
+							})
+							v.dims = append(v.dims, dim)
+							return err
+						})
+					}
+					return nil
+				})
+			})
+		}
+		return nil
+	})
+	if err != nil {
+		return v, fmt.Errorf("%w (value info)", err)
+	}
+	return v, nil
+}
