@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/scorer/scorer/model/scorecache"
@@ -122,6 +123,8 @@ type TranscriptScorer struct {
 	now     func() time.Time
 	encode  func(string) ([]int32, error)
 	cache   *scorecache.Cache
+	// encoded counts sentences tokenized, for Encoded.
+	encoded atomic.Uint64
 	// keyBase is, per label, the SHA-256 of everything in a cache key
 	// but the pair's tokens, so each pair hashes only its own tokens.
 	keyBase [][sha256.Size]byte
@@ -293,6 +296,12 @@ func (ts *TranscriptScorer) Score(ctx context.Context, events []schema.Transcrip
 	return out, nil
 }
 
+// Encoded is the number of sentences tokenized so far, by every Score call.
+// Tokenizing a batch of long transcripts comes before its first inference
+// batch and can take seconds, so liveness counts this as progress too. It
+// grows in steps of up to 64 sentences per tokenizing goroutine.
+func (ts *TranscriptScorer) Encoded() uint64 { return ts.encoded.Load() }
+
 // scorePairs scores pairs through the cache when there is one: hits are
 // filled in, each distinct missing key goes to the engine once (boilerplate
 // such as "Thank you." repeats within a batch too), and the engine's scores
@@ -415,6 +424,9 @@ func (ts *TranscriptScorer) encodeAll(ctx context.Context, events []schema.Trans
 				if err := ts.encodeSentence(r.text, pairs[k*L:(k+1)*L]); err != nil {
 					errs[w] = fmt.Errorf("model: tokenizing call_id %q section %q sentence %d: %w", r.ev.CallID, r.sec, r.idx, err)
 					return
+				}
+				if (k-lo)%64 == 63 || k == hi-1 {
+					ts.encoded.Add(uint64((k-lo)%64 + 1))
 				}
 				if keys != nil {
 					for l := range L {

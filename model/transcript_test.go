@@ -178,6 +178,9 @@ func TestTranscriptScorerFake(t *testing.T) {
 	if got := encodes.Load(); got != int64(N) {
 		t.Errorf("Score made %d tokenizer calls for %d sentences, want one each", got, N)
 	}
+	if got := ts.Encoded(); got != uint64(N) {
+		t.Errorf("Encoded() = %d after tokenizing %d sentences", got, N)
+	}
 	if len(fake.calls) != 1 {
 		t.Fatalf("engine called %d times, want once for the whole slice", len(fake.calls))
 	}

@@ -146,7 +146,7 @@ func Run(ctx context.Context, e Env, args []string) error {
 		h.progress.Store(&progressWatch{limit: cfg.LivenessStallTimeout, now: time.Now,
 			sample: func() (uint64, bool) {
 				cs, ps := cons.Stats(), stack.Pool.Stats()
-				return cs.Published + cs.DeadLettered + ps.Batches, cs.Inflight > 0
+				return cs.Published + cs.DeadLettered + ps.Batches + stack.Scorer.Encoded(), cs.Inflight > 0
 			},
 			stuck: func() (time.Duration, string) {
 				return oldestStuck(stack.Pool.Stats().OldestRun, cons.OldestAcknowledgement())
