@@ -1,11 +1,6 @@
 package bench
 
-import (
-	"os"
-	"path/filepath"
-	"strings"
-	"testing"
-)
+import "testing"
 
 // TestProductionChecks derives issue 25's targets from whole-process rows:
 // each check passes or misses on its own row's figures.
@@ -40,22 +35,5 @@ func TestProductionChecks(t *testing.T) {
 		if g, found := got[name]; !found || g != ok {
 			t.Errorf("%s: got ok=%v (found %v), want %v", name, g, found, ok)
 		}
-	}
-}
-
-func TestReplaceBetween(t *testing.T) {
-	f := filepath.Join(t.TempDir(), "b.md")
-	if err := os.WriteFile(f, []byte("a\n<!-- x:begin -->\nold\n<!-- x:end -->\nb\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := replaceBetween(f, "<!-- x:begin -->", "<!-- x:end -->", "new\n"); err != nil {
-		t.Fatal(err)
-	}
-	b, _ := os.ReadFile(f)
-	if string(b) != "a\n<!-- x:begin -->\nnew\n<!-- x:end -->\nb\n" {
-		t.Errorf("got %q", b)
-	}
-	if err := replaceBetween(f, "<!-- y:begin -->", "<!-- y:end -->", "z"); err == nil || !strings.Contains(err.Error(), "no") {
-		t.Errorf("missing markers: %v", err)
 	}
 }
