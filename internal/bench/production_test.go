@@ -37,3 +37,22 @@ func TestProductionChecks(t *testing.T) {
 		}
 	}
 }
+
+// TestRunProcPeakIsTheChilds: a small child of a large process reports its
+// own peak resident set, not its parent's (wait4's ru_maxrss carries the
+// parent's across a vfork'd exec, which made both sides of the small
+// models' whole-process rows read the bench's own peak).
+func TestRunProcPeakIsTheChilds(t *testing.T) {
+	big := make([]byte, 300<<20)
+	for i := range big {
+		big[i] = byte(i)
+	}
+	r, err := runProc(t.Context(), nil, "sleep", "0.3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.peakRSSMiB <= 0 || r.peakRSSMiB > 50 {
+		t.Errorf("sleep's peak RSS %.1f MiB beside a parent holding 300 MiB; want its own few MiB", r.peakRSSMiB)
+	}
+	t.Logf("parent touched %d MiB; sleep peaked at %.1f MiB", len(big)>>20, r.peakRSSMiB)
+}
