@@ -133,11 +133,12 @@ test-short: ort
 run: build
 	./scripts/run-demo.sh
 
-# Benchmarks print their tables and write docs/benchmarks.json (and the whole-process table into
-# docs/benchmarks.md); never part of `make test`. About 15 minutes for the small models on 2 quiet cores,
-# plus about 25 for the production-size DeBERTa-v3 stand-in (built under .deps on first use; BENCH_FLAGS="--skip
-# large,production" leaves it out). BENCH_FLAGS adds flags, e.g. BENCH_FLAGS="--transcripts-limit 40 --skip memory";
-# see `bin/scorer bench -h`.
+# Benchmarks print their tables, write docs/benchmarks.json and, into docs/benchmarks.md, each section's
+# table headed by its run's date, CPU, cores, ONNX Runtime, models and how busy the machine was; never part
+# of `make test`. About 15 minutes for the small models on 2 quiet cores, plus about 25 for the
+# production-size DeBERTa-v3 stand-in (built under .deps on first use; BENCH_FLAGS="--skip large,production"
+# leaves it out). BENCH_FLAGS adds flags; a run of some sections names its own JSON, so the blocks of the
+# others keep theirs: BENCH_FLAGS="--skip … --out docs/benchmarks-NAME.json". See `bin/scorer bench -h`.
 DEBERTA_DIR := $(abspath $(DEPS)/deberta-v3-large-standin)
 bench: build rawloop $(DEBERTA_DIR)/onnx/model_quantized.onnx
 	$(BIN) bench --model-dirs "$(SHARED)/models/nli-unigram-small,$(SHARED)/models/nli-wordpiece-small" --transcripts $(TRANSCRIPTS) --out docs/benchmarks.json --md docs/benchmarks.md --cpuprofile bin/bench-cpu.prof --large-model $(DEBERTA_DIR) --production-model $(DEBERTA_DIR) $(BENCH_FLAGS)

@@ -16,8 +16,9 @@ import (
 // TestDemoSummaryWithBadAndRepeatedLines: a --demo-file with a line that
 // is not an event and a call sent twice still gets its summary, once every
 // produced record is handled (scored or dead-lettered), counting the two
-// distinct calls. `make run` takes this path with MODEL_DIR, so it runs on
-// every model folder.
+// distinct calls, and says what the model is (every shared model is a test
+// stand-in). `make run` takes this path with MODEL_DIR, so it runs on every
+// model folder.
 func TestDemoSummaryWithBadAndRepeatedLines(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "demo.jsonl")
 	a := `{"call_id":"DEMO-A","sections":{"FILT_MD":["Consumers kept spending on travel.","Margins were stable."]}}`
@@ -50,6 +51,13 @@ func TestDemoSummaryWithBadAndRepeatedLines(t *testing.T) {
 				func() string { return testenv.Tail(logs.String(), 1500) })
 			if !strings.Contains(out.String(), "transcripts  2\n") || !strings.Contains(out.String(), "pairs        3 ") {
 				t.Errorf("summary does not count the 2 distinct calls and their 3 pairs once each:\n%s", out.String())
+			}
+			// Every shared model is a stand-in whose scores mean nothing; the
+			// summary says so, from the folder's own description, and how to
+			// mount the real model.
+			if s := out.String(); !strings.Contains(s, "a test stand-in (") || !strings.Contains(s, "scores near chance") ||
+				!strings.Contains(s, "set MODEL_DIR to it") {
+				t.Errorf("summary does not say the model is a test stand-in and how to mount the production model:\n%s", s)
 			}
 			t.Logf("summary:%s", out.String())
 		})

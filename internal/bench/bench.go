@@ -8,7 +8,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -69,6 +68,7 @@ type benchFlags struct {
 	largeRows    string
 
 	md             string
+	from           string
 	prodModel      string
 	prodSentences  int
 	prodLong       int
@@ -115,7 +115,8 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 	fs.IntVar(&bf.largePairs, "large-pairs", 150, "pairs per measurement on --large-model")
 	fs.StringVar(&bf.largeRows, "large-shape-rows", "8,16,64", "MAX_BATCH_ROWS values of --large-model's batch-shape sweep (one round, the largest --shape-tokens)")
 	fs.DurationVar(&bf.pipelineDeadline, "run-timeout", 15*time.Minute, "deadline of each pipeline run")
-	fs.StringVar(&bf.md, "md", "", "also write the whole-process table into this Markdown file, between its <!-- wholeprocess:begin --> and <!-- wholeprocess:end --> lines; empty = none")
+	fs.StringVar(&bf.md, "md", "", "also write each section's table, headed by its run's date, CPU, cores, ONNX Runtime, models and how busy the machine was, into this Markdown file between its <!-- bench:SECTION:begin --> and <!-- bench:SECTION:end --> lines (blocks of sections not run are kept); empty = none")
+	fs.StringVar(&bf.from, "from", "", "measure nothing: print the tables of this JSON report (one --out wrote) and, with --md, write its sections' blocks (less --skip), naming this file as their JSON")
 	fs.StringVar(&bf.prodModel, "production-model", "", "a production-size model folder (make_deberta.py --size large --vocab 128100 --int8; `make bench` builds one under .deps): whole-process rows for model.onnx and onnx/model_quantized.onnx on typical and long inputs, with start-up; empty = none")
 	fs.IntVar(&bf.prodSentences, "production-sentences", 100, "real sentences in --production-model's typical input (× labels = pairs)")
 	fs.IntVar(&bf.prodLong, "production-long", 8, "~500-token sentences in --production-model's long input (× labels = pairs)")
@@ -139,6 +140,13 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 	skip := map[string]bool{}
 	for _, s := range service.SplitList(bf.skip, ",") {
 		skip[s] = true
+	}
+	if bf.from != "" {
+		rep, err := readReport(bf.from)
+		if err != nil {
+			return fmt.Errorf("bench: --from: %w", err)
+		}
+		return report(e, rep, bf.md, bf.from, skip)
 	}
 	dirs := service.SplitList(bf.modelDirs, ",")
 	if len(dirs) == 0 {
@@ -194,12 +202,13 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 	}
 
 	rep := benchReport{Machine: machineInfo(), Settings: benchSettingsOf(cfg, bf, len(corpus))}
+	mt := newMeter()
 	for _, d := range dirs {
 		dir, err := service.ResolvePath(d)
 		if err != nil {
 			return fmt.Errorf("bench: model dir: %w", err)
 		}
-		mr, err := benchModel(ctx, e, cfg, bf, log, dir, corpus, len(dirs) > 1, skip, threads, workers, multiples)
+		mr, err := benchModel(ctx, e, cfg, bf, log, mt, dir, corpus, len(dirs) > 1, skip, threads, workers, multiples)
 		if err != nil {
 			return fmt.Errorf("bench: %s: %w", filepath.Base(dir), err)
 		}
@@ -223,26 +232,16 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 			}
 			t = []int{slices.Max(tokens)}
 		}
-		pr, err := benchPerf(ctx, e, cfg, bf, dir, corpus, skip, large, r, t, plans)
+		pr, err := benchPerf(ctx, e, cfg, bf, mt, dir, corpus, skip, large, r, t, plans)
 		if err != nil {
 			return fmt.Errorf("bench: %s: %w", filepath.Base(dir), err)
 		}
 		rep.Perf = append(rep.Perf, pr)
 	}
-	if err := benchWholeProcess(ctx, e, cfg, bf, corpus, dirs, skip, &rep); err != nil {
+	if err := benchWholeProcess(ctx, e, cfg, bf, mt, corpus, dirs, skip, &rep); err != nil {
 		return err
 	}
-	printTable(e.Stdout, &rep)
-	printPerfTable(e.Stdout, rep.Perf)
-	var md bytes.Buffer
-	printWholeTable(&md, &rep)
-	fmt.Fprint(e.Stdout, md.String())
-	if bf.md != "" && md.Len() > 0 {
-		if err := replaceBetween(bf.md, "<!-- wholeprocess:begin -->", "<!-- wholeprocess:end -->", "```\n"+md.String()+"```\n"); err != nil {
-			return fmt.Errorf("bench: --md: %w", err)
-		}
-		progress(e, "wrote the whole-process table into %s", bf.md)
-	}
+	rep.Sections = mt.report()
 	if bf.out != "" {
 		b, err := json.MarshalIndent(rep, "", "  ")
 		if err != nil {
@@ -253,11 +252,39 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 		}
 		progress(e, "wrote %s", bf.out)
 	}
+	return report(e, &rep, bf.md, bf.out, nil)
+}
+
+// report prints rep's tables and the conditions of each section and, with
+// md, writes the sections' blocks into that Markdown file, naming jsonPath
+// as the JSON that holds the run.
+func report(e service.Env, rep *benchReport, md, jsonPath string, skip map[string]bool) error {
+	all := func(string) bool { return true }
+	printMachine(e.Stdout, rep)
+	fmt.Fprintln(e.Stdout)
+	printTable(e.Stdout, rep, all)
+	fmt.Fprintln(e.Stdout)
+	printPerfTable(e.Stdout, rep.Perf, all)
+	fmt.Fprintln(e.Stdout)
+	printWholeTable(e.Stdout, rep, all)
+	for _, s := range ranSections(rep) {
+		if run, ok := rep.Sections[s]; ok {
+			fmt.Fprintf(e.Stdout, "section %-10s %s, %.0f s, other processes' CPU %.1f s\n", s, spanText(run.Start, run.End), run.Seconds, run.OtherCPUSeconds)
+		}
+	}
+	if md == "" {
+		return nil
+	}
+	written, err := writeMarkdown(md, jsonPath, rep, skip)
+	if err != nil {
+		return fmt.Errorf("bench: --md: %w", err)
+	}
+	progress(e, "wrote the blocks of %s into %s", strings.Join(written, ", "), md)
 	return nil
 }
 
 // benchModel runs every section for one model folder.
-func benchModel(ctx context.Context, e service.Env, cfg service.Config, bf benchFlags, log zerolog.Logger, dir string, corpus []corpusLine, several bool, skip map[string]bool, threads, workers, multiples []int) (modelReport, error) {
+func benchModel(ctx context.Context, e service.Env, cfg service.Config, bf benchFlags, log zerolog.Logger, mt *meter, dir string, corpus []corpusLine, several bool, skip map[string]bool, threads, workers, multiples []int) (modelReport, error) {
 	cfg.ModelDir = dir
 	m, err := service.LoadModel(cfg)
 	if err != nil {
@@ -283,6 +310,8 @@ func benchModel(ctx context.Context, e service.Env, cfg service.Config, bf bench
 		return mr, nil
 	}
 	progress(e, "%s: pipeline, %d transcripts (%d pairs), as fast as possible", m.Name, len(sample), pairsOf(sample, labels))
+	// A failed section fails the whole run, so only a finished span counts.
+	endPipeline := mt.begin("pipeline")
 	run, err := runPipeline(ctx, cfg, m, log, pipelineOpts{records: recs, keys: keys, keep: true, timeout: bf.pipelineDeadline, profile: prof})
 	if err != nil {
 		return mr, fmt.Errorf("pipeline: %w", err)
@@ -323,13 +352,16 @@ func benchModel(ctx context.Context, e service.Env, cfg service.Config, bf bench
 	mr.Tokenizer.OK = mr.Tokenizer.Share < mr.Tokenizer.Target
 	mr.LatencySaturation = latencyOf(run.latencies)
 	mr.LatencySaturation.Transcripts = len(sample)
+	endPipeline()
 
 	// 4: latency at a low steady rate.
 	if !skip["latency"] {
 		short := shortest(corpus, bf.latencyN)
 		recs, keys, _ := splitLines(short)
 		progress(e, "%s: latency, %d short transcripts (%d pairs) at %g/s", m.Name, len(short), pairsOf(short, labels), bf.latencyRate)
+		end := mt.begin("latency")
 		lr, err := runPipeline(ctx, cfg, m, log, pipelineOpts{records: recs, keys: keys, rate: bf.latencyRate, timeout: bf.pipelineDeadline})
+		end()
 		if err != nil {
 			return mr, fmt.Errorf("latency: %w", err)
 		}
@@ -347,7 +379,9 @@ func benchModel(ctx context.Context, e service.Env, cfg service.Config, bf bench
 	if !skip["scaling"] {
 		sevs := scalingEvents(sample, bf.scalingPairs, labels)
 		progress(e, "%s: CPU scaling, threads %v × workers %v", m.Name, threads, workers)
+		end := mt.begin("scaling")
 		pts, err := runScaling(ctx, cfg, m, sevs, threads, workers, bf.scalingRounds)
+		end()
 		if err != nil {
 			return mr, err
 		}
@@ -359,7 +393,9 @@ func benchModel(ctx context.Context, e service.Env, cfg service.Config, bf bench
 		limit := cfg.BatchMaxMessages * cfg.MaxInflightBatches
 		for _, k := range multiples {
 			progress(e, "%s: memory, backlog %d× in-flight limit (%d records), scorer process for %s", m.Name, k, k*limit, bf.memDuration)
+			end := mt.begin("memory")
 			mp, err := runMemory(ctx, cfg, dir, corpus, k*limit, k, bf.memDuration)
+			end()
 			if err != nil {
 				return mr, fmt.Errorf("memory: %w", err)
 			}
@@ -380,18 +416,20 @@ func benchModel(ctx context.Context, e service.Env, cfg service.Config, bf bench
 // benchPerf runs the sections about doing less work per pair for one model
 // folder: CPU batch shapes, the revision workload (not on the large
 // stand-in: its cache behaviour is the small models'), fp32 vs int8.
-func benchPerf(ctx context.Context, e service.Env, cfg service.Config, bf benchFlags, dir string, corpus []corpusLine, skip map[string]bool, large bool, rows, tokens []int, plans []cpuShape) (perfReport, error) {
+func benchPerf(ctx context.Context, e service.Env, cfg service.Config, bf benchFlags, mt *meter, dir string, corpus []corpusLine, skip map[string]bool, large bool, rows, tokens []int, plans []cpuShape) (perfReport, error) {
 	cfg.ModelDir, cfg.ModelFile = dir, ""
 	m, err := service.LoadModel(cfg)
 	if err != nil {
 		return perfReport{}, err
 	}
 	pr := perfReport{Model: m.Name}
+	section := func(name string) string { return name }
 	if large {
 		// The stand-in is opt-in and slow: its rows follow --skip large
 		// alone, so they can be run without the small models' sections.
-		pr.Model += " (large stand-in)"
+		pr.Model += largeSuffix
 		skip = map[string]bool{"revision": true}
+		section = func(string) string { return "large" }
 	}
 	labels := len(cfg.Labels)
 	sample := spreadSample(corpus, bf.limit)
@@ -406,7 +444,10 @@ func benchPerf(ctx context.Context, e service.Env, cfg service.Config, bf benchF
 			rounds = 1
 		}
 		progress(e, "%s: CPU batch shapes, rows %v × tokens %v × plans %s, %d round(s)", pr.Model, rows, tokens, bf.shapePlans, rounds)
-		if pr.Shapes, err = runShapes(ctx, cfg, m, evs, rows, tokens, plans, rounds); err != nil {
+		end := mt.begin(section("shapes"))
+		pr.Shapes, err = runShapes(ctx, cfg, m, evs, rows, tokens, plans, rounds)
+		end()
+		if err != nil {
 			return pr, err
 		}
 	}
@@ -418,7 +459,10 @@ func benchPerf(ctx context.Context, e service.Env, cfg service.Config, bf benchF
 		if capBytes == 0 {
 			capBytes = 256 << 20 // SCORE_CACHE_BYTES=0 turns the service's cache off, not this section
 		}
-		if pr.Revision, err = runRevision(ctx, cfg, m, evs, bf.revisionVers, bf.revisionEdit, capBytes, bf.revisionCap, bf.revisionRnds); err != nil {
+		end := mt.begin("revision")
+		pr.Revision, err = runRevision(ctx, cfg, m, evs, bf.revisionVers, bf.revisionEdit, capBytes, bf.revisionCap, bf.revisionRnds)
+		end()
+		if err != nil {
 			return pr, err
 		}
 	}
@@ -433,7 +477,10 @@ func benchPerf(ctx context.Context, e service.Env, cfg service.Config, bf benchF
 		if large {
 			rounds = 1
 		}
-		if pr.Int8, err = runInt8(ctx, cfg, dir, evs, rounds); err != nil {
+		end := mt.begin(section("int8"))
+		pr.Int8, err = runInt8(ctx, cfg, dir, evs, rounds)
+		end()
+		if err != nil {
 			return pr, err
 		}
 	}

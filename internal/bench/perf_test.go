@@ -63,7 +63,7 @@ func TestParsePlansAndPerfTable(t *testing.T) {
 		Int8:     &int8Result{FP32PairsPerSec: 500, Int8PairsPerSec: 950, Speedup: 1.9, Agreement05: 0.999},
 	}, {Model: "large"}}
 	var b bytes.Buffer
-	printPerfTable(&b, ps)
+	printPerfTable(&b, ps, func(string) bool { return true })
 	for _, want := range []string{"1000.0; 500.0 best", "800.0; 400.0 (0.80)", "66.7% ok", "2.60×; 2.40× ok", "(1.90×)", "99.90%"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("perf table lacks %q:\n%s", want, b.String())

@@ -54,6 +54,13 @@ func (r *batchRecorder) addBatch(pairs []model.Pair, start time.Time, d time.Dur
 	r.mu.Unlock()
 }
 
+// reset forgets what was recorded so far.
+func (r *batchRecorder) reset() {
+	r.mu.Lock()
+	r.batches, r.arrivals = nil, nil
+	r.mu.Unlock()
+}
+
 func (r *batchRecorder) addArrival(pairs []model.Pair) {
 	if !r.keep {
 		return
@@ -233,6 +240,10 @@ func runPipeline(ctx context.Context, cfg service.Config, m *model.Model, log ze
 		return nil, err
 	}
 	defer cleanup()
+	// The CPU pool calibrates its memory model with one-row batches while
+	// it opens; they are not the run's, and would be replayed as raw work
+	// and start the time split before the first record was produced.
+	rec.reset()
 	poolClosed := false
 	defer func() {
 		if !poolClosed {

@@ -1,13 +1,11 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/scorer/scorer/internal/service"
@@ -25,7 +23,7 @@ type productionCheck struct {
 // benchWholeProcess runs the whole-process comparison on the small model
 // folders (typical input) and on --production-model (fp32 and int8, typical
 // and long inputs, start-up), and derives the production checks.
-func benchWholeProcess(ctx context.Context, e service.Env, cfg service.Config, bf benchFlags, corpus []corpusLine, dirs []string, skip map[string]bool, rep *benchReport) error {
+func benchWholeProcess(ctx context.Context, e service.Env, cfg service.Config, bf benchFlags, mt *meter, corpus []corpusLine, dirs []string, skip map[string]bool, rep *benchReport) error {
 	small := !skip["wholeproc"]
 	prod := bf.prodModel != "" && !skip["production"]
 	if !small && !prod {
@@ -96,11 +94,17 @@ func benchWholeProcess(ctx context.Context, e service.Env, cfg service.Config, b
 				progress(e, "%s: no %s, skipped", filepath.Base(dir), g)
 				continue
 			}
+			section := "wholeproc"
+			if j.isProdDM {
+				section = "production"
+			}
+			end := mt.begin(section)
 			rows, sp, err := runWholeProcess(ctx, e, wholeProcOpts{
 				dir: dir, graph: g, inputs: j.inputs, files: map[string]string{"typical": typical, "long": long},
 				rounds: j.rounds, rawLoop: rawLoop, rawNote: rawNote, startup: j.startup, startupInput: one,
 				workDir: wd, cfg: c, m: m, progressLabel: filepath.Base(dir),
 			})
+			end()
 			if err != nil {
 				return fmt.Errorf("bench: whole process, %s %s: %w", filepath.Base(dir), g, err)
 			}
@@ -168,14 +172,22 @@ func productionChecks(model string, rows []wholeProcess) []productionCheck {
 	return out
 }
 
-// printWholeTable writes the whole-process rows, start-up and checks.
-func printWholeTable(w io.Writer, r *benchReport) {
-	if len(r.WholeProcess) == 0 {
+// printWholeTable writes the whole-process rows of the sections want
+// accepts: wholeproc (the small models) and production (the
+// --production-model rows, their start-up and checks).
+func printWholeTable(w io.Writer, r *benchReport, want func(section string) bool) {
+	var rows []wholeProcess
+	for _, x := range r.WholeProcess {
+		if want(wholeSection(r, x.Model)) {
+			rows = append(rows, x)
+		}
+	}
+	if len(rows) == 0 {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "\nwhole process\tpairs (mean/max tokens)\tscorer pairs/s (after start-up)\tscorer peak RSS MiB\traw loop pairs/s\traw peak RSS MiB\tscorer/raw speed\tper CPU-s\tscorer/raw RSS\trounds")
-	for _, x := range r.WholeProcess {
+	fmt.Fprintln(tw, "whole process\tpairs (mean/max tokens)\tscorer pairs/s (after start-up)\tscorer peak RSS MiB\traw loop pairs/s\traw peak RSS MiB\tscorer/raw speed\tper CPU-s\tscorer/raw RSS\trounds")
+	for _, x := range rows {
 		raw, rawRSS, sp, cpu, rss := "-", "-", "-", "-", "-"
 		if x.RawSeconds > 0 {
 			raw, rawRSS = fmt.Sprintf("%.2f", x.RawPairsPerSec), fmt.Sprintf("%.0f", x.RawPeakRSSMiB)
@@ -195,12 +207,26 @@ func printWholeTable(w io.Writer, r *benchReport) {
 			x.MeanPairTokens, x.MaxPairTokens, x.ScorerPairsPerSec, net, x.ScorerPeakRSSMiB, raw, rawRSS, sp, cpu, rss, x.Rounds)
 	}
 	for _, s := range r.Startup {
+		if !want("production") {
+			break
+		}
 		fmt.Fprintf(tw, "start-up %s %s (scorer score, one sentence)\t%.1f s, peak RSS %.0f MiB\n", s.Model, s.Graph, s.Seconds, s.PeakRSSMiB)
 	}
 	for _, c := range r.Production {
+		if !want("production") {
+			break
+		}
 		fmt.Fprintf(tw, "check: %s\t%.3f\t%s %s\n", c.Name, c.Value, c.Target, mark(c.OK))
 	}
 	tw.Flush()
+}
+
+// wholeSection is the section a whole-process row of model belongs to.
+func wholeSection(r *benchReport, model string) string {
+	if isProduction(r, model) {
+		return "production"
+	}
+	return "wholeproc"
 }
 
 // isProduction reports whether model's rows are the production checks'.
@@ -211,23 +237,4 @@ func isProduction(r *benchReport, model string) bool {
 		}
 	}
 	return false
-}
-
-// replaceBetween replaces the lines strictly between the begin and end
-// marker lines of a file with text.
-func replaceBetween(path, begin, end, text string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	s := string(b)
-	i, j := strings.Index(s, begin+"\n"), strings.Index(s, end)
-	if i < 0 || j < i {
-		return fmt.Errorf("%s has no %s … %s lines", path, begin, end)
-	}
-	var out bytes.Buffer
-	out.WriteString(s[:i+len(begin)+1])
-	out.WriteString(text)
-	out.WriteString(s[j:])
-	return os.WriteFile(path, out.Bytes(), 0o644)
 }

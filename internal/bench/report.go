@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -14,8 +15,10 @@ import (
 type benchReport struct {
 	Machine  machine       `json:"machine"`
 	Settings benchSettings `json:"settings"`
-	Models   []modelReport `json:"models"`
-	Perf     []perfReport  `json:"perf,omitempty"`
+	// Sections says, per section that ran, when and under what load.
+	Sections map[string]sectionRun `json:"sections,omitempty"`
+	Models   []modelReport         `json:"models"`
+	Perf     []perfReport          `json:"perf,omitempty"`
 	// WholeProcess is `scorer score` against the raw loop, whole processes,
 	// on the small models and the production-size stand-in; Startup and
 	// Production are the stand-in's start-up and target checks.
@@ -139,15 +142,25 @@ type memoryResult struct {
 	Flat          *bool         `json:"flat,omitempty"`
 }
 
-// printTable writes the one table `scorer bench` prints: a row per metric,
-// a column per model.
-func printTable(w io.Writer, r *benchReport) {
+// printMachine writes where and with which settings the numbers were taken
+// (the terminal's header; the Markdown blocks carry their own, per section).
+func printMachine(w io.Writer, r *benchReport) {
 	m := r.Machine
 	fmt.Fprintf(w, "\n%s, %d cores, %.0f GiB, %s, Go %s, ONNX Runtime %s, %s\n", m.CPU, m.Cores, m.MemoryGiB, m.OS,
 		strings.TrimPrefix(m.GoVersion, "go"), m.ORTVersion, m.Date)
-	s := r.Settings
-	fmt.Fprintf(w, "device=%s CPU_THREADS=%d WORKERS=%d MAX_BATCH_TOKENS=%d MAX_BATCH_ROWS=%d CPU_MAX_BATCH_TOKENS=%d CPU_MAX_BATCH_ROWS=%d BATCH_MAX_MESSAGES=%d BATCH_MAX_WAIT=%gms MAX_INFLIGHT_BATCHES=%d labels=%d\n\n",
+	fmt.Fprintf(w, "%s\n", settingsLine(r.Settings))
+}
+
+// settingsLine is the configuration the numbers depend on, as variables.
+func settingsLine(s benchSettings) string {
+	return fmt.Sprintf("DEVICE=%s CPU_THREADS=%d WORKERS=%d MAX_BATCH_TOKENS=%d MAX_BATCH_ROWS=%d CPU_MAX_BATCH_TOKENS=%d CPU_MAX_BATCH_ROWS=%d BATCH_MAX_MESSAGES=%d BATCH_MAX_WAIT=%gms MAX_INFLIGHT_BATCHES=%d labels=%d",
 		s.Device, s.CPUThreads, s.Workers, s.MaxBatchTokens, s.MaxBatchRows, s.CPUMaxBatchTokens, s.CPUMaxBatchRows, s.BatchMaxMessages, s.BatchMaxWaitMs, s.MaxInflightBatches, s.Labels)
+}
+
+// printTable writes the per-model table: a row per metric, a column per
+// model, with the rows of the sections want accepts (pipeline, latency,
+// memory, scaling) that have data.
+func printTable(w io.Writer, r *benchReport, want func(section string) bool) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	head := "metric"
 	for _, mr := range r.Models {
@@ -161,11 +174,7 @@ func printTable(w io.Writer, r *benchReport) {
 		}
 		fmt.Fprintln(tw, line+"\t"+target)
 	}
-	ran := false // --skip pipeline leaves these rows empty
-	for _, mr := range r.Models {
-		ran = ran || mr.Throughput.Pairs > 0
-	}
-	if ran {
+	if want("pipeline") && ranPipeline(r) {
 		row("throughput sample (transcripts / pairs / batches)", "", func(mr *modelReport) string {
 			t := mr.Throughput
 			return fmt.Sprintf("%d / %d / %d", t.Transcripts, t.Pairs, t.Batches)
@@ -185,6 +194,12 @@ func printTable(w io.Writer, r *benchReport) {
 		row("tokenizer share of pipeline CPU", "< 5%", func(mr *modelReport) string {
 			return fmt.Sprintf("%.2f%% %s", 100*mr.Tokenizer.Share, mark(mr.Tokenizer.OK))
 		})
+		row("latency saturation p50 / p95 / p99 (ms)", "", func(mr *modelReport) string {
+			l := mr.LatencySaturation
+			return fmt.Sprintf("%.0f / %.0f / %.0f", l.P50Ms, l.P95Ms, l.P99Ms)
+		})
+	}
+	if want("latency") && ranLatency(r) {
 		row("latency low rate p50 / p95 / p99 (ms)", "", func(mr *modelReport) string {
 			if mr.LatencyLow == nil {
 				return "skipped"
@@ -199,14 +214,12 @@ func printTable(w io.Writer, r *benchReport) {
 			l := mr.LatencyLow
 			return fmt.Sprintf("%.0f + 2×%.0f = %.0f %s", l.BatchMaxWaitMs, l.BatchScoreMs, l.BoundMs, mark(*l.BoundOK))
 		})
-		row("latency saturation p50 / p95 / p99 (ms)", "", func(mr *modelReport) string {
-			l := mr.LatencySaturation
-			return fmt.Sprintf("%.0f / %.0f / %.0f", l.P50Ms, l.P95Ms, l.P99Ms)
-		})
 	}
 	nPoints := 0
-	for _, mr := range r.Models {
-		nPoints = max(nPoints, len(mr.Memory.Points))
+	if want("memory") {
+		for _, mr := range r.Models {
+			nPoints = max(nPoints, len(mr.Memory.Points))
+		}
 	}
 	for i := range nPoints {
 		var label string
@@ -232,7 +245,7 @@ func printTable(w io.Writer, r *benchReport) {
 			return fmt.Sprintf("%+.1f%% %s", 100*mr.Memory.Growth, mark(*mr.Memory.Flat))
 		})
 	}
-	if len(r.Models) > 0 {
+	if want("scaling") && len(r.Models) > 0 {
 		for i, p := range r.Models[0].Scaling {
 			row(fmt.Sprintf("CPU pool, %d thread(s) × %d worker(s) (pairs/s)", p.Threads, p.Workers), "", func(mr *modelReport) string {
 				if i >= len(mr.Scaling) {
@@ -256,14 +269,14 @@ func mark(ok bool) string {
 	return "MISS"
 }
 
-// printPerfTable writes the batch-shape, revision and int8 rows, a column
-// per model folder (the production-size stand-in included).
-func printPerfTable(w io.Writer, ps []perfReport) {
+// printPerfTable writes the batch-shape, revision and int8 rows of the
+// sections want accepts (shapes, revision, int8), a column per model folder.
+func printPerfTable(w io.Writer, ps []perfReport, want func(section string) bool) {
 	if len(ps) == 0 {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	head := "\nmetric"
+	head := "metric"
 	for _, p := range ps {
 		head += "\t" + p.Model
 	}
@@ -279,6 +292,9 @@ func printPerfTable(w io.Writer, ps []perfReport) {
 	var shapes []cpuShape
 	seen := map[cpuShape]bool{}
 	for _, p := range ps {
+		if !want("shapes") {
+			break
+		}
 		for _, sp := range p.Shapes {
 			if !seen[sp.cpuShape] {
 				seen[sp.cpuShape] = true
@@ -312,6 +328,28 @@ func printPerfTable(w io.Writer, ps []perfReport) {
 			return f(p.Revision)
 		}
 	}
+	if !want("revision") || !slices.ContainsFunc(ps, func(p perfReport) bool { return p.Revision != nil }) {
+		rev = nil
+	}
+	if rev != nil {
+		printRevisionRows(row, rev)
+	}
+	i8 := func(f func(r *int8Result) string) func(p *perfReport) string {
+		return func(p *perfReport) string {
+			if p.Int8 == nil {
+				return "-"
+			}
+			return f(p.Int8)
+		}
+	}
+	if want("int8") && slices.ContainsFunc(ps, func(p perfReport) bool { return p.Int8 != nil }) {
+		printInt8Rows(row, i8)
+	}
+	tw.Flush()
+}
+
+// printRevisionRows writes the revision workload's rows through row.
+func printRevisionRows(row func(name, target string, f func(p *perfReport) string), rev func(f func(r *revisionResult) string) func(p *perfReport) string) {
 	row("revision workload (transcripts × versions, edited / version)", "", rev(func(r *revisionResult) string {
 		return fmt.Sprintf("%d × %d, %.0f%%", r.Transcripts, r.Versions, 100*r.EditShare)
 	}))
@@ -340,14 +378,10 @@ func printPerfTable(w io.Writer, ps []perfReport) {
 		}
 		return strings.Join(parts, " / ")
 	}))
-	i8 := func(f func(r *int8Result) string) func(p *perfReport) string {
-		return func(p *perfReport) string {
-			if p.Int8 == nil {
-				return "-"
-			}
-			return f(p.Int8)
-		}
-	}
+}
+
+// printInt8Rows writes the fp32-vs-int8 rows through row.
+func printInt8Rows(row func(name, target string, f func(p *perfReport) string), i8 func(f func(r *int8Result) string) func(p *perfReport) string) {
 	row("fp32 / int8 pairs/s (speedup)", "", i8(func(r *int8Result) string {
 		return fmt.Sprintf("%.1f / %.1f (%.2f×)", r.FP32PairsPerSec, r.Int8PairsPerSec, r.Speedup)
 	}))
@@ -357,5 +391,4 @@ func printPerfTable(w io.Writer, ps []perfReport) {
 	row("int8 vs fp32: decisions agreeing at 0.5 / at THRESHOLD", "", i8(func(r *int8Result) string {
 		return fmt.Sprintf("%.2f%% / %.2f%%", 100*r.Agreement05, 100*r.AgreementThresh)
 	}))
-	tw.Flush()
 }

@@ -84,18 +84,50 @@ func runProc(ctx context.Context, env []string, name string, args ...string) (pr
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &tailWriter{buf: &errb}
 	t0 := time.Now()
-	err := cmd.Run()
+	if err := cmd.Start(); err != nil {
+		return procResult{}, fmt.Errorf("%s: %w", filepath.Base(name), err)
+	}
+	// The peak resident set is polled from /proc/PID/status (VmHWM, the
+	// child's own address space once it has exec'd, which Start waits
+	// for), not taken from wait4's ru_maxrss: Go starts children with
+	// vfork, and Linux carries the parent's high-water mark across exec
+	// into ru_maxrss, so every child smaller than this process reported
+	// this process's peak.
+	peak := make(chan int64, 1)
+	stop := make(chan struct{})
+	go func() {
+		var hwm int64
+		tick := time.NewTicker(peakPoll)
+		defer tick.Stop()
+		for {
+			if m, err := readProcMemory(cmd.Process.Pid); err == nil {
+				hwm = max(hwm, m.HWMKiB)
+			}
+			select {
+			case <-stop:
+				peak <- hwm
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	err := cmd.Wait()
 	d := time.Since(t0)
+	close(stop)
+	hwmKiB := <-peak
 	if err != nil {
 		return procResult{}, fmt.Errorf("%s %s: %w: %s", filepath.Base(name), strings.Join(args, " "), err, errb.String())
 	}
-	r := procResult{seconds: d.Seconds(), stdout: out.Bytes()}
+	r := procResult{seconds: d.Seconds(), stdout: out.Bytes(), peakRSSMiB: float64(hwmKiB) / 1024}
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		r.peakRSSMiB = float64(ru.Maxrss) / 1024 // KiB on Linux
 		r.cpuSeconds = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 	}
 	return r, nil
 }
+
+// peakPoll is how often runProc reads a child's peak resident set; a rise
+// in the child's last peakPoll before it exits can be missed.
+const peakPoll = 20 * time.Millisecond
 
 // tailWriter keeps the last 4 KiB written, for error messages.
 type tailWriter struct{ buf *bytes.Buffer }

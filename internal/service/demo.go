@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -265,6 +267,10 @@ func (s *demoSummary) add(st *schema.ScoredTranscript) {
 func (s *demoSummary) print(w io.Writer, elapsed time.Duration, broker string, stack *ScoringStack) {
 	fmt.Fprintf(w, "\n=== scorer demo summary ===\n")
 	fmt.Fprintf(w, "model        %s (sha256 %s…)\n", stack.Model.Name, stack.Model.SHA256[:12])
+	if note, ok := standInNote(stack.Model.Dir); ok {
+		fmt.Fprintf(w, "             a test stand-in (%s: %q): scores near chance, matches mean nothing\n", note.source, truncateText(note.text, 60))
+		fmt.Fprintf(w, "             for real scores mount the production model's ONNX export and set MODEL_DIR to it (README, \"The production model\")\n")
+	}
 	fmt.Fprintf(w, "transcripts  %d\n", len(s.calls))
 	fmt.Fprintf(w, "pairs        %d (sentences × %d labels)\n", s.pairs, len(s.labels))
 	fmt.Fprintf(w, "throughput   %.0f pairs/s end to end (%s)\n", float64(s.pairs)/elapsed.Seconds(), elapsed.Truncate(time.Millisecond))
@@ -277,6 +283,33 @@ func (s *demoSummary) print(w io.Writer, elapsed time.Duration, broker string, s
 	}
 	fmt.Fprintf(w, "\nstill serving: produce more with `bin/scorer produce --brokers %s --file FILE`,\n", broker)
 	fmt.Fprintf(w, "read results with `kcat -b %s -t transcripts.scored -C -e`; Ctrl-C to stop.\n", broker)
+}
+
+// modelNote is what a model folder says about itself, and where.
+type modelNote struct{ source, text string }
+
+// standInWords mark a model folder's own description as a stand-in's: a
+// model made for tests, or with random weights, whose scores say nothing.
+var standInWords = regexp.MustCompile(`(?i)\b(random(ly initiali[sz]ed)? weights|for tests|tests and demos|not the production model|meaningless|stand-in)\b`)
+
+// standInNote reports whether the model folder dir describes itself as a
+// test stand-in, and with what words: config.json's "_note" (a key no
+// exporter writes, which the stand-ins' makers add), else the first line of
+// SOURCE.txt. A real export has neither, so it is never flagged.
+func standInNote(dir string) (modelNote, bool) {
+	var cfg struct {
+		Note string `json:"_note"`
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "config.json")); err == nil && json.Unmarshal(b, &cfg) == nil && standInWords.MatchString(cfg.Note) {
+		return modelNote{"config.json", cfg.Note}, true
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "SOURCE.txt")); err == nil {
+		first, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+		if standInWords.MatchString(first) {
+			return modelNote{"SOURCE.txt", first}, true
+		}
+	}
+	return modelNote{}, false
 }
 
 // truncateText shortens s to at most n runes for one-line display.

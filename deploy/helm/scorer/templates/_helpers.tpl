@@ -106,10 +106,34 @@ true
 
 {{/* Checks that do not belong to one template. */}}
 {{- define "scorer.validate" -}}
-{{- $reserved := list "KAFKA_BROKERS" "KAFKA_INPUT_TOPIC" "KAFKA_OUTPUT_TOPIC" "KAFKA_DLQ_TOPIC" "OUTPUT_ROWS_TOPIC" "KAFKA_GROUP_ID" "KAFKA_CLIENT_ID" "MODEL_DIR" "METRICS_ADDR" "SHUTDOWN_TIMEOUT" "KAFKA_INPUT_PARTITIONS" "KAFKA_SASL_MECHANISM" "KAFKA_SASL_USERNAME" "KAFKA_SASL_PASSWORD" "KAFKA_SASL_PASSWORD_FILE" "KAFKA_TLS" "KAFKA_TLS_CA_FILE" "KAFKA_TLS_CERT_FILE" "KAFKA_TLS_KEY_FILE" "KAFKA_TLS_INSECURE_SKIP_VERIFY" }}
+{{- /* Keys the ConfigMap or the Secret sets from other values, with where each comes from. A key here may
+not be repeated in config (it would render twice, and which one wins would depend on the order); values.yaml's
+comment above config lists the same keys, and deploy's tests keep the two and the ConfigMap in step. */ -}}
+{{- $reserved := dict
+  "KAFKA_BROKERS" "kafka.brokers"
+  "KAFKA_INPUT_TOPIC" "kafka.inputTopic"
+  "KAFKA_OUTPUT_TOPIC" "kafka.outputTopic"
+  "KAFKA_DLQ_TOPIC" "kafka.dlqTopic"
+  "OUTPUT_ROWS_TOPIC" "kafka.rowsTopic"
+  "KAFKA_GROUP_ID" "kafka.groupId"
+  "KAFKA_CLIENT_ID" "kafka.clientId"
+  "KAFKA_INPUT_PARTITIONS" "kafka.inputPartitions"
+  "KAFKA_TOPIC_REPLICATION_FACTOR" "kafka.topicReplicationFactor"
+  "KAFKA_SASL_MECHANISM" "kafka.sasl.mechanism"
+  "KAFKA_SASL_USERNAME" "kafka.sasl.username"
+  "KAFKA_SASL_PASSWORD" "kafka.sasl.password or secret.*"
+  "KAFKA_SASL_PASSWORD_FILE" "kafka.sasl.password or secret.*"
+  "KAFKA_TLS" "kafka.tls.enabled"
+  "KAFKA_TLS_INSECURE_SKIP_VERIFY" "kafka.tls.insecureSkipVerify"
+  "KAFKA_TLS_CA_FILE" "kafka.tls.secretName and caKey"
+  "KAFKA_TLS_CERT_FILE" "kafka.tls.secretName and certKey"
+  "KAFKA_TLS_KEY_FILE" "kafka.tls.secretName and keyKey"
+  "MODEL_DIR" "model.dir"
+  "METRICS_ADDR" "metrics.port"
+  "SHUTDOWN_TIMEOUT" "shutdownTimeoutSeconds" }}
 {{- range $k, $v := .Values.config }}
-{{- if has $k $reserved }}
-{{- fail (printf "config.%s is set from other values (kafka.*, model.dir, metrics.port, shutdownTimeoutSeconds, secret.*); remove it from config" $k) }}
+{{- if hasKey $reserved $k }}
+{{- fail (printf "config.%s is set from other values (%s); remove it from config" $k (get $reserved $k)) }}
 {{- end }}
 {{- end }}
 {{- if not (has .Values.model.source (list "pvc" "hostPath" "image")) }}
