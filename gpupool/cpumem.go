@@ -91,12 +91,21 @@ func defaultCPUShapes(refLen, maxLen int) []Shape {
 // 32 to 2·RefLen tokens, and at production size each costs seconds.
 const slowShape = 250 * time.Millisecond
 
+// repeatUnder is how fast a calibration run must be to be repeated: a
+// small model's shapes cost a few hundred KB, near the noise of page-level
+// readings, so the largest of three readings is kept; a larger model's
+// shape costs megabytes and its first reading, which includes the new
+// shape's memory-pattern planning, is already the largest (production-size
+// DeBERTa: 4.6, 4.2, 4.2 MB at 32 tokens). Each repeat there costs 0.2 s.
+const repeatUnder = 50 * time.Millisecond
+
 // calibrateCPU learns the CPU engine's memory per batch: after a warm-up
-// run, each shape runs from a released arena (ArenaReleaser) with the
-// process's peak reset, and the peak's rise over the resident size before
-// it is the shape's cost; a fast shape is measured three times and the
-// largest reading kept, since small models' costs are near the noise. It returns the fit and the budget; without a usable fit the pool
-// runs without a memory cap and says so.
+// run, each shape runs from an empty arena (every run empties it at its
+// end) with the process's peak reset, and the peak's rise over the
+// resident size before it is the shape's cost; a fast shape is measured
+// three times and the largest reading kept (repeatUnder). It returns the
+// fit and the budget; without a usable fit the pool runs without a memory
+// cap and says so.
 func (p *Pool) calibrateCPU(ctx context.Context, eng Engine, mem processMemory, workers int) (memEstimate, *cpuBudget, error) {
 	c := p.cfg.cpuMem
 	refLen := c.RefLen
@@ -114,18 +123,41 @@ func (p *Pool) calibrateCPU(ctx context.Context, eng Engine, mem processMemory, 
 		shapes = defaultCPUShapes(refLen, maxLen)
 	}
 	id := p.cfg.calibration.TokenID
-	if _, err := eng.ScorePairs(ctx, syntheticPairs(Shape{Rows: 1, Len: min(8, maxLen)}, id)); err != nil {
-		return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: calibration warm-up: %w", err)
-	}
+	// Every calibration run leaves the arena empty, so each shape is
+	// measured from an empty arena rather than on top of the previous
+	// shape's high-water mark: in the same run where the engine can
+	// (arenaReleasingScorer, model.Session), else by ArenaReleaser's extra
+	// run after it.
+	rs, oneRun := eng.(arenaReleasingScorer)
 	rel, canRelease := eng.(ArenaReleaser)
-	release := func() {
-		if canRelease {
+	cannot := func(err error) {
+		p.log.Warn().Err(err).Msg("gpupool: cpu: cannot release the arena between calibration shapes; readings are high-water marks")
+		oneRun, canRelease = false, false
+	}
+	score := func(s Shape) error {
+		pairs := syntheticPairs(s, id)
+		if oneRun {
+			_, err := rs.ScorePairsReleasingArena(ctx, pairs)
+			if !errors.Is(err, model.ErrNoArenaShrink) {
+				return err
+			}
+			cannot(err)
+		}
+		_, err := eng.ScorePairs(ctx, pairs)
+		return err
+	}
+	// empty follows every run, outside the measured window.
+	empty := func() {
+		if !oneRun && canRelease {
 			if err := rel.ReleaseArena(ctx); err != nil {
-				p.log.Warn().Err(err).Msg("gpupool: cpu: cannot release the arena between calibration shapes; readings are high-water marks")
-				canRelease = false
+				cannot(err)
 			}
 		}
 	}
+	if err := score(Shape{Rows: 1, Len: min(8, maxLen)}); err != nil {
+		return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: calibration warm-up: %w", err)
+	}
+	empty()
 	var pts []memPoint
 	var last time.Duration
 	for _, s := range shapes {
@@ -134,7 +166,6 @@ func (p *Pool) calibrateCPU(ctx context.Context, eng Engine, mem processMemory, 
 		}
 		var ys []float64
 		for rep := 0; rep < 3; rep++ {
-			release()
 			if err := mem.resetPeak(); err != nil {
 				return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
 			}
@@ -143,24 +174,25 @@ func (p *Pool) calibrateCPU(ctx context.Context, eng Engine, mem processMemory, 
 				return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
 			}
 			t0 := time.Now()
-			if _, err := eng.ScorePairs(ctx, syntheticPairs(s, id)); err != nil {
+			if err := score(s); err != nil {
 				return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: calibration batch %dx%d: %w", s.Rows, s.Len, err)
 			}
+			last = time.Since(t0)
 			_, peak, err := mem.usage()
 			if err != nil {
 				return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
 			}
+			empty()
 			ys = append(ys, max(0, float64(peak)-float64(before)))
-			if last = time.Since(t0); last > slowShape {
-				break // a large model's: one reading is far above the noise
+			if last > repeatUnder {
+				break
 			}
 		}
 		// The most a shape ever added: a reading falls short when the run
 		// reuses heap pages still resident from an earlier one.
 		pts = append(pts, memPoint{rows: s.Rows, length: s.Len, bytes: slices.Max(ys)})
-		p.log.Debug().Int("rows", s.Rows).Int("len", s.Len).Floats64("bytes", ys).Msg("gpupool: cpu: calibration shape")
+		p.log.Debug().Int("rows", s.Rows).Int("len", s.Len).Floats64("bytes", ys).Dur("took", last).Msg("gpupool: cpu: calibration shape")
 	}
-	release()
 	est := memEstimate{}
 	a, b, cc, ok := fitMemory(pts)
 	if !ok {
@@ -190,6 +222,14 @@ func (p *Pool) calibrateCPU(ctx context.Context, eng Engine, mem processMemory, 
 	return est, bud, nil
 }
 
+// arenaReleasingScorer is an optional Engine extension CPU calibration uses:
+// score a batch and empty the arena at the end of the same run
+// (model.Session). ArenaReleaser empties it with a run of its own, which on
+// a production-size model costs as much as a short calibration shape.
+type arenaReleasingScorer interface {
+	ScorePairsReleasingArena(ctx context.Context, pairs []model.Pair) ([]float32, error)
+}
+
 // errNoProcMemory is returned where the process's memory cannot be read.
 var errNoProcMemory = errors.New("gpupool: process memory readings not available")
 
@@ -203,4 +243,7 @@ func cpuRowCap(d *device, length int) int {
 }
 
 // model.Session implements the optional abilities calibration uses.
-var _ ArenaReleaser = (*model.Session)(nil)
+var (
+	_ ArenaReleaser        = (*model.Session)(nil)
+	_ arenaReleasingScorer = (*model.Session)(nil)
+)

@@ -388,9 +388,10 @@ func TestNewSessionOptions(t *testing.T) {
 }
 
 // TestReleaseArenaAndMemPattern runs the options gpupool gives CUDA sessions
-// on the CPU: memory patterns off, and ReleaseArena's shrinkage run (with
-// the CPU arena as its target here) both leave scores unchanged, and a
-// session without ShrinkArenas says it cannot shrink.
+// on the CPU: memory patterns off, ReleaseArena's shrinkage run (with the
+// CPU arena as its target here) and ScorePairsReleasingArena all leave
+// scores unchanged, and a session without ShrinkArenas says it cannot
+// shrink.
 func TestReleaseArenaAndMemPattern(t *testing.T) {
 	m := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch)})
 	plain := newSession(t, m)
@@ -417,8 +418,20 @@ func TestReleaseArenaAndMemPattern(t *testing.T) {
 		if err := s.ReleaseArena(t.Context()); err != nil {
 			t.Fatalf("ReleaseArena: %v", err)
 		}
+		got, err = s.ScorePairsReleasingArena(t.Context(), pairs)
+		if err != nil {
+			t.Fatalf("ScorePairsReleasingArena: %v", err)
+		}
+		for i := range want {
+			if d := math.Abs(float64(got[i] - want[i])); d > 1e-5 {
+				t.Errorf("round %d pair %d, releasing the arena: %v, plain session %v", round, i, got[i], want[i])
+			}
+		}
 	}
 	if err := plain.ReleaseArena(t.Context()); !errors.Is(err, ErrNoArenaShrink) {
 		t.Errorf("ReleaseArena without ShrinkArenas = %v, want ErrNoArenaShrink", err)
+	}
+	if _, err := plain.ScorePairsReleasingArena(t.Context(), pairs); !errors.Is(err, ErrNoArenaShrink) {
+		t.Errorf("ScorePairsReleasingArena without ShrinkArenas = %v, want ErrNoArenaShrink", err)
 	}
 }
