@@ -45,9 +45,19 @@ type CPUMemoryConfig struct {
 	// Shapes are the calibration batches (default one row at 32, 64, 128,
 	// 256 and 512 tokens, below the engine's maximum length, the last ones
 	// only while a shape takes under 250 ms): one row keeps the start-up
-	// cost low (about 3 s on the production-size model, 2 cores, where the
-	// 512-token row is left out) and the fitted model scales in rows.
+	// cost low (about 2 s of one core on the production-size model, where
+	// the 512-token row is left out) and the fitted model scales in rows.
 	Shapes []Shape
+	// CacheDir, when set, keeps each calibration's fit in a small file
+	// there, and a later start whose key matches takes it instead of
+	// measuring again. The key is all the fit depends on: the engine's
+	// MemoryKey (model.Session: the model's SHA-256 and maximum length,
+	// ONNX Runtime's release, the session's threads and memory options;
+	// an engine without one is never cached), these settings and the
+	// machine (OS and architecture, CPU model and features, transparent
+	// huge pages). The resident memory the budget starts from is always
+	// measured anew. Empty (the default): calibrate at every start.
+	CacheDir string
 }
 
 // CPUMemory bounds CPU batches by memory; see CPUMemoryConfig. Without it
@@ -99,13 +109,11 @@ const slowShape = 250 * time.Millisecond
 // DeBERTa: 4.6, 4.2, 4.2 MB at 32 tokens). Each repeat there costs 0.2 s.
 const repeatUnder = 50 * time.Millisecond
 
-// calibrateCPU learns the CPU engine's memory per batch: after a warm-up
-// run, each shape runs from an empty arena (every run empties it at its
-// end) with the process's peak reset, and the peak's rise over the
-// resident size before it is the shape's cost; a fast shape is measured
-// three times and the largest reading kept (repeatUnder). It returns the
-// fit and the budget; without a usable fit the pool runs without a memory
-// cap and says so.
+// calibrateCPU learns the CPU engine's memory per batch (measureCPU), or
+// takes what an earlier start learnt under the same key from
+// CPUMemoryConfig.CacheDir, and sets the budget from it and the resident
+// memory now. Without a usable fit the pool runs without a memory cap and
+// says so.
 func (p *Pool) calibrateCPU(ctx context.Context, eng Engine, mem processMemory, workers int) (memEstimate, *cpuBudget, error) {
 	c := p.cfg.cpuMem
 	refLen := c.RefLen
@@ -122,6 +130,55 @@ func (p *Pool) calibrateCPU(ctx context.Context, eng Engine, mem processMemory, 
 	if adaptive {
 		shapes = defaultCPUShapes(refLen, maxLen)
 	}
+	est := memEstimate{}
+	cache := p.cpuFitCache(eng, shapes, adaptive, refLen)
+	fit, cached := cache.load()
+	if cached {
+		p.log.Info().Str("file", cache.path).Msg("gpupool: cpu: memory calibration taken from the cache: measured at an earlier start with the same model, ONNX Runtime, session options and machine")
+	} else {
+		pts, err := p.measureCPU(ctx, eng, mem, shapes, adaptive, refLen, maxLen)
+		if err != nil {
+			return memEstimate{}, nil, err
+		}
+		a, b, cc, ok := fitMemory(pts)
+		if !ok {
+			p.log.Warn().Int("points", len(pts)).Msg("gpupool: cpu: memory calibration gave no usable fit; CPU batches are bounded by rows and tokens only")
+			return est, nil, nil
+		}
+		fit = cpuFit{Base: max(0, a), PerToken: b, PerTokenLen: cc}
+		if err := cache.store(fit, pts); err != nil {
+			p.log.Info().Err(err).Msg("gpupool: cpu: the memory calibration is not kept for the next start")
+		}
+	}
+	est.base, est.perToken, est.perTokenLen, est.calibrated = fit.Base, fit.PerToken, fit.PerTokenLen, true
+	rss, _, err := mem.usage()
+	if err != nil {
+		return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
+	}
+	bud := &cpuBudget{baseline: rss, limit: c.Limit, reserve: c.Reserve}
+	bud.room = float64(c.BatchBytes)
+	if bud.room == 0 {
+		bud.room = est.bytes(p.cfg.maxBatchRows, refLen)
+	}
+	if c.Limit > 0 {
+		share := (float64(c.Limit) - float64(rss) - float64(c.Reserve)) / float64(max(workers, 1))
+		bud.room = min(bud.room, share)
+	}
+	if est.maxRows(maxLen, bud.room) < 1 {
+		p.log.Warn().Uint64("limit_bytes", c.Limit).Uint64("baseline_bytes", rss).Uint64("reserve_bytes", c.Reserve).
+			Int("workers", workers).Float64("room_per_batch_bytes", bud.room).Int("max_len", maxLen).
+			Float64("one_pair_bytes", est.bytes(1, maxLen)).
+			Msg("gpupool: cpu: the memory budget leaves less per worker than one pair of the model's maximum length needs; such pairs still run, one per batch, above the budget: raise the memory limit or lower WORKERS")
+	}
+	return est, bud, nil
+}
+
+// measureCPU measures the CPU engine's memory per batch: after a warm-up
+// run, each shape runs from an empty arena (every run empties it at its
+// end) with the process's peak reset, and the peak's rise over the
+// resident size before it is the shape's cost; a fast shape is measured
+// three times and the largest reading kept (repeatUnder).
+func (p *Pool) measureCPU(ctx context.Context, eng Engine, mem processMemory, shapes []Shape, adaptive bool, refLen, maxLen int) ([]memPoint, error) {
 	id := p.cfg.calibration.TokenID
 	// Every calibration run leaves the arena empty, so each shape is
 	// measured from an empty arena rather than on top of the previous
@@ -155,7 +212,7 @@ func (p *Pool) calibrateCPU(ctx context.Context, eng Engine, mem processMemory, 
 		}
 	}
 	if err := score(Shape{Rows: 1, Len: min(8, maxLen)}); err != nil {
-		return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: calibration warm-up: %w", err)
+		return nil, fmt.Errorf("gpupool: cpu: calibration warm-up: %w", err)
 	}
 	empty()
 	var pts []memPoint
@@ -167,20 +224,20 @@ func (p *Pool) calibrateCPU(ctx context.Context, eng Engine, mem processMemory, 
 		var ys []float64
 		for rep := 0; rep < 3; rep++ {
 			if err := mem.resetPeak(); err != nil {
-				return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
+				return nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
 			}
 			before, _, err := mem.usage()
 			if err != nil {
-				return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
+				return nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
 			}
 			t0 := time.Now()
 			if err := score(s); err != nil {
-				return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: calibration batch %dx%d: %w", s.Rows, s.Len, err)
+				return nil, fmt.Errorf("gpupool: cpu: calibration batch %dx%d: %w", s.Rows, s.Len, err)
 			}
 			last = time.Since(t0)
 			_, peak, err := mem.usage()
 			if err != nil {
-				return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
+				return nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
 			}
 			empty()
 			ys = append(ys, max(0, float64(peak)-float64(before)))
@@ -193,33 +250,7 @@ func (p *Pool) calibrateCPU(ctx context.Context, eng Engine, mem processMemory, 
 		pts = append(pts, memPoint{rows: s.Rows, length: s.Len, bytes: slices.Max(ys)})
 		p.log.Debug().Int("rows", s.Rows).Int("len", s.Len).Floats64("bytes", ys).Dur("took", last).Msg("gpupool: cpu: calibration shape")
 	}
-	est := memEstimate{}
-	a, b, cc, ok := fitMemory(pts)
-	if !ok {
-		p.log.Warn().Int("points", len(pts)).Msg("gpupool: cpu: memory calibration gave no usable fit; CPU batches are bounded by rows and tokens only")
-		return est, nil, nil
-	}
-	est.base, est.perToken, est.perTokenLen, est.calibrated = max(0, a), b, cc, true
-	rss, _, err := mem.usage()
-	if err != nil {
-		return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
-	}
-	bud := &cpuBudget{baseline: rss, limit: c.Limit, reserve: c.Reserve}
-	bud.room = float64(c.BatchBytes)
-	if bud.room == 0 {
-		bud.room = est.bytes(p.cfg.maxBatchRows, refLen)
-	}
-	if c.Limit > 0 {
-		share := (float64(c.Limit) - float64(rss) - float64(c.Reserve)) / float64(max(workers, 1))
-		bud.room = min(bud.room, share)
-	}
-	if est.maxRows(maxLen, bud.room) < 1 {
-		p.log.Warn().Uint64("limit_bytes", c.Limit).Uint64("baseline_bytes", rss).Uint64("reserve_bytes", c.Reserve).
-			Int("workers", workers).Float64("room_per_batch_bytes", bud.room).Int("max_len", maxLen).
-			Float64("one_pair_bytes", est.bytes(1, maxLen)).
-			Msg("gpupool: cpu: the memory budget leaves less per worker than one pair of the model's maximum length needs; such pairs still run, one per batch, above the budget: raise the memory limit or lower WORKERS")
-	}
-	return est, bud, nil
+	return pts, nil
 }
 
 // arenaReleasingScorer is an optional Engine extension CPU calibration uses:

@@ -40,6 +40,7 @@ type SessionOptions struct {
 type Session struct {
 	m      *Model
 	sess   *ort.DynamicAdvancedSession
+	opts   SessionOptions
 	shrink string // ShrinkArenas
 
 	// mu is read-held by every Run and write-held by Close, so Close waits
@@ -88,7 +89,22 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 	// Loading held the file's protobuf beside the weights; that memory is
 	// free now but stays resident until trimmed.
 	trimMalloc()
-	return &Session{m: m, sess: sess, shrink: opts.ShrinkArenas}, nil
+	return &Session{m: m, sess: sess, opts: opts, shrink: opts.ShrinkArenas}, nil
+}
+
+// MemoryKey names what the memory of this session's runs depends on besides
+// the batch's shape: the model's version (SHA256) and maximum length, the
+// ONNX Runtime release and the session's options. gpupool keeps CPU memory
+// calibrations under it (CPUMemoryConfig.CacheDir). It is "" for a session
+// whose options it cannot name (SessionOptions.Configure, which adds
+// execution providers) or whose model has no version yet (Wait has not
+// returned): such a session's calibration is not kept.
+func (s *Session) MemoryKey() string {
+	if s.opts.Configure != nil || s.m.SHA256 == "" {
+		return ""
+	}
+	return fmt.Sprintf("model=%s max_len=%d ort=%s intra_op=%d inter_op=%d mem_pattern=%t",
+		s.m.SHA256, s.m.MaxLength, ort.GetVersion(), s.opts.IntraOpThreads, s.opts.InterOpThreads, !s.opts.DisableMemPattern)
 }
 
 // ErrNoArenaShrink is returned by ReleaseArena on a session created without
