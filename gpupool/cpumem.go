@@ -45,9 +45,19 @@ type CPUMemoryConfig struct {
 	// Shapes are the calibration batches (default one row at 32, 64, 128,
 	// 256 and 512 tokens, below the engine's maximum length, the last ones
 	// only while a shape takes under 250 ms): one row keeps the start-up
-	// cost low (about 3 s on the production-size model, 2 cores, where the
-	// 512-token row is left out) and the fitted model scales in rows.
+	// cost low (about 2 s of one core on the production-size model, where
+	// the 512-token row is left out) and the fitted model scales in rows.
 	Shapes []Shape
+	// CacheDir, when set, keeps each calibration's fit in a small file
+	// there, and a later start whose key matches takes it instead of
+	// measuring again. The key is all the fit depends on: the engine's
+	// MemoryKey (model.Session: the model's SHA-256 and maximum length,
+	// ONNX Runtime's release, the session's threads and memory options;
+	// an engine without one is never cached), these settings and the
+	// machine (OS and architecture, CPU model and features, transparent
+	// huge pages). The resident memory the budget starts from is always
+	// measured anew. Empty (the default): calibrate at every start.
+	CacheDir string
 }
 
 // CPUMemory bounds CPU batches by memory; see CPUMemoryConfig. Without it
@@ -91,12 +101,19 @@ func defaultCPUShapes(refLen, maxLen int) []Shape {
 // 32 to 2·RefLen tokens, and at production size each costs seconds.
 const slowShape = 250 * time.Millisecond
 
-// calibrateCPU learns the CPU engine's memory per batch: after a warm-up
-// run, each shape runs from a released arena (ArenaReleaser) with the
-// process's peak reset, and the peak's rise over the resident size before
-// it is the shape's cost; a fast shape is measured three times and the
-// largest reading kept, since small models' costs are near the noise. It returns the fit and the budget; without a usable fit the pool
-// runs without a memory cap and says so.
+// repeatUnder is how fast a calibration run must be to be repeated: a
+// small model's shapes cost a few hundred KB, near the noise of page-level
+// readings, so the largest of three readings is kept; a larger model's
+// shape costs megabytes and its first reading, which includes the new
+// shape's memory-pattern planning, is already the largest (production-size
+// DeBERTa: 4.6, 4.2, 4.2 MB at 32 tokens). Each repeat there costs 0.2 s.
+const repeatUnder = 50 * time.Millisecond
+
+// calibrateCPU learns the CPU engine's memory per batch (measureCPU), or
+// takes what an earlier start learnt under the same key from
+// CPUMemoryConfig.CacheDir, and sets the budget from it and the resident
+// memory now. Without a usable fit the pool runs without a memory cap and
+// says so.
 func (p *Pool) calibrateCPU(ctx context.Context, eng Engine, mem processMemory, workers int) (memEstimate, *cpuBudget, error) {
 	c := p.cfg.cpuMem
 	refLen := c.RefLen
@@ -113,61 +130,27 @@ func (p *Pool) calibrateCPU(ctx context.Context, eng Engine, mem processMemory, 
 	if adaptive {
 		shapes = defaultCPUShapes(refLen, maxLen)
 	}
-	id := p.cfg.calibration.TokenID
-	if _, err := eng.ScorePairs(ctx, syntheticPairs(Shape{Rows: 1, Len: min(8, maxLen)}, id)); err != nil {
-		return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: calibration warm-up: %w", err)
-	}
-	rel, canRelease := eng.(ArenaReleaser)
-	release := func() {
-		if canRelease {
-			if err := rel.ReleaseArena(ctx); err != nil {
-				p.log.Warn().Err(err).Msg("gpupool: cpu: cannot release the arena between calibration shapes; readings are high-water marks")
-				canRelease = false
-			}
-		}
-	}
-	var pts []memPoint
-	var last time.Duration
-	for _, s := range shapes {
-		if adaptive && s.Len > 2*refLen && last > slowShape {
-			break
-		}
-		var ys []float64
-		for rep := 0; rep < 3; rep++ {
-			release()
-			if err := mem.resetPeak(); err != nil {
-				return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
-			}
-			before, _, err := mem.usage()
-			if err != nil {
-				return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
-			}
-			t0 := time.Now()
-			if _, err := eng.ScorePairs(ctx, syntheticPairs(s, id)); err != nil {
-				return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: calibration batch %dx%d: %w", s.Rows, s.Len, err)
-			}
-			_, peak, err := mem.usage()
-			if err != nil {
-				return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
-			}
-			ys = append(ys, max(0, float64(peak)-float64(before)))
-			if last = time.Since(t0); last > slowShape {
-				break // a large model's: one reading is far above the noise
-			}
-		}
-		// The most a shape ever added: a reading falls short when the run
-		// reuses heap pages still resident from an earlier one.
-		pts = append(pts, memPoint{rows: s.Rows, length: s.Len, bytes: slices.Max(ys)})
-		p.log.Debug().Int("rows", s.Rows).Int("len", s.Len).Floats64("bytes", ys).Msg("gpupool: cpu: calibration shape")
-	}
-	release()
 	est := memEstimate{}
-	a, b, cc, ok := fitMemory(pts)
-	if !ok {
-		p.log.Warn().Int("points", len(pts)).Msg("gpupool: cpu: memory calibration gave no usable fit; CPU batches are bounded by rows and tokens only")
-		return est, nil, nil
+	cache := p.cpuFitCache(eng, shapes, adaptive, refLen)
+	fit, cached := cache.load()
+	if cached {
+		p.log.Info().Str("file", cache.path).Msg("gpupool: cpu: memory calibration taken from the cache: measured at an earlier start with the same model, ONNX Runtime, session options and machine")
+	} else {
+		pts, err := p.measureCPU(ctx, eng, mem, shapes, adaptive, refLen, maxLen)
+		if err != nil {
+			return memEstimate{}, nil, err
+		}
+		a, b, cc, ok := fitMemory(pts)
+		if !ok {
+			p.log.Warn().Int("points", len(pts)).Msg("gpupool: cpu: memory calibration gave no usable fit; CPU batches are bounded by rows and tokens only")
+			return est, nil, nil
+		}
+		fit = cpuFit{Base: max(0, a), PerToken: b, PerTokenLen: cc}
+		if err := cache.store(fit, pts); err != nil {
+			p.log.Info().Err(err).Msg("gpupool: cpu: the memory calibration is not kept for the next start")
+		}
 	}
-	est.base, est.perToken, est.perTokenLen, est.calibrated = max(0, a), b, cc, true
+	est.base, est.perToken, est.perTokenLen, est.calibrated = fit.Base, fit.PerToken, fit.PerTokenLen, true
 	rss, _, err := mem.usage()
 	if err != nil {
 		return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
@@ -190,6 +173,94 @@ func (p *Pool) calibrateCPU(ctx context.Context, eng Engine, mem processMemory, 
 	return est, bud, nil
 }
 
+// measureCPU measures the CPU engine's memory per batch: after a warm-up
+// run, each shape runs from an empty arena (every run empties it at its
+// end) with the process's peak reset, and the peak's rise over the
+// resident size before it is the shape's cost; a fast shape is measured
+// three times and the largest reading kept (repeatUnder).
+func (p *Pool) measureCPU(ctx context.Context, eng Engine, mem processMemory, shapes []Shape, adaptive bool, refLen, maxLen int) ([]memPoint, error) {
+	id := p.cfg.calibration.TokenID
+	// Every calibration run leaves the arena empty, so each shape is
+	// measured from an empty arena rather than on top of the previous
+	// shape's high-water mark: in the same run where the engine can
+	// (arenaReleasingScorer, model.Session), else by ArenaReleaser's extra
+	// run after it.
+	rs, oneRun := eng.(arenaReleasingScorer)
+	rel, canRelease := eng.(ArenaReleaser)
+	cannot := func(err error) {
+		p.log.Warn().Err(err).Msg("gpupool: cpu: cannot release the arena between calibration shapes; readings are high-water marks")
+		oneRun, canRelease = false, false
+	}
+	score := func(s Shape) error {
+		pairs := syntheticPairs(s, id)
+		if oneRun {
+			_, err := rs.ScorePairsReleasingArena(ctx, pairs)
+			if !errors.Is(err, model.ErrNoArenaShrink) {
+				return err
+			}
+			cannot(err)
+		}
+		_, err := eng.ScorePairs(ctx, pairs)
+		return err
+	}
+	// empty follows every run, outside the measured window.
+	empty := func() {
+		if !oneRun && canRelease {
+			if err := rel.ReleaseArena(ctx); err != nil {
+				cannot(err)
+			}
+		}
+	}
+	if err := score(Shape{Rows: 1, Len: min(8, maxLen)}); err != nil {
+		return nil, fmt.Errorf("gpupool: cpu: calibration warm-up: %w", err)
+	}
+	empty()
+	var pts []memPoint
+	var last time.Duration
+	for _, s := range shapes {
+		if adaptive && s.Len > 2*refLen && last > slowShape {
+			break
+		}
+		var ys []float64
+		for rep := 0; rep < 3; rep++ {
+			if err := mem.resetPeak(); err != nil {
+				return nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
+			}
+			before, _, err := mem.usage()
+			if err != nil {
+				return nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
+			}
+			t0 := time.Now()
+			if err := score(s); err != nil {
+				return nil, fmt.Errorf("gpupool: cpu: calibration batch %dx%d: %w", s.Rows, s.Len, err)
+			}
+			last = time.Since(t0)
+			_, peak, err := mem.usage()
+			if err != nil {
+				return nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
+			}
+			empty()
+			ys = append(ys, max(0, float64(peak)-float64(before)))
+			if last > repeatUnder {
+				break
+			}
+		}
+		// The most a shape ever added: a reading falls short when the run
+		// reuses heap pages still resident from an earlier one.
+		pts = append(pts, memPoint{rows: s.Rows, length: s.Len, bytes: slices.Max(ys)})
+		p.log.Debug().Int("rows", s.Rows).Int("len", s.Len).Floats64("bytes", ys).Dur("took", last).Msg("gpupool: cpu: calibration shape")
+	}
+	return pts, nil
+}
+
+// arenaReleasingScorer is an optional Engine extension CPU calibration uses:
+// score a batch and empty the arena at the end of the same run
+// (model.Session). ArenaReleaser empties it with a run of its own, which on
+// a production-size model costs as much as a short calibration shape.
+type arenaReleasingScorer interface {
+	ScorePairsReleasingArena(ctx context.Context, pairs []model.Pair) ([]float32, error)
+}
+
 // errNoProcMemory is returned where the process's memory cannot be read.
 var errNoProcMemory = errors.New("gpupool: process memory readings not available")
 
@@ -203,4 +274,7 @@ func cpuRowCap(d *device, length int) int {
 }
 
 // model.Session implements the optional abilities calibration uses.
-var _ ArenaReleaser = (*model.Session)(nil)
+var (
+	_ ArenaReleaser        = (*model.Session)(nil)
+	_ arenaReleasingScorer = (*model.Session)(nil)
+)

@@ -136,3 +136,20 @@ func TestPlanBatchesRowCap(t *testing.T) {
 		t.Error("short pairs were capped too")
 	}
 }
+
+// Batches come longest first, so a call's last batches, which leave workers
+// idle when nothing else is queued, are its cheapest.
+func TestPlanBatchesLongestFirst(t *testing.T) {
+	lens := []int{40, 300, 12, 90, 500, 7, 64, 200}
+	lens = slices.Repeat(lens, 20)
+	pairs := makePairs(lens)
+	batches := planBatches(pairs, 16384, 16, 512, nil)
+	prev := 1 << 30
+	for i, b := range batches {
+		_, maxLen, _ := shape(pairs, b)
+		if maxLen > prev {
+			t.Errorf("batch %d is padded to %d tokens, after a batch of %d: want longest first", i, maxLen, prev)
+		}
+		prev = maxLen
+	}
+}

@@ -322,6 +322,10 @@ func (e *recordingEngine) ReleaseArena(ctx context.Context) error {
 	return e.Engine.(ArenaReleaser).ReleaseArena(ctx)
 }
 
+func (e *recordingEngine) ScorePairsReleasingArena(ctx context.Context, pairs []model.Pair) ([]float32, error) {
+	return e.Engine.(arenaReleasingScorer).ScorePairsReleasingArena(ctx, pairs)
+}
+
 func (e *recordingEngine) Model() *model.Model { return e.Engine.(*model.Session).Model() }
 
 // TestCPUMemoryBoundsLongInputsOnRealModel scores ~500-token pairs and

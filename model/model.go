@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	ort "github.com/yalue/onnxruntime_go"
 
@@ -106,15 +107,44 @@ func (m *Model) Info() schema.ModelInfo {
 }
 
 // Load reads a model folder. The ORT environment must exist (InitRuntime),
-// because the graph's input and output names are read through ORT.
+// because sessions made from the model run on it. Load is Start then Wait.
 func Load(opts LoadOptions) (*Model, error) {
-	m, maxPositions, err := loadGraph(opts)
+	l, err := Start(opts)
 	if err != nil {
 		return nil, err
 	}
-	tokPath := filepath.Join(opts.Dir, "tokenizer.json")
-	if m.Tokenizer, err = tokenizer.Load(tokPath); err != nil {
-		return nil, fmt.Errorf("model: loading tokenizer %s: %w", tokPath, err)
+	return l.Wait()
+}
+
+// Loading is a model folder whose slow parts are still being read: the
+// ONNX file's hash and the tokenizer. Start returns one.
+//
+// Why: on a production-size model hashing the 1.7 GB graph takes about a
+// second and DeBERTa-v3's 128k-piece tokenizer a third of one, while ORT
+// spends several seconds reading and optimising the same graph on one core
+// when a session is created. Starting the sessions from Model while Wait
+// is pending overlaps the two (internal/service's OpenScoring does).
+type Loading struct {
+	m *Model
+
+	done chan struct{} // closed when sha, tok and loadErr are set
+	sha  string
+	tok  *tokenizer.Tokenizer
+	// loadErr is the first error of the background work.
+	loadErr error
+
+	once    sync.Once
+	waitErr error
+}
+
+// Start checks the options and reads config.json, tokenizer_config.json and
+// the graph's inputs and outputs (milliseconds), then hashes the ONNX file
+// and loads the tokenizer in the background. Its errors are those of
+// Load's first steps; the hash's and the tokenizer's come from Wait.
+func Start(opts LoadOptions) (*Loading, error) {
+	m, maxPositions, err := loadGraph(opts)
+	if err != nil {
+		return nil, err
 	}
 	tokMax, err := readModelMaxLength(filepath.Join(opts.Dir, "tokenizer_config.json"))
 	if err != nil {
@@ -123,19 +153,63 @@ func Load(opts LoadOptions) (*Model, error) {
 	if m.MaxLength, err = pickMaxLength(opts.MaxLength, tokMax, maxPositions); err != nil {
 		return nil, err
 	}
-	special := m.Tokenizer.NumSpecialTokensPair()
-	if m.PairEncoding == EncodeJoined {
-		special = m.Tokenizer.NumSpecialTokensSingle()
-	}
-	if m.MaxLength <= special {
-		return nil, fmt.Errorf("model: max length %d leaves no room for text beside %d special tokens", m.MaxLength, special)
-	}
-	return m, nil
+	l := &Loading{m: m, done: make(chan struct{})}
+	tokPath := filepath.Join(opts.Dir, "tokenizer.json")
+	go func() {
+		defer close(l.done)
+		// Two goroutines, so that on more than two cores the hash and the
+		// tokenizer overlap each other as well as the session.
+		var wg sync.WaitGroup
+		var tokErr error
+		wg.Go(func() {
+			if l.tok, tokErr = tokenizer.Load(tokPath); tokErr != nil {
+				tokErr = fmt.Errorf("model: loading tokenizer %s: %w", tokPath, tokErr)
+			}
+		})
+		sha, hashErr := hashModel(m.ONNXPath)
+		wg.Wait()
+		l.sha, l.loadErr = sha, cmp.Or(tokErr, hashErr)
+	}()
+	return l, nil
 }
 
-// loadGraph does everything in Load except the tokenizer: options, labels,
-// the ONNX file, its hash and its inputs and outputs. It also returns
-// config.json's max_position_embeddings (0 when absent).
+// Model is the model being loaded, complete but for SHA256 ("") and
+// Tokenizer (nil) until Wait returns: enough for NewSession, which reads
+// only the graph's file and names, but a session must not run before Wait
+// has returned without error (padding reads the tokenizer). Wait fills
+// those two fields of this same value.
+func (l *Loading) Model() *Model { return l.m }
+
+// Wait blocks until the hash and the tokenizer are loaded and returns the
+// complete model, or the first error of loading it. It may be called from
+// several goroutines and more than once; every call returns the same.
+func (l *Loading) Wait() (*Model, error) {
+	l.once.Do(func() {
+		<-l.done
+		if l.loadErr != nil {
+			l.waitErr = l.loadErr
+			return
+		}
+		m := l.m
+		special := l.tok.NumSpecialTokensPair()
+		if m.PairEncoding == EncodeJoined {
+			special = l.tok.NumSpecialTokensSingle()
+		}
+		if m.MaxLength <= special {
+			l.waitErr = fmt.Errorf("model: max length %d leaves no room for text beside %d special tokens", m.MaxLength, special)
+			return
+		}
+		m.SHA256, m.Tokenizer = l.sha, l.tok
+	})
+	if l.waitErr != nil {
+		return nil, l.waitErr
+	}
+	return l.m, nil
+}
+
+// loadGraph does Start's first steps: options, labels, the ONNX file and
+// its inputs and outputs. It also returns config.json's
+// max_position_embeddings (0 when absent).
 func loadGraph(opts LoadOptions) (*Model, int, error) {
 	if opts.Dir == "" {
 		return nil, 0, errors.New("model: LoadOptions.Dir is empty")
@@ -167,9 +241,6 @@ func loadGraph(opts LoadOptions) (*Model, int, error) {
 		return nil, 0, err
 	}
 	if m.ONNXPath, err = findONNX(opts.Dir, opts.ONNXFile); err != nil {
-		return nil, 0, err
-	}
-	if m.SHA256, err = hashModel(m.ONNXPath); err != nil {
 		return nil, 0, err
 	}
 	if err := m.readGraph(); err != nil {

@@ -325,3 +325,53 @@ func mustRead(t *testing.T, path string) []byte {
 	}
 	return b
 }
+
+// TestStartThenWait: a session made from a model still loading (Start)
+// scores as one made after Load once Wait has returned, and Wait fills the
+// same model value with Load's hash and tokenizer; a broken tokenizer
+// passes Start and fails Wait, every time it is asked.
+func TestStartThenWait(t *testing.T) {
+	dir := testenv.ModelDir(t, testenv.ProductionArch)
+	want := loadModel(t, LoadOptions{Dir: dir})
+	ld, err := Start(LoadOptions{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newSession(t, ld.Model())
+	m, err := ld.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m != ld.Model() || m.SHA256 != want.SHA256 || m.Tokenizer == nil || m.MaxLength != want.MaxLength {
+		t.Fatalf("Wait = %p (sha256 %s, max length %d), Model() %p; Load's sha256 %s, max length %d",
+			m, m.SHA256, m.MaxLength, ld.Model(), want.SHA256, want.MaxLength)
+	}
+	pairs := realPairs(t, want, sampleSentences...)
+	got, err := s.ScorePairs(t.Context(), pairs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := newSession(t, want).ScorePairs(t.Context(), pairs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range ref {
+		if got[i] != ref[i] {
+			t.Errorf("pair %d: %v from the session made while loading, %v after Load", i, got[i], ref[i])
+		}
+	}
+
+	broken := copyModelDir(t, dir, nil, "tokenizer.json")
+	if err := os.WriteFile(filepath.Join(broken, "tokenizer.json"), []byte(`{"model": {"type": "BPE"}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ld, err = Start(LoadOptions{Dir: broken})
+	if err != nil {
+		t.Fatalf("Start reads no tokenizer, yet failed: %v", err)
+	}
+	for range 2 {
+		if m, err := ld.Wait(); err == nil || m != nil || !strings.Contains(err.Error(), "model: loading tokenizer") || !strings.Contains(err.Error(), "BPE") {
+			t.Errorf("Wait with a BPE tokenizer = %v, %v; want the tokenizer's error", m, err)
+		}
+	}
+}

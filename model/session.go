@@ -40,6 +40,7 @@ type SessionOptions struct {
 type Session struct {
 	m      *Model
 	sess   *ort.DynamicAdvancedSession
+	opts   SessionOptions
 	shrink string // ShrinkArenas
 
 	// mu is read-held by every Run and write-held by Close, so Close waits
@@ -88,7 +89,22 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 	// Loading held the file's protobuf beside the weights; that memory is
 	// free now but stays resident until trimmed.
 	trimMalloc()
-	return &Session{m: m, sess: sess, shrink: opts.ShrinkArenas}, nil
+	return &Session{m: m, sess: sess, opts: opts, shrink: opts.ShrinkArenas}, nil
+}
+
+// MemoryKey names what the memory of this session's runs depends on besides
+// the batch's shape: the model's version (SHA256) and maximum length, the
+// ONNX Runtime release and the session's options. gpupool keeps CPU memory
+// calibrations under it (CPUMemoryConfig.CacheDir). It is "" for a session
+// whose options it cannot name (SessionOptions.Configure, which adds
+// execution providers) or whose model has no version yet (Wait has not
+// returned): such a session's calibration is not kept.
+func (s *Session) MemoryKey() string {
+	if s.opts.Configure != nil || s.m.SHA256 == "" {
+		return ""
+	}
+	return fmt.Sprintf("model=%s max_len=%d ort=%s intra_op=%d inter_op=%d mem_pattern=%t",
+		s.m.SHA256, s.m.MaxLength, ort.GetVersion(), s.opts.IntraOpThreads, s.opts.InterOpThreads, !s.opts.DisableMemPattern)
 }
 
 // ErrNoArenaShrink is returned by ReleaseArena on a session created without
@@ -106,34 +122,9 @@ func (s *Session) ReleaseArena(ctx context.Context) error {
 		return ErrNoArenaShrink
 	}
 	pairs := []Pair{{IDs: []int32{int32(s.m.Tokenizer.PadID())}, TypeIDs: []int32{0}}}
-	feeds, rows, length, err := s.buildInputs(pairs)
-	if err != nil {
-		return err
-	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
-		return ErrSessionClosed
-	}
-	inputs := make([]ort.Value, len(s.m.InputNames))
-	for i, name := range s.m.InputNames {
-		t, err := ort.NewTensor(ort.NewShape(int64(rows), int64(length)), feeds[name])
-		if err != nil {
-			return fmt.Errorf("model: creating %s tensor: %w", name, err)
-		}
-		defer t.Destroy()
-		inputs[i] = t
-	}
-	out, err := s.newOutput(rows)
-	if err != nil {
-		return err
-	}
-	outputs := []ort.Value{out}
-	if err := s.runWith(ctx, inputs, outputs, rows, length, map[string]string{"memory.enable_memory_arena_shrinkage": s.shrink}); err != nil {
+	if _, err := s.ScorePairsReleasingArena(ctx, pairs); err != nil {
 		return fmt.Errorf("model: releasing arena (%s): %w", s.shrink, err)
 	}
-	outputs[0].Destroy()
-	trimMalloc() // what the arena handed back to the C heap
 	return nil
 }
 
@@ -147,18 +138,47 @@ func (s *Session) ScorePairs(ctx context.Context, pairs []Pair) ([]float32, erro
 	if err != nil {
 		return nil, err
 	}
+	return s.probs(logits), nil
+}
+
+// ScorePairsReleasingArena is ScorePairs followed by ReleaseArena, in one
+// run: ORT empties the arena at the end of the run that scored pairs, and
+// the C heap is trimmed after it. gpupool's CPU calibration measures each
+// shape this way, from an empty arena, without ReleaseArena's extra run,
+// which on a production-size model costs as much as a short batch (every
+// weight is read even for one token). ErrNoArenaShrink without
+// SessionOptions.ShrinkArenas.
+func (s *Session) ScorePairsReleasingArena(ctx context.Context, pairs []Pair) ([]float32, error) {
+	if s.shrink == "" {
+		return nil, ErrNoArenaShrink
+	}
+	logits, err := s.logits(ctx, pairs, map[string]string{"memory.enable_memory_arena_shrinkage": s.shrink})
+	if err != nil {
+		return nil, err
+	}
+	trimMalloc() // what the arena handed back to the C heap
+	return s.probs(logits), nil
+}
+
+// probs is P(entailment) of each row of logits under the model's ScoreMode.
+func (s *Session) probs(logits [][]float32) []float32 {
 	m := s.m
 	out := make([]float32, len(logits))
 	for i, row := range logits {
 		out[i] = entailmentProb(row, m.ScoreMode, m.EntailmentIndex, m.ContradictionIndex)
 	}
-	return out, nil
+	return out
 }
 
 // Logits runs the graph on pairs and returns one row of raw class logits per
 // pair, in input order. The batch is padded to its longest pair, so callers
 // that care about throughput should group pairs of similar length.
 func (s *Session) Logits(ctx context.Context, pairs []Pair) ([][]float32, error) {
+	return s.logits(ctx, pairs, nil)
+}
+
+// logits is Logits with extra run config entries (ORT's run option keys).
+func (s *Session) logits(ctx context.Context, pairs []Pair, entries map[string]string) ([][]float32, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("model: scoring %d pairs: %w", len(pairs), err)
 	}
@@ -190,7 +210,7 @@ func (s *Session) Logits(ctx context.Context, pairs []Pair) ([][]float32, error)
 		return nil, err
 	}
 	outputs := []ort.Value{out} // ORT allocates float32 logits; either way we destroy them below
-	if err := s.run(ctx, inputs, outputs, rows, length); err != nil {
+	if err := s.runWith(ctx, inputs, outputs, rows, length, entries); err != nil {
 		return nil, err
 	}
 	defer outputs[0].Destroy()
@@ -250,14 +270,10 @@ func splitRows(flat []float32, rows, classes int) [][]float32 {
 	return out
 }
 
-// run calls ORT with a per-call RunOptions that a context watcher terminates
-// when ctx ends: ORT's Run ignores Go contexts. run returns only after Run
-// has returned, so the caller may free the tensors.
-func (s *Session) run(ctx context.Context, inputs, outputs []ort.Value, rows, length int) error {
-	return s.runWith(ctx, inputs, outputs, rows, length, nil)
-}
-
-// runWith is run with extra run config entries (ORT's run option keys).
+// runWith calls ORT with a per-call RunOptions carrying entries (ORT's run
+// config keys) that a context watcher terminates when ctx ends: ORT's Run
+// ignores Go contexts. runWith returns only after Run has returned, so the
+// caller may free the tensors.
 func (s *Session) runWith(ctx context.Context, inputs, outputs []ort.Value, rows, length int, entries map[string]string) error {
 	ro, err := ort.NewRunOptions()
 	if err != nil {

@@ -388,9 +388,10 @@ func TestNewSessionOptions(t *testing.T) {
 }
 
 // TestReleaseArenaAndMemPattern runs the options gpupool gives CUDA sessions
-// on the CPU: memory patterns off, and ReleaseArena's shrinkage run (with
-// the CPU arena as its target here) both leave scores unchanged, and a
-// session without ShrinkArenas says it cannot shrink.
+// on the CPU: memory patterns off, ReleaseArena's shrinkage run (with the
+// CPU arena as its target here) and ScorePairsReleasingArena all leave
+// scores unchanged, and a session without ShrinkArenas says it cannot
+// shrink.
 func TestReleaseArenaAndMemPattern(t *testing.T) {
 	m := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch)})
 	plain := newSession(t, m)
@@ -417,8 +418,60 @@ func TestReleaseArenaAndMemPattern(t *testing.T) {
 		if err := s.ReleaseArena(t.Context()); err != nil {
 			t.Fatalf("ReleaseArena: %v", err)
 		}
+		got, err = s.ScorePairsReleasingArena(t.Context(), pairs)
+		if err != nil {
+			t.Fatalf("ScorePairsReleasingArena: %v", err)
+		}
+		for i := range want {
+			if d := math.Abs(float64(got[i] - want[i])); d > 1e-5 {
+				t.Errorf("round %d pair %d, releasing the arena: %v, plain session %v", round, i, got[i], want[i])
+			}
+		}
 	}
 	if err := plain.ReleaseArena(t.Context()); !errors.Is(err, ErrNoArenaShrink) {
 		t.Errorf("ReleaseArena without ShrinkArenas = %v, want ErrNoArenaShrink", err)
+	}
+	if _, err := plain.ScorePairsReleasingArena(t.Context(), pairs); !errors.Is(err, ErrNoArenaShrink) {
+		t.Errorf("ScorePairsReleasingArena without ShrinkArenas = %v, want ErrNoArenaShrink", err)
+	}
+}
+
+// TestMemoryKey: a session's memory key names the model's version and the
+// options its memory depends on, and is empty where it cannot say (a model
+// still loading, options set by Configure).
+func TestMemoryKey(t *testing.T) {
+	dir := testenv.ModelDir(t, testenv.ProductionArch)
+	m := loadModel(t, LoadOptions{Dir: dir})
+	one, err := m.NewSession(SessionOptions{IntraOpThreads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	two := newSession(t, m)
+	k1, k2 := one.MemoryKey(), two.MemoryKey()
+	if !strings.Contains(k1, m.SHA256) || !strings.Contains(k1, ort.GetVersion()) || k1 == k2 {
+		t.Errorf("keys %q (1 thread) and %q (2 threads): want the model's SHA-256 and ORT's version in each, and different keys", k1, k2)
+	}
+	conf, err := m.NewSession(SessionOptions{IntraOpThreads: 1, Configure: func(*ort.SessionOptions) error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conf.Close()
+	if k := conf.MemoryKey(); k != "" {
+		t.Errorf("key of a session with Configure: %q, want none", k)
+	}
+	ld, err := Start(LoadOptions{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	early := newSession(t, ld.Model())
+	if k := early.MemoryKey(); k != "" {
+		t.Errorf("key of a session on a model still loading: %q, want none", k)
+	}
+	if _, err := ld.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if k := early.MemoryKey(); k != k2 {
+		t.Errorf("key once loaded: %q, want %q", k, k2)
 	}
 }

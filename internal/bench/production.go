@@ -111,7 +111,8 @@ func benchWholeProcess(ctx context.Context, e service.Env, cfg service.Config, b
 			if sp != nil {
 				rep.Startup = append(rep.Startup, *sp)
 				for i := range rows {
-					if net := rows[i].ScorerSeconds - sp.Seconds; net > 0 {
+					// The rows ran with the calibration kept.
+					if net := rows[i].ScorerSeconds - sp.CachedSeconds; net > 0 {
 						rows[i].ScorerNetPairsPerSec = float64(rows[i].Pairs) / net
 					}
 				}
@@ -119,7 +120,7 @@ func benchWholeProcess(ctx context.Context, e service.Env, cfg service.Config, b
 			rep.WholeProcess = append(rep.WholeProcess, rows...)
 		}
 		if j.isProdDM {
-			rep.Production = productionChecks(filepath.Base(dir), rep.WholeProcess)
+			rep.Production = productionChecks(filepath.Base(dir), rep.WholeProcess, rep.Startup)
 		}
 	}
 	return nil
@@ -129,7 +130,10 @@ func benchWholeProcess(ctx context.Context, e service.Env, cfg service.Config, b
 // model (issue 25): long inputs' peak RSS within 1.25× of typical ones',
 // int8 below fp32 in memory and at least 2× its pairs/s, and `scorer score`
 // at least 0.95× the raw loop's pairs/s at no more than 1.25× its peak RSS.
-func productionChecks(model string, rows []wholeProcess) []productionCheck {
+// The rows ran with the CPU memory calibration kept from an earlier start;
+// the first start on a machine measures it, and its ratio (the row's wall
+// time plus the start-ups' difference) is listed too.
+func productionChecks(model string, rows []wholeProcess, startups []startupPoint) []productionCheck {
 	get := func(graph, input string) *wholeProcess {
 		for i := range rows {
 			if r := &rows[i]; r.Model == model && r.Graph == graph && r.Input == input {
@@ -164,6 +168,12 @@ func productionChecks(model string, rows []wholeProcess) []productionCheck {
 		for _, in := range []string{"typical", "long"} {
 			if r := get(g, in); r != nil && r.RawSeconds > 0 {
 				add(fmt.Sprintf("%s %s: scorer / raw loop pairs/s", g, in), "≥ 0.95", r.SpeedRatio, r.SpeedRatio >= 0.95)
+				for _, sp := range startups {
+					if sp.Model == model && sp.Graph == g && sp.CachedSeconds > 0 {
+						first := r.RawSeconds / (r.ScorerSeconds + sp.Seconds - sp.CachedSeconds)
+						add(fmt.Sprintf("%s %s: scorer / raw loop pairs/s, first start (calibration measured)", g, in), "≥ 0.95", first, first >= 0.95)
+					}
+				}
 				add(fmt.Sprintf("%s %s: scorer / raw loop pairs per CPU-second", g, in), "≥ 0.95", r.CPURatio, r.CPURatio >= 0.95)
 				add(fmt.Sprintf("%s %s: scorer / raw loop peak RSS", g, in), "≤ 1.25", r.RSSRatio, r.RSSRatio <= 1.25)
 			}
@@ -210,7 +220,8 @@ func printWholeTable(w io.Writer, r *benchReport, want func(section string) bool
 		if !want("production") {
 			break
 		}
-		fmt.Fprintf(tw, "start-up %s %s (scorer score, one sentence)\t%.1f s, peak RSS %.0f MiB\n", s.Model, s.Graph, s.Seconds, s.PeakRSSMiB)
+		fmt.Fprintf(tw, "start-up %s %s (scorer score, one sentence)\t%.1f s, peak RSS %.0f MiB; calibration kept: %.1f s, %.0f MiB\n",
+			s.Model, s.Graph, s.Seconds, s.PeakRSSMiB, s.CachedSeconds, s.CachedPeakRSSMiB)
 	}
 	for _, c := range r.Production {
 		if !want("production") {

@@ -62,6 +62,10 @@ type Config struct {
 	CPUMaxBatchBytes   string        `env:"CPU_MAX_BATCH_BYTES" envDefault:"auto" help:"most memory one CPU batch may take, from the model's cost measured at start (rows fall as pairs grow longer): auto = what CPU_MAX_BATCH_ROWS pairs of 128 tokens need; bytes (512MiB); off = no memory model (rows and tokens caps only)"`
 	ScoreCacheBytes    int           `env:"SCORE_CACHE_BYTES" envDefault:"268435456" help:"memory for the cache of pair scores (revised and repeated sentences skip inference); 0 = off"`
 
+	// CPUCalibrationCache keeps the CPU memory calibration between starts
+	// (CPUMemory, gpupool.CPUMemoryConfig.CacheDir).
+	CPUCalibrationCache string `env:"CPU_CALIBRATION_CACHE" envDefault:"auto" help:"where the model's CPU memory cost measured at start is kept, so the next start with the same model, ONNX Runtime, threads and machine skips measuring it (about 2 s on a production-size model): auto = scorer/cpu-calibration in the user's cache directory ($XDG_CACHE_HOME, else ~/.cache); a directory; off = measure at every start"`
+
 	ModelDir           string   `env:"MODEL_DIR" envDefault:"../shared/models/nli-unigram-small" help:"model folder: config.json, tokenizer.json, ONNX file"`
 	ModelFile          string   `env:"MODEL_FILE" help:"ONNX file relative to MODEL_DIR and inside it (no leading /, no ..); empty = model.onnx or the single onnx/model*.onnx"`
 	ORTLib             string   `env:"ORT_LIB" help:"ONNX Runtime shared library; empty = .deps/ort-<version>/libonnxruntime.so.1 in the folder above the scorer executable's (what make fetches for bin/scorer), never looked for in the working directory"`

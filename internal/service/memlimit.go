@@ -128,7 +128,8 @@ const cpuBatchRefLen = 128
 // for the Go heap, fetch buffers and fragmentation), less the resident
 // memory the pool measures once its CPU engine is open, split between the
 // CPU workers; and no batch above CPU_MAX_BATCH_BYTES (auto: what
-// CPU_MAX_BATCH_ROWS pairs of 128 tokens need on this model).
+// CPU_MAX_BATCH_ROWS pairs of 128 tokens need on this model). The measured
+// cost is kept in CPU_CALIBRATION_CACHE (gpupool.CPUMemoryConfig.CacheDir).
 func CPUMemory(cfg Config, detect func() MemoryLimit) (*gpupool.CPUMemoryConfig, MemoryLimit, error) {
 	batch := strings.TrimSpace(strings.ToLower(cfg.CPUMaxBatchBytes))
 	if batch == "off" {
@@ -158,6 +159,16 @@ func CPUMemory(cfg Config, detect func() MemoryLimit) (*gpupool.CPUMemoryConfig,
 			auto := detect()
 			lim = MemoryLimit{Bytes: l.Of(auto.Bytes), Source: fmt.Sprintf("CPU_MEM_LIMIT %s of %s", s, auto.Source)}
 		}
+	}
+	switch d := strings.TrimSpace(cfg.CPUCalibrationCache); strings.ToLower(d) {
+	case "off":
+	case "auto", "":
+		// No cache directory (no HOME): measure at every start.
+		if base, err := os.UserCacheDir(); err == nil {
+			c.CacheDir = filepath.Join(base, "scorer", "cpu-calibration")
+		}
+	default:
+		c.CacheDir = d
 	}
 	c.Limit = lim.Bytes
 	if c.Limit > 0 {

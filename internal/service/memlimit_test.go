@@ -95,6 +95,20 @@ func TestCPUMemoryConfig(t *testing.T) {
 	if c, _, err := CPUMemory(base(func(c *Config) { c.CPUMaxBatchBytes = "off" }), detect); err != nil || c != nil {
 		t.Errorf("off: %+v %v", c, err)
 	}
+	userCache, err := os.UserCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for setting, dir := range map[string]string{
+		"auto":              filepath.Join(userCache, "scorer", "cpu-calibration"),
+		"off":               "",
+		"OFF":               "",
+		"/var/cache/scorer": "/var/cache/scorer",
+	} {
+		if c, _, err := CPUMemory(base(func(c *Config) { c.CPUCalibrationCache = setting }), detect); err != nil || c.CacheDir != dir {
+			t.Errorf("CPU_CALIBRATION_CACHE=%s: cache dir %q, %v; want %q", setting, c.CacheDir, err, dir)
+		}
+	}
 	for _, bad := range []func(*Config){
 		func(c *Config) { c.CPUMemLimit = "lots" },
 		func(c *Config) { c.CPUMaxBatchBytes = "0.5" },

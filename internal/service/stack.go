@@ -35,7 +35,9 @@ type ScoringStack struct {
 }
 
 // OpenScoring starts the stack in dependency order: ORT environment, model,
-// NVML, pool (sessions per device), transcript scorer.
+// NVML, pool (sessions per device), transcript scorer. The model's hash and
+// tokenizer load while the sessions are created (model.Start), which on a
+// production-size model hides both behind ORT's own load.
 func OpenScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg prometheus.Registerer) (_ *ScoringStack, err error) {
 	s := &ScoringStack{}
 	defer func() {
@@ -58,17 +60,22 @@ func OpenScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg promet
 		return shutdownORT()
 	})
 
-	m, err := LoadModel(cfg)
+	// The pool's sessions are created while the model file is hashed and
+	// its tokenizer loaded (model.Start); each engine waits for the model
+	// before the pool calibrates or runs it.
+	lo, err := ModelOptions(cfg)
 	if err != nil {
 		return nil, err
 	}
-	s.Model = m
-	log.Info().Str("model", m.Name).Str("sha256", m.SHA256).Strs("inputs", m.InputNames).
-		Strs("labels", m.ID2Label).Int("entailment_index", m.EntailmentIndex).Int("max_length", m.MaxLength).
-		Str("score_mode", string(m.ScoreMode)).Str("pair_encoding", string(m.PairEncoding)).Msg("model loaded")
-
-	pool, closeNVML, err := NewPool(ctx, cfg, m, log, reg, gpupool.SessionFactory(m, SessionConfig(cfg)))
+	ld, err := model.Start(lo)
 	if err != nil {
+		return nil, err
+	}
+	pool, closeNVML, err := NewPool(ctx, cfg, ld.Model(), log, reg, afterLoad(ld, gpupool.SessionFactory(ld.Model(), SessionConfig(cfg))))
+	if err != nil {
+		if _, lerr := ld.Wait(); lerr != nil {
+			return nil, lerr // why no engine opened
+		}
 		return nil, err
 	}
 	s.closers = append(s.closers, func(context.Context) error {
@@ -96,6 +103,14 @@ func OpenScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg promet
 		}
 		return err
 	})
+	m, err := ld.Wait() // done: every engine waited for it
+	if err != nil {
+		return nil, err
+	}
+	s.Model = m
+	log.Info().Str("model", m.Name).Str("sha256", m.SHA256).Strs("inputs", m.InputNames).
+		Strs("labels", m.ID2Label).Int("entailment_index", m.EntailmentIndex).Int("max_length", m.MaxLength).
+		Str("score_mode", string(m.ScoreMode)).Str("pair_encoding", string(m.PairEncoding)).Msg("model loaded")
 
 	s.Labels = model.LabelConfig{Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold}
 	var scorerOpts []model.ScorerOption
@@ -111,6 +126,23 @@ func OpenScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg promet
 	}
 	s.Limits = cfg.Limits()
 	return s, nil
+}
+
+// afterLoad returns factory's engines only once ld has finished loading:
+// a session may be created from a model still loading, but the pool
+// calibrates and runs it at once, and runs read the tokenizer.
+func afterLoad(ld *model.Loading, factory gpupool.EngineFactory) gpupool.EngineFactory {
+	return func(dev gpupool.Device) (gpupool.Engine, error) {
+		eng, err := factory(dev)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := ld.Wait(); err != nil {
+			_ = eng.Close()
+			return nil, err
+		}
+		return eng, nil
+	}
 }
 
 // LoadModel loads MODEL_DIR with the scoring options from cfg.

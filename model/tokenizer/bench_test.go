@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/scorer/scorer/internal/testenv"
@@ -73,3 +74,14 @@ func BenchmarkEncodeUnigram(b *testing.B) { benchEncode(b, "nli-unigram-small") 
 
 // BenchmarkEncodeWordPiece measures the BERT pipeline on the same text.
 func BenchmarkEncodeWordPiece(b *testing.B) { benchEncode(b, "nli-wordpiece-small") }
+
+// BenchmarkLoadDeBERTa measures Load on the real DeBERTa-v3 tokenizer.json
+// (128,000 Unigram pieces, 8.7 MB): part of every start-up.
+func BenchmarkLoadDeBERTa(b *testing.B) {
+	path := filepath.Join(testenv.ModelDir(b, testenv.ProductionArch), "tokenizer.json")
+	for b.Loop() {
+		if _, err := Load(path); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

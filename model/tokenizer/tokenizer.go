@@ -6,6 +6,7 @@
 package tokenizer
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -59,11 +60,11 @@ func parse(data []byte) (*Tokenizer, error) {
 		return nil, errors.New("tokenizer: tokenizer.json has no model")
 	}
 	t := &Tokenizer{}
-	var mt typed
-	if err := json.Unmarshal(cfg.Model, &mt); err != nil {
+	mtype, err := modelType(cfg.Model)
+	if err != nil {
 		return nil, fmt.Errorf("tokenizer: bad model: %w", err)
 	}
-	switch mt.Type {
+	switch mtype {
 	case "Unigram":
 		u, err := newUnigram(cfg.Model)
 		if err != nil {
@@ -77,7 +78,7 @@ func parse(data []byte) (*Tokenizer, error) {
 		}
 		t.model = w
 	default:
-		return nil, fmt.Errorf("tokenizer: unsupported model type %q (supported: Unigram, WordPiece)", mt.Type)
+		return nil, fmt.Errorf("tokenizer: unsupported model type %q (supported: Unigram, WordPiece)", mtype)
 	}
 	t.vocabSize = t.model.vocabSize()
 	if !isNull(cfg.Normalizer) {
@@ -127,6 +128,37 @@ func parse(data []byte) (*Tokenizer, error) {
 	}
 	t.padID = t.findPadID(cfg)
 	return t, nil
+}
+
+// modelType is the model's "type". Hugging Face writes it as the model's
+// first key, before a vocabulary of megabytes, so it is read as a stream
+// and the rest is left to the model's own decoding; a "type" further on
+// costs a scan past what comes before it.
+func modelType(raw json.RawMessage) (string, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil {
+		return "", err
+	} else if tok != json.Delim('{') {
+		return "", fmt.Errorf("model is %v, want an object", tok)
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return "", err
+		}
+		if key == "type" {
+			var typ string
+			if err := dec.Decode(&typ); err != nil {
+				return "", fmt.Errorf("type: %w", err)
+			}
+			return typ, nil
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return "", err
+		}
+	}
+	return "", errors.New("model has no type")
 }
 
 func (t *Tokenizer) normalizeText(s string) string {

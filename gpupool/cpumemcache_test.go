@@ -1,0 +1,141 @@
+package gpupool
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// keyedEngine is a fake engine that names what its memory depends on, as
+// model.Session does.
+type keyedEngine struct {
+	*fakeEngine
+	key string
+}
+
+func (e keyedEngine) MemoryKey() string { return e.key }
+
+// TestCPUMemoryCalibrationCache: with CacheDir, a start whose engine key
+// matches an earlier one's takes the kept fit without running a batch, and
+// sets its budget from the resident memory it measures now; another key,
+// an unreadable file and a file written for another key are measured again
+// (and the file rewritten); an engine with no key, or an unusable
+// directory, still calibrates and starts.
+func TestCPUMemoryCalibrationCache(t *testing.T) {
+	dir := t.TempDir()
+	start := func(t *testing.T, eng Engine, fake *fakeEngine, rss uint64, cacheDir string) (DeviceStats, int) {
+		t.Helper()
+		mem := &fakeMemory{rss: rss, cost: debertaCPU}
+		fake.maxLength = 512
+		fake.onRun = func(rows, maxLen int) { mem.run(rows, maxLen) }
+		p, err := New(testCtx(t), func(Device) (Engine, error) { return eng, nil }, Mode(ModeCPU), CPUWorkers(2), MaxBatchRows(16),
+			MaxBatchTokens(16384), withProcessMemory(mem), CPUMemory(CPUMemoryConfig{CacheDir: cacheDir}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close(testCtx(t)) })
+		fake.mu.Lock()
+		defer fake.mu.Unlock()
+		return p.Stats().Devices[0], fake.calls
+	}
+	keyed := func(key string) (Engine, *fakeEngine) {
+		f := &fakeEngine{}
+		return keyedEngine{fakeEngine: f, key: key}, f
+	}
+	files := func(t *testing.T) []string {
+		t.Helper()
+		m, err := filepath.Glob(filepath.Join(dir, "cpu-*.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+
+	eng, fake := keyed("model=a ort=1.30.0 intra_op=1")
+	first, runs := start(t, eng, fake, 2<<30, dir)
+	if runs == 0 || first.EstimatePerTokenLen <= 0 {
+		t.Fatalf("first start: %d calibration runs, estimate %+v: want a measured fit", runs, first)
+	}
+	kept := files(t)
+	if len(kept) != 1 {
+		t.Fatalf("cache files after the first start: %v, want one", kept)
+	}
+	path := kept[0]
+
+	eng, fake = keyed("model=a ort=1.30.0 intra_op=1")
+	again, runs := start(t, eng, fake, 3<<30, dir)
+	if runs != 0 {
+		t.Errorf("same key: %d calibration runs, want none (the kept fit)", runs)
+	}
+	if again.EstimateBase != first.EstimateBase || again.EstimatePerToken != first.EstimatePerToken || again.EstimatePerTokenLen != first.EstimatePerTokenLen {
+		t.Errorf("same key: estimate %+v, want the first start's %+v", again, first)
+	}
+	if again.BaselineBytes != 3<<30 {
+		t.Errorf("same key: baseline %.0f bytes, want the resident size measured now (%d)", again.BaselineBytes, 3<<30)
+	}
+
+	eng, fake = keyed("model=b ort=1.30.0 intra_op=1")
+	if _, runs = start(t, eng, fake, 2<<30, dir); runs == 0 {
+		t.Error("another key took a kept fit")
+	}
+	if f := files(t); len(f) != 2 {
+		t.Errorf("cache files after a second key: %v, want two", f)
+	}
+
+	for name, corrupt := range map[string]func([]byte) []byte{
+		"truncated":   func(b []byte) []byte { return b[:len(b)/2] },
+		"another key": func(b []byte) []byte { return []byte(strings.Replace(string(b), "model=a", "model=z", 1)) },
+		"unusable fit": func(b []byte) []byte {
+			var f cpuFitFile
+			if err := json.Unmarshal(b, &f); err != nil {
+				t.Fatal(err)
+			}
+			f.Fit = cpuFit{Base: 1, PerToken: -5}
+			out, _ := json.Marshal(f)
+			return out
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, corrupt(b), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			eng, fake := keyed("model=a ort=1.30.0 intra_op=1")
+			if _, runs := start(t, eng, fake, 2<<30, dir); runs == 0 {
+				t.Fatal("a damaged cache file was trusted")
+			}
+			eng, fake = keyed("model=a ort=1.30.0 intra_op=1")
+			if _, runs := start(t, eng, fake, 2<<30, dir); runs != 0 {
+				t.Errorf("the file was not rewritten after measuring again: %d runs at the next start", runs)
+			}
+		})
+	}
+
+	t.Run("no key", func(t *testing.T) {
+		for range 2 {
+			f := &fakeEngine{}
+			if _, runs := start(t, f, f, 2<<30, dir); runs == 0 {
+				t.Error("an engine without MemoryKey took a kept fit")
+			}
+		}
+		eng, fake := keyed("")
+		if _, runs := start(t, eng, fake, 2<<30, dir); runs == 0 {
+			t.Error("an engine with an empty MemoryKey took a kept fit")
+		}
+	})
+	t.Run("unusable directory", func(t *testing.T) {
+		notDir := filepath.Join(t.TempDir(), "file")
+		if err := os.WriteFile(notDir, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		eng, fake := keyed("model=a ort=1.30.0 intra_op=1")
+		if st, runs := start(t, eng, fake, 2<<30, notDir); runs == 0 || st.EstimatePerTokenLen <= 0 {
+			t.Errorf("a cache directory that cannot be made: %d runs, estimate %+v; want a measured fit and a start", runs, st)
+		}
+	})
+}
