@@ -13,6 +13,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/internal/testenv"
 	"github.com/scorer/scorer/producer"
@@ -93,7 +94,7 @@ func TestRunExitsOnUnfixableKafkaError(t *testing.T) {
 			if ctx.Err() != nil {
 				t.Fatalf("run still retrying after %v:\n%s", time.Since(start), testenv.Tail(logs.String(), 2000))
 			}
-			if err == nil || service.ExitCode(err) == 0 {
+			if err == nil || cli.ExitCode(err) == 0 {
 				t.Fatalf("run = %v, want a non-zero exit", err)
 			}
 			for _, w := range tc.want {
@@ -209,7 +210,7 @@ func TestRunRefusesTooSmallOutputTopic(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatalf("run started on an output topic too small for its limits:\n%s", testenv.Tail(logs.String(), 2000))
 	}
-	if err == nil || service.ExitCode(err) == 0 {
+	if err == nil || cli.ExitCode(err) == 0 {
 		t.Fatalf("run = %v, want a non-zero exit", err)
 	}
 	for _, w := range []string{"KAFKA_OUTPUT_TOPIC transcripts.scored", "max.message.bytes " + strconv.Itoa(topicMax), "MAX_MESSAGE_BYTES=8388608",

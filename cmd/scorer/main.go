@@ -19,6 +19,7 @@ import (
 	"syscall"
 
 	"github.com/scorer/scorer/internal/bench"
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/compare"
 	"github.com/scorer/scorer/internal/doctor"
 	"github.com/scorer/scorer/internal/offline"
@@ -33,11 +34,11 @@ func main() {
 	// kills the process (run keeps draining on the first).
 	context.AfterFunc(ctx, stop)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
-	if err != nil && !errors.Is(err, service.ErrUsage) {
+	if err != nil && !errors.Is(err, cli.ErrUsage) {
 		fmt.Fprintln(os.Stderr, "scorer:", err)
 	}
 	if err != nil {
-		os.Exit(service.ExitCode(err))
+		os.Exit(cli.ExitCode(err))
 	}
 }
 
@@ -63,10 +64,10 @@ A second signal kills the process.
 `
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
-	e := service.Env{Getenv: getenv, Stdin: stdin, Stdout: stdout, Stderr: stderr}
+	e := cli.Env{Getenv: getenv, Stdin: stdin, Stdout: stdout, Stderr: stderr}
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usageText)
-		return service.ErrUsage
+		return cli.ErrUsage
 	}
 	cmd, rest := args[0], args[1:]
 	switch cmd {
@@ -91,6 +92,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		return nil
 	default:
 		fmt.Fprintf(stderr, "scorer: unknown command %q\n\n%s", cmd, usageText)
-		return service.ErrUsage
+		return cli.ErrUsage
 	}
 }

@@ -26,6 +26,7 @@ import (
 	ort "github.com/yalue/onnxruntime_go"
 
 	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/model/scorecache"
 	"github.com/scorer/scorer/schema"
@@ -81,7 +82,7 @@ type benchFlags struct {
 // against raw ORT, padding, tokenizer cost, latency, memory under a backlog
 // and CPU scaling, prints one table and writes it as JSON. It prints
 // numbers; it passes or fails nothing except on errors.
-func Run(ctx context.Context, e service.Env, args []string) error {
+func Run(ctx context.Context, e cli.Env, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
 	var bf benchFlags
@@ -124,7 +125,7 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 	fs.IntVar(&bf.wholeRounds, "wholeproc-rounds", 2, "alternating scorer / raw loop rounds per small-model whole-process row")
 	cfg, err := service.LoadConfig(e.Getenv, fs, args)
 	if err != nil {
-		return service.UsageOr(err)
+		return cli.UsageOr(err)
 	}
 	// The pool's and consumer's info lines would bury the table; warnings
 	// still show. LOG_LEVEL or --log-level asks for more.
@@ -132,15 +133,15 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 	if e.Getenv("LOG_LEVEL") != "" || flagSet(fs, "log-level") {
 		level = cfg.LogLevel
 	}
-	log, err := service.NewLogger(e.Stderr, level, cfg.LogFormat)
+	log, err := cli.NewLogger(e.Stderr, level, cfg.LogFormat)
 	if err != nil {
 		return err
 	}
 	skip := map[string]bool{}
-	for _, s := range service.SplitList(bf.skip, ",") {
+	for _, s := range cli.SplitList(bf.skip, ",") {
 		skip[s] = true
 	}
-	dirs := service.SplitList(bf.modelDirs, ",")
+	dirs := cli.SplitList(bf.modelDirs, ",")
 	if len(dirs) == 0 {
 		dirs = []string{cfg.ModelDir}
 	}
@@ -157,7 +158,7 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 		return fmt.Errorf("bench: --memory-multiples: %w", err)
 	}
 
-	path, err := service.ResolvePath(bf.transcripts)
+	path, err := cli.ResolvePath(bf.transcripts)
 	if err != nil {
 		return fmt.Errorf("bench: --transcripts: %w", err)
 	}
@@ -195,7 +196,7 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 
 	rep := benchReport{Machine: machineInfo(), Settings: benchSettingsOf(cfg, bf, len(corpus))}
 	for _, d := range dirs {
-		dir, err := service.ResolvePath(d)
+		dir, err := cli.ResolvePath(d)
 		if err != nil {
 			return fmt.Errorf("bench: model dir: %w", err)
 		}
@@ -210,7 +211,7 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 		perfDirs = append(perfDirs, bf.largeModel)
 	}
 	for i, d := range perfDirs {
-		dir, err := service.ResolvePath(d)
+		dir, err := cli.ResolvePath(d)
 		if err != nil {
 			return fmt.Errorf("bench: model dir: %w", err)
 		}
@@ -257,7 +258,7 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 }
 
 // benchModel runs every section for one model folder.
-func benchModel(ctx context.Context, e service.Env, cfg service.Config, bf benchFlags, log zerolog.Logger, dir string, corpus []corpusLine, several bool, skip map[string]bool, threads, workers, multiples []int) (modelReport, error) {
+func benchModel(ctx context.Context, e cli.Env, cfg service.Config, bf benchFlags, log zerolog.Logger, dir string, corpus []corpusLine, several bool, skip map[string]bool, threads, workers, multiples []int) (modelReport, error) {
 	cfg.ModelDir = dir
 	m, err := service.LoadModel(cfg)
 	if err != nil {
@@ -380,7 +381,7 @@ func benchModel(ctx context.Context, e service.Env, cfg service.Config, bf bench
 // benchPerf runs the sections about doing less work per pair for one model
 // folder: CPU batch shapes, the revision workload (not on the large
 // stand-in: its cache behaviour is the small models'), fp32 vs int8.
-func benchPerf(ctx context.Context, e service.Env, cfg service.Config, bf benchFlags, dir string, corpus []corpusLine, skip map[string]bool, large bool, rows, tokens []int, plans []cpuShape) (perfReport, error) {
+func benchPerf(ctx context.Context, e cli.Env, cfg service.Config, bf benchFlags, dir string, corpus []corpusLine, skip map[string]bool, large bool, rows, tokens []int, plans []cpuShape) (perfReport, error) {
 	cfg.ModelDir, cfg.ModelFile = dir, ""
 	m, err := service.LoadModel(cfg)
 	if err != nil {
@@ -469,7 +470,7 @@ func scalingEvents(sample []corpusLine, pairs, labels int) []schema.TranscriptEv
 	return evs
 }
 
-func progress(e service.Env, format string, args ...any) {
+func progress(e cli.Env, format string, args ...any) {
 	fmt.Fprintf(e.Stderr, "bench: "+format+"\n", args...)
 }
 
@@ -481,7 +482,7 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 
 func intList(s string) ([]int, error) {
 	var out []int
-	for _, p := range service.SplitList(s, ",") {
+	for _, p := range cli.SplitList(s, ",") {
 		n, err := strconv.Atoi(p)
 		if err != nil || n <= 0 {
 			return nil, fmt.Errorf("%q is not a positive integer", p)

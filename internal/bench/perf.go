@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/compare"
 	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/model"
@@ -164,7 +165,7 @@ func timeShape(ctx context.Context, cfg service.Config, m *model.Model, evs []sc
 // parsePlans reads "WORKERSxTHREADS,…", e.g. "2x1,1x2".
 func parsePlans(s string) ([]cpuShape, error) {
 	var out []cpuShape
-	for _, p := range service.SplitList(s, ",") {
+	for _, p := range cli.SplitList(s, ",") {
 		w, t, ok := strings.Cut(p, "x")
 		wn, err1 := strconv.Atoi(w)
 		tn, err2 := strconv.Atoi(t)

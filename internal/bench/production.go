@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/service"
 )
 
@@ -25,7 +26,7 @@ type productionCheck struct {
 // benchWholeProcess runs the whole-process comparison on the small model
 // folders (typical input) and on --production-model (fp32 and int8, typical
 // and long inputs, start-up), and derives the production checks.
-func benchWholeProcess(ctx context.Context, e service.Env, cfg service.Config, bf benchFlags, corpus []corpusLine, dirs []string, skip map[string]bool, rep *benchReport) error {
+func benchWholeProcess(ctx context.Context, e cli.Env, cfg service.Config, bf benchFlags, corpus []corpusLine, dirs []string, skip map[string]bool, rep *benchReport) error {
 	small := !skip["wholeproc"]
 	prod := bf.prodModel != "" && !skip["production"]
 	if !small && !prod {
@@ -65,7 +66,7 @@ func benchWholeProcess(ctx context.Context, e service.Env, cfg service.Config, b
 			rounds: bf.prodRounds, sents: bf.prodSentences, long: bf.prodLong, startup: true, isProdDM: true})
 	}
 	for i, j := range jobs {
-		dir, err := service.ResolvePath(j.dir)
+		dir, err := cli.ResolvePath(j.dir)
 		if err != nil {
 			return fmt.Errorf("bench: model dir: %w", err)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
@@ -151,7 +152,7 @@ func runMemory(ctx context.Context, cfg service.Config, modelDir string, corpus 
 	}
 	_ = w.Close()
 
-	lib, err := service.ResolvePath(cfg.ORTLib)
+	lib, err := cli.ResolvePath(cfg.ORTLib)
 	if err != nil {
 		return mp, err
 	}

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
@@ -232,12 +233,12 @@ type wholeProcOpts struct {
 
 // runWholeProcess measures `scorer score` (this binary, with the bench's
 // configuration in its environment) and the raw loop on each input.
-func runWholeProcess(ctx context.Context, e service.Env, o wholeProcOpts) ([]wholeProcess, *startupPoint, error) {
+func runWholeProcess(ctx context.Context, e cli.Env, o wholeProcOpts) ([]wholeProcess, *startupPoint, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, nil, err
 	}
-	lib, err := service.ResolvePath(o.cfg.ORTLib)
+	lib, err := cli.ResolvePath(o.cfg.ORTLib)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -319,7 +320,7 @@ func findRawLoop() (string, string) {
 	if _, err := exec.LookPath("node"); err != nil {
 		return "", "node is not on PATH"
 	}
-	script, err := service.ResolvePath("tools/rawloop/rawloop.mjs")
+	script, err := cli.ResolvePath("tools/rawloop/rawloop.mjs")
 	if err != nil {
 		return "", "tools/rawloop/rawloop.mjs not found"
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
@@ -24,7 +25,7 @@ var ErrBelowAgreement = errors.New("compare: agreement below --min-agreement")
 // Command is `scorer compare`: flags only; the work is in Score and
 // Compare. Each side is loaded, scored and closed before the next,
 // so two large models never share the memory.
-func Command(ctx context.Context, e service.Env, args []string) error {
+func Command(ctx context.Context, e cli.Env, args []string) error {
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
 	a := fs.String("a", "", "model folder of side A (default MODEL_DIR)")
@@ -42,15 +43,15 @@ func Command(ctx context.Context, e service.Env, args []string) error {
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	cfg, err := service.LoadConfig(e.Getenv, fs, args)
 	if err != nil {
-		return service.UsageOr(err)
+		return cli.UsageOr(err)
 	}
 	if *in == "" {
-		return service.UsageError{Msg: "compare: --in is required"}
+		return cli.UsageError{Msg: "compare: --in is required"}
 	}
 	if *limit < 0 || *flips < 0 || !(*minAgree >= 0 && *minAgree <= 1) {
-		return service.UsageError{Msg: "compare: --limit and --flips must be >= 0, --min-agreement in [0, 1]"}
+		return cli.UsageError{Msg: "compare: --limit and --flips must be >= 0, --min-agreement in [0, 1]"}
 	}
-	log, err := service.NewLogger(e.Stderr, cfg.LogLevel, cfg.LogFormat)
+	log, err := cli.NewLogger(e.Stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		return err
 	}
@@ -100,7 +101,7 @@ func Command(ctx context.Context, e service.Env, args []string) error {
 	for i, sc := range sides {
 		if runs[i], err = compareSide(ctx, sc, log, events); err != nil {
 			if ctx.Err() != nil {
-				return fmt.Errorf("compare: %w", service.ErrInterrupted)
+				return fmt.Errorf("compare: %w", cli.ErrInterrupted)
 			}
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/service"
 )
 
@@ -15,24 +16,24 @@ import (
 // its own flags and hands the check to Run. It exits 0 when the
 // configured DEVICE works here as configured (auto on a CPU-only host
 // included) and 1, with the cause, when it does not.
-func Command(ctx context.Context, e service.Env, args []string) error {
+func Command(ctx context.Context, e cli.Env, args []string) error {
 	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	duration := fs.Duration("duration", 3*time.Second, "length of each device's throughput run")
 	cfg, err := service.LoadConfig(e.Getenv, fs, args)
 	if err != nil {
-		return service.UsageOr(err)
+		return cli.UsageOr(err)
 	}
 	if *duration <= 0 {
-		return service.UsageError{Msg: "doctor: --duration must be > 0"}
+		return cli.UsageError{Msg: "doctor: --duration must be > 0"}
 	}
 	// The pool's own lines would interleave with the report; warnings show.
-	log, err := service.NewLogger(e.Stderr, "warn", cfg.LogFormat)
+	log, err := cli.NewLogger(e.Stderr, "warn", cfg.LogFormat)
 	if err != nil {
 		return err
 	}
-	lib, err := service.ResolvePath(cfg.ORTLib)
+	lib, err := cli.ResolvePath(cfg.ORTLib)
 	if err != nil {
 		return fmt.Errorf("doctor: ORT_LIB: %w (run `make` to fetch ONNX Runtime, or point ORT_LIB at libonnxruntime.so.1)", err)
 	}
@@ -65,7 +66,7 @@ func Command(ctx context.Context, e service.Env, args []string) error {
 		return fmt.Errorf("doctor: %w", err)
 	}
 	if ctx.Err() != nil {
-		return service.ErrInterrupted
+		return cli.ErrInterrupted
 	}
 	if *asJSON {
 		err = WriteJSON(e.Stdout, rep)

@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/schema"
 )
@@ -32,12 +33,12 @@ import (
 // (a file, or - for stdout) or, for a .parquet name, Parquet rows: one per
 // (call, section, sentence, label) with the rows topic's columns.
 // A file --out appears only when the whole run succeeds. When ctx ends (the
-// first SIGINT/SIGTERM) it stops at once with service.ErrInterrupted, even while
+// first SIGINT/SIGTERM) it stops at once with cli.ErrInterrupted, even while
 // waiting on stdin. With --resume, completed transcripts are kept in
 // <out>.partial (made durable as they complete) with a record of what
 // scored them, and a later --resume run under the same settings skips them
 // and appends the rest, so a long backfill never starts over.
-func Run(ctx context.Context, e service.Env, args []string) error {
+func Run(ctx context.Context, e cli.Env, args []string) error {
 	fs := flag.NewFlagSet("score", flag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
 	in := fs.String("in", "-", "TranscriptEvent JSONL file (- = stdin), or Parquet: a .parquet file or a directory of part files")
@@ -49,7 +50,7 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 	resume := fs.Bool("resume", false, "keep completed transcripts in <out>.partial (durable as they complete) with the settings that scored them; a later --resume run with the same settings skips them and appends the rest, and makes --out at the end")
 	cfg, err := service.LoadConfig(e.Getenv, fs, args)
 	if err != nil {
-		return service.UsageOr(err)
+		return cli.UsageOr(err)
 	}
 	if *modelDir != "" {
 		cfg.ModelDir = *modelDir
@@ -58,13 +59,13 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 		return errors.New("score: --chunk must be > 0")
 	}
 	if *resume && *out == "-" {
-		return service.UsageError{Msg: "score: --resume needs --out FILE (the partial output is kept beside it)"}
+		return cli.UsageError{Msg: "score: --resume needs --out FILE (the partial output is kept beside it)"}
 	}
 	if *in != "-" && *out != "-" && sameFile(*in, *out) {
-		return service.UsageError{Msg: fmt.Sprintf("score: --in and --out are the same file (%s): the output would overwrite the input", *out)}
+		return cli.UsageError{Msg: fmt.Sprintf("score: --in and --out are the same file (%s): the output would overwrite the input", *out)}
 	}
 	outParquet := *out != "-" && strings.EqualFold(filepath.Ext(*out), ".parquet")
-	log, err := service.NewLogger(e.Stderr, cfg.LogLevel, cfg.LogFormat)
+	log, err := cli.NewLogger(e.Stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		return err
 	}
@@ -85,7 +86,7 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 	stack, err := service.OpenScoring(ctx, cfg, log, nil)
 	if err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("score: %w", service.ErrInterrupted)
+			return fmt.Errorf("score: %w", cli.ErrInterrupted)
 		}
 		return err
 	}
@@ -128,7 +129,7 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 		stopProgress()
 	}
 	if err != nil && ctx.Err() != nil {
-		err = fmt.Errorf("score: %w", service.ErrInterrupted)
+		err = fmt.Errorf("score: %w", cli.ErrInterrupted)
 	}
 	switch {
 	case part != nil && err == nil:

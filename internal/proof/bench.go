@@ -30,14 +30,15 @@ import (
 	"time"
 
 	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/model"
 )
 
 // Command dispatches `scorer gpu-proof <bench|share|report>`.
-func Command(ctx context.Context, e service.Env, args []string) error {
+func Command(ctx context.Context, e cli.Env, args []string) error {
 	if len(args) == 0 {
-		return service.UsageError{Msg: "gpu-proof: want a subcommand: bench, share or report (see docs/gpu.md)"}
+		return cli.UsageError{Msg: "gpu-proof: want a subcommand: bench, share or report (see docs/gpu.md)"}
 	}
 	switch args[0] {
 	case "bench":
@@ -47,7 +48,7 @@ func Command(ctx context.Context, e service.Env, args []string) error {
 	case "report":
 		return reportCommand(e, args[1:])
 	}
-	return service.UsageError{Msg: fmt.Sprintf("gpu-proof: unknown subcommand %q (bench, share or report)", args[0])}
+	return cli.UsageError{Msg: fmt.Sprintf("gpu-proof: unknown subcommand %q (bench, share or report)", args[0])}
 }
 
 // Shape is one measured batch shape.
@@ -177,7 +178,7 @@ func (s modelShape) flopsPerPair(length int) float64 {
 	return f
 }
 
-func benchCommand(ctx context.Context, e service.Env, args []string) error {
+func benchCommand(ctx context.Context, e cli.Env, args []string) error {
 	fs := flag.NewFlagSet("gpu-proof bench", flag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
 	out := fs.String("out", "", "write the JSON result here (required)")
@@ -187,15 +188,15 @@ func benchCommand(ctx context.Context, e service.Env, args []string) error {
 	seconds := fs.Duration("time", 2*time.Second, "timed runs per shape")
 	cfg, err := service.LoadConfig(e.Getenv, fs, args)
 	if err != nil {
-		return service.UsageOr(err)
+		return cli.UsageOr(err)
 	}
 	if *out == "" {
-		return service.UsageError{Msg: "gpu-proof bench: --out is required"}
+		return cli.UsageError{Msg: "gpu-proof bench: --out is required"}
 	}
 	lens, err1 := ints(*lengths)
 	toks, err2 := ints(*budgets)
 	if err := errors.Join(err1, err2); err != nil {
-		return service.UsageError{Msg: "gpu-proof bench: " + err.Error()}
+		return cli.UsageError{Msg: "gpu-proof bench: " + err.Error()}
 	}
 	guard, err := gpupool.SaveSignals()
 	if err != nil {

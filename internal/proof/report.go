@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/compare"
 	"github.com/scorer/scorer/internal/doctor"
-	"github.com/scorer/scorer/internal/service"
 )
 
 // Target is the aim for deberta-v3-large in fp16 on one H100 with
@@ -40,17 +40,17 @@ type Parity struct {
 	compare.Report
 }
 
-func reportCommand(e service.Env, args []string) error {
+func reportCommand(e cli.Env, args []string) error {
 	fs := flag.NewFlagSet("gpu-proof report", flag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
 	dir := fs.String("dir", "", "results folder: doctor.json, compare-*.json, bench-*.json, share-*.json (required)")
 	outJSON := fs.String("json", "", "report JSON (default DIR/gpu-proof.json)")
 	outMD := fs.String("md", "", "report Markdown (default DIR/gpu-proof.md)")
 	if err := fs.Parse(args); err != nil {
-		return service.UsageOr(err)
+		return cli.UsageOr(err)
 	}
 	if *dir == "" {
-		return service.UsageError{Msg: "gpu-proof report: --dir is required"}
+		return cli.UsageError{Msg: "gpu-proof report: --dir is required"}
 	}
 	r, err := Collect(*dir)
 	if err != nil {

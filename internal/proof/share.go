@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/compare"
 	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/model"
@@ -44,7 +45,7 @@ type Share struct {
 // (DEVICE, GPU_MEM_LIMIT, MAX_BATCH_TOKENS… as configured) and records what
 // shows whether it coexisted with another scorer: OOM retries, admission
 // refusals, CPU fallbacks, and the device's peak.
-func shareCommand(ctx context.Context, e service.Env, args []string) error {
+func shareCommand(ctx context.Context, e cli.Env, args []string) error {
 	fs := flag.NewFlagSet("gpu-proof share", flag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
 	out := fs.String("out", "", "write the JSON result here (required)")
@@ -53,10 +54,10 @@ func shareCommand(ctx context.Context, e service.Env, args []string) error {
 	name := fs.String("name", "scorer", "this scorer's name in the report")
 	cfg, err := service.LoadConfig(e.Getenv, fs, args)
 	if err != nil {
-		return service.UsageOr(err)
+		return cli.UsageOr(err)
 	}
 	if *out == "" || *in == "" {
-		return service.UsageError{Msg: "gpu-proof share: --out and --in are required"}
+		return cli.UsageError{Msg: "gpu-proof share: --out and --in are required"}
 	}
 	f, err := os.Open(*in)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/producer"
 )
 
@@ -84,7 +85,7 @@ func StartBroker(o BrokerOptions) (*kfake.Cluster, string, error) {
 
 // RunBroker is `scorer broker`: an in-memory Kafka-protocol broker (not
 // durable) that serves until ctx is cancelled, for development and tests.
-func RunBroker(ctx context.Context, e Env, args []string) error {
+func RunBroker(ctx context.Context, e cli.Env, args []string) error {
 	fs := flag.NewFlagSet("broker", flag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
 	addr := fs.String("addr", "127.0.0.1:9092", "listen address (port 0 = any free port)")
@@ -94,13 +95,13 @@ func RunBroker(ctx context.Context, e Env, args []string) error {
 	maxMessage := fs.Int("max-message-bytes", 128<<20, "the broker's message.max.bytes, and max.message.bytes of the --topics it creates (the scorer needs about 71 MB on its output topic at its default limits)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
-		return ErrUsage
+		return cli.ErrUsage
 	}
-	log, err := NewLogger(e.Stderr, *logLevel, "auto")
+	log, err := cli.NewLogger(e.Stderr, *logLevel, "auto")
 	if err != nil {
 		return err
 	}
-	c, listen, err := StartBroker(BrokerOptions{Addr: *addr, Partitions: *partitions, Topics: SplitList(*topics, ","), DataDir: *dataDir, MaxMessageBytes: *maxMessage})
+	c, listen, err := StartBroker(BrokerOptions{Addr: *addr, Partitions: *partitions, Topics: cli.SplitList(*topics, ","), DataDir: *dataDir, MaxMessageBytes: *maxMessage})
 	if err != nil {
 		return err
 	}
@@ -111,7 +112,7 @@ func RunBroker(ctx context.Context, e Env, args []string) error {
 	if *dataDir != "" {
 		durability = "persisted to " + *dataDir
 	}
-	log.Info().Str("addr", listen).Str("topics", strings.Join(SplitList(*topics, ","), ",")).
+	log.Info().Str("addr", listen).Str("topics", strings.Join(cli.SplitList(*topics, ","), ",")).
 		Int("partitions", *partitions).Str("durability", durability).
 		Msgf("in-memory Kafka broker ready; try: kcat -b %s -L", listen)
 	<-ctx.Done()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/caarlos0/env/v11"
 
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/model/scorecache"
 )
 
@@ -125,7 +126,7 @@ func ConfigFromEnv(getenv func(string) string) (Config, error) {
 	v := reflect.ValueOf(&cfg).Elem()
 	for i := range v.NumField() {
 		if l, ok := v.Field(i).Interface().([]string); ok {
-			v.Field(i).Set(reflect.ValueOf(cleanList(l)))
+			v.Field(i).Set(reflect.ValueOf(cli.CleanList(l)))
 		}
 	}
 	if cfg.ORTLib == "" {
@@ -366,10 +367,10 @@ func (f *fieldValue) Set(s string) error {
 		}
 		f.v.SetInt(int64(d))
 	case []string:
-		f.v.Set(reflect.ValueOf(SplitList(s, f.sep)))
+		f.v.Set(reflect.ValueOf(cli.SplitList(s, f.sep)))
 	case []int:
 		var ns []int
-		for _, p := range SplitList(s, f.sep) {
+		for _, p := range cli.SplitList(s, f.sep) {
 			n, err := strconv.Atoi(p)
 			if err != nil {
 				return err
@@ -385,23 +386,3 @@ func (f *fieldValue) Set(s string) error {
 
 // IsBoolFlag lets boolean flags be given without a value.
 func (f *fieldValue) IsBoolFlag() bool { return f.v.Kind() == reflect.Bool }
-
-// SplitList splits a list flag or variable: see cleanList.
-func SplitList(s, sep string) []string {
-	if sep == "" {
-		sep = ","
-	}
-	return cleanList(strings.Split(s, sep))
-}
-
-// cleanList trims every element and drops empty ones, so that
-// "a, b,,c " is [a b c] whether it came from a flag or the environment.
-func cleanList(l []string) []string {
-	var out []string
-	for _, p := range l {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}

@@ -12,13 +12,14 @@ import (
 	"os"
 	"time"
 
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/segmentio/kafka-go"
 )
 
 // RunProduce is `scorer produce`: load a TranscriptEvent JSONL file into a
 // topic, over TLS and SASL when the KAFKA_TLS* and KAFKA_SASL* variables
 // say so.
-func RunProduce(ctx context.Context, e Env, args []string) error {
+func RunProduce(ctx context.Context, e cli.Env, args []string) error {
 	fs := flag.NewFlagSet("produce", flag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
 	brokers := fs.String("brokers", e.Getenv("KAFKA_BROKERS"), "comma-separated brokers (env KAFKA_BROKERS)")
@@ -27,7 +28,7 @@ func RunProduce(ctx context.Context, e Env, args []string) error {
 	limit := fs.Int("limit", 0, "produce at most this many lines; 0 = all")
 	rate := fs.Float64("rate", 0, "records per second; 0 = as fast as the broker takes them")
 	if err := fs.Parse(args); err != nil {
-		return ErrUsage
+		return cli.ErrUsage
 	}
 	if *brokers == "" {
 		return errors.New("produce: --brokers (or KAFKA_BROKERS) is required")
@@ -50,7 +51,7 @@ func RunProduce(ctx context.Context, e Env, args []string) error {
 		return fmt.Errorf("produce: %w", err)
 	}
 	defer closeIn()
-	w := NewInputWriter(SplitList(*brokers, ","), *topic, sec.Transport(cfg.ClientID+"-produce"))
+	w := NewInputWriter(cli.SplitList(*brokers, ","), *topic, sec.Transport(cfg.ClientID+"-produce"))
 	defer w.Close()
 	n, err := ProduceLines(ctx, w, in, *limit, *rate)
 	fmt.Fprintf(e.Stdout, "produced %d records to %s\n", n, *topic)

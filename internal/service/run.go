@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -15,13 +14,14 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/scorer/scorer/consumer"
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/producer"
 )
 
 // Run is `scorer run`: the streaming scorer. Start-up goes in
 // dependency order (broker → model → pool → producer → consumer) and
 // shutdown in reverse, under SHUTDOWN_TIMEOUT.
-func Run(ctx context.Context, e Env, args []string) error {
+func Run(ctx context.Context, e cli.Env, args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
 	brokerAddr := fs.String("broker-addr", "127.0.0.1:9092", "listen address of the in-memory broker when KAFKA_BROKERS=embedded (falls back to a free port when taken)")
@@ -29,13 +29,13 @@ func Run(ctx context.Context, e Env, args []string) error {
 	demoLimit := fs.Int("demo-limit", 0, "load at most this many transcripts from --demo-file; 0 = all")
 	cfg, err := LoadConfig(e.Getenv, fs, args)
 	if err != nil {
-		return UsageOr(err)
+		return cli.UsageOr(err)
 	}
 	embedded, err := embeddedBroker(cfg.KafkaBrokers)
 	if err != nil {
 		return err
 	}
-	log, err := NewLogger(e.Stderr, cfg.LogLevel, cfg.LogFormat)
+	log, err := cli.NewLogger(e.Stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		return err
 	}
@@ -289,20 +289,6 @@ func PrepareTopicsRetry(ctx context.Context, brokers []string, d *kafka.Dialer, 
 
 func buildInfo(s *ScoringStack) prometheus.Collector {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "scorer_build_info", Help: "Build and model identity; always 1."}, []string{"version", "model", "model_sha256"})
-	g.WithLabelValues(Version(), s.Model.Name, s.Model.SHA256).Set(1)
+	g.WithLabelValues(cli.Version(), s.Model.Name, s.Model.SHA256).Set(1)
 	return g
-}
-
-// version is the module version or VCS revision the binary was built from.
-func Version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			return s.Value[:12]
-		}
-	}
-	return bi.Main.Version
 }

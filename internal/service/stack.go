@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/model/scorecache"
 	"github.com/scorer/scorer/schema"
@@ -127,7 +127,7 @@ func LoadModel(cfg Config) (*model.Model, error) {
 // PAIR_SEPARATOR. Every subcommand that loads a model goes through it, so
 // none can score with a setting the others ignore.
 func ModelOptions(cfg Config) (model.LoadOptions, error) {
-	dir, err := ResolvePath(cfg.ModelDir)
+	dir, err := cli.ResolvePath(cfg.ModelDir)
 	if err != nil {
 		return model.LoadOptions{}, fmt.Errorf("MODEL_DIR: %w", err)
 	}
@@ -286,43 +286,18 @@ func (s *ScoringStack) Close(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// InitORT resolves ORT_LIB as ResolvePath does and starts the one ONNX
+// InitORT resolves ORT_LIB as cli.ResolvePath does and starts the one ONNX
 // Runtime environment of the process; every command that scores (run, score,
 // bench, compare) starts it this way, so a missing library reads alike.
 func InitORT(ortLib string) (shutdown func() error, err error) {
 	if ortLib == "" {
 		return nil, errors.New("ORT_LIB is not set and the scorer executable's folder, where its default lies, is unknown: point ORT_LIB at libonnxruntime.so.1")
 	}
-	lib, err := ResolvePath(ortLib)
+	lib, err := cli.ResolvePath(ortLib)
 	if err != nil {
 		return nil, fmt.Errorf("ORT_LIB: %w (run `make` to fetch ONNX Runtime, or point ORT_LIB at libonnxruntime.so.1)", err)
 	}
 	return model.InitRuntime(lib)
-}
-
-// ResolvePath finds a relative path from the working directory or, failing
-// that, from the repository the binary was built in (bin/..), so that
-// `bin/scorer` works from anywhere after `make`. ORT_LIB's default is
-// absolute already (DefaultORTLib): a library is never picked up from the
-// working directory unless ORT_LIB names it.
-func ResolvePath(p string) (string, error) {
-	if filepath.IsAbs(p) {
-		if _, err := os.Stat(p); err != nil {
-			return "", err
-		}
-		return p, nil
-	}
-	candidates := []string{p}
-	if exe, err := os.Executable(); err == nil {
-		candidates = append(candidates, filepath.Join(filepath.Dir(exe), "..", p))
-	}
-	for _, c := range candidates {
-		if _, err := os.Stat(c); err == nil {
-			return filepath.Abs(c)
-		}
-	}
-	_, err := os.Stat(p)
-	return "", err
 }
 
 // PCIBusOrder sets CUDA_DEVICE_ORDER=PCI_BUS_ID when it is unset, before

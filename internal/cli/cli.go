@@ -1,0 +1,118 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
+)
+
+// ErrUsage marks errors already reported as usage text: the binary's main
+// prints nothing more and exits 2.
+var ErrUsage = errors.New("usage")
+
+// ErrInterrupted is a command stopped by SIGINT/SIGTERM before it finished;
+// main exits 130 on it.
+var ErrInterrupted = errors.New("interrupted")
+
+// UsageError is a wrong use of flags found after parsing: main prints it
+// and exits 2.
+type UsageError struct{ Msg string }
+
+func (e UsageError) Error() string { return e.Msg }
+
+// Env bundles what a subcommand may touch of the process, so tests can run
+// subcommands in-process and every subcommand package takes the same thing.
+type Env struct {
+	Getenv func(string) string
+	Stdin  io.Reader
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// UsageOr maps flag parsing errors (already printed by the flag package) to
+// ErrUsage and passes other errors through.
+func UsageOr(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return ErrUsage
+	}
+	return err
+}
+
+// ExitCode is the process exit status for a subcommand's error: 2 for a
+// wrong use (ErrUsage, UsageError), 130 for ErrInterrupted, else 1. It lives
+// here, beside the errors it reads, so main and every subcommand's tests
+// agree on it.
+func ExitCode(err error) int {
+	var ue UsageError
+	switch {
+	case errors.Is(err, ErrUsage), errors.As(err, &ue):
+		return 2
+	case errors.Is(err, ErrInterrupted):
+		return 130
+	}
+	return 1
+}
+
+// SplitList splits a list flag or variable: see CleanList.
+func SplitList(s, sep string) []string {
+	if sep == "" {
+		sep = ","
+	}
+	return CleanList(strings.Split(s, sep))
+}
+
+// CleanList trims every element and drops empty ones, so that
+// "a, b,,c " is [a b c] whether it came from a flag or the environment.
+func CleanList(l []string) []string {
+	var out []string
+	for _, p := range l {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// ResolvePath finds a relative path from the working directory or, failing
+// that, from the repository the binary was built in (bin/..), so that
+// `bin/scorer` works from anywhere after `make`. ORT_LIB's default is
+// absolute already (config.DefaultORTLib): a library is never picked up
+// from the working directory unless ORT_LIB names it.
+func ResolvePath(p string) (string, error) {
+	if filepath.IsAbs(p) {
+		if _, err := os.Stat(p); err != nil {
+			return "", err
+		}
+		return p, nil
+	}
+	candidates := []string{p}
+	if exe, err := os.Executable(); err == nil {
+		candidates = append(candidates, filepath.Join(filepath.Dir(exe), "..", p))
+	}
+	for _, c := range candidates {
+		if _, err := os.Stat(c); err == nil {
+			return filepath.Abs(c)
+		}
+	}
+	_, err := os.Stat(p)
+	return "", err
+}
+
+// Version is the VCS revision (12 hex digits) or module version the binary
+// was built from; "unknown" without build information.
+func Version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			return s.Value[:12]
+		}
+	}
+	return bi.Main.Version
+}
