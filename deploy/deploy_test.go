@@ -36,7 +36,7 @@ const (
 	cudaDockerfile = "docker/Dockerfile.cuda"
 	connectDocker  = "compose/connect/Dockerfile"
 	chartDir       = "helm/scorer"
-	cmdConfig      = "../internal/service/config.go"
+	cmdConfig      = "../internal/config/config.go"
 
 	ortPins = "ort/pins.txt"
 	// kubeVersion passed to helm: a helm built with `go install` (no release ldflags) assumes
@@ -1010,7 +1010,7 @@ func TestHelmChart(t *testing.T) {
 }
 
 // configVars returns the variables the binary reads: design.md's table plus the env tags of
-// internal/service/config.go (which may list variables, such as SASL/TLS, before design.md does).
+// internal/config/config.go (which may list variables, such as SASL/TLS, before design.md does).
 func configVars(t *testing.T, d design) map[string]bool {
 	t.Helper()
 	vars := maps.Clone(d.vars)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/cli"
+	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/model/scorecache"
 	"github.com/scorer/scorer/schema"
@@ -123,7 +124,7 @@ func Run(ctx context.Context, e cli.Env, args []string) error {
 	fs.IntVar(&bf.prodRounds, "production-rounds", 1, "alternating scorer / raw loop rounds per --production-model row; each keeps its best time and worst peak RSS")
 	fs.IntVar(&bf.wholeSentences, "wholeproc-sentences", 4000, "real sentences in the small models' whole-process input (× labels = pairs)")
 	fs.IntVar(&bf.wholeRounds, "wholeproc-rounds", 2, "alternating scorer / raw loop rounds per small-model whole-process row")
-	cfg, err := service.LoadConfig(e.Getenv, fs, args)
+	cfg, err := config.Load(e.Getenv, fs, args)
 	if err != nil {
 		return cli.UsageOr(err)
 	}
@@ -258,7 +259,7 @@ func Run(ctx context.Context, e cli.Env, args []string) error {
 }
 
 // benchModel runs every section for one model folder.
-func benchModel(ctx context.Context, e cli.Env, cfg service.Config, bf benchFlags, log zerolog.Logger, dir string, corpus []corpusLine, several bool, skip map[string]bool, threads, workers, multiples []int) (modelReport, error) {
+func benchModel(ctx context.Context, e cli.Env, cfg config.Config, bf benchFlags, log zerolog.Logger, dir string, corpus []corpusLine, several bool, skip map[string]bool, threads, workers, multiples []int) (modelReport, error) {
 	cfg.ModelDir = dir
 	m, err := service.LoadModel(cfg)
 	if err != nil {
@@ -289,7 +290,7 @@ func benchModel(ctx context.Context, e cli.Env, cfg service.Config, bf benchFlag
 		return mr, fmt.Errorf("pipeline: %w", err)
 	}
 	progress(e, "%s: raw ORT replay of %d batches", m.Name, len(run.rec.batches))
-	rawPairs, rawDur, rawCPU, err := replayRaw(ctx, gpupool.SessionFactory(m, service.SessionConfig(cfg)), run.device, run.workers, run.rec.batches)
+	rawPairs, rawDur, rawCPU, err := replayRaw(ctx, gpupool.SessionFactory(m, config.SessionConfig(cfg)), run.device, run.workers, run.rec.batches)
 	if err != nil {
 		return mr, fmt.Errorf("raw replay: %w", err)
 	}
@@ -309,7 +310,7 @@ func benchModel(ctx context.Context, e cli.Env, cfg service.Config, bf benchFlag
 	tp.OK = tp.Ratio >= tp.Target
 	mr.Throughput = tp
 
-	shapeTokens, shapeRows := service.BatchShape(cfg, run.device.Kind == gpupool.CPU)
+	shapeTokens, shapeRows := config.BatchShape(cfg, run.device.Kind == gpupool.CPU)
 	arrReal, arrPadded := arrivalPadding(run.rec.arrivals, shapeTokens, shapeRows)
 	mr.Padding = paddingResult{Ours: run.stats.PaddingEfficiency(), ArrivalOrder: float64(arrReal) / float64(arrPadded),
 		RealTokens: run.stats.RealTokens, PaddedTokens: run.stats.PaddedTokens, ArrivalPaddedTokens: arrPadded, Target: 0.85}
@@ -381,7 +382,7 @@ func benchModel(ctx context.Context, e cli.Env, cfg service.Config, bf benchFlag
 // benchPerf runs the sections about doing less work per pair for one model
 // folder: CPU batch shapes, the revision workload (not on the large
 // stand-in: its cache behaviour is the small models'), fp32 vs int8.
-func benchPerf(ctx context.Context, e cli.Env, cfg service.Config, bf benchFlags, dir string, corpus []corpusLine, skip map[string]bool, large bool, rows, tokens []int, plans []cpuShape) (perfReport, error) {
+func benchPerf(ctx context.Context, e cli.Env, cfg config.Config, bf benchFlags, dir string, corpus []corpusLine, skip map[string]bool, large bool, rows, tokens []int, plans []cpuShape) (perfReport, error) {
 	cfg.ModelDir, cfg.ModelFile = dir, ""
 	m, err := service.LoadModel(cfg)
 	if err != nil {

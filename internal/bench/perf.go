@@ -13,6 +13,7 @@ import (
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/compare"
+	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/model/scorecache"
@@ -56,11 +57,11 @@ type cpuScorer struct {
 	plain *model.TranscriptScorer // without the cache, for the warm-up
 }
 
-func newCPUScorer(ctx context.Context, cfg service.Config, m *model.Model, s cpuShape, cache *scorecache.Cache) (*cpuScorer, error) {
+func newCPUScorer(ctx context.Context, cfg config.Config, m *model.Model, s cpuShape, cache *scorecache.Cache) (*cpuScorer, error) {
 	popts := []gpupool.Option{gpupool.Mode(gpupool.ModeCPU), gpupool.WorkersPerDevice(s.Workers),
 		gpupool.MaxBatchTokens(s.Tokens), gpupool.MaxBatchRows(s.Rows)}
 	// The service's CPU memory budget, so each shape runs as it would there.
-	mem, _, err := service.CPUMemory(cfg, func() service.MemoryLimit { return service.DetectMemoryLimit("/") })
+	mem, _, err := config.CPUMemory(cfg, func() config.MemoryLimit { return config.DetectMemoryLimit("/") })
 	if err != nil {
 		return nil, err
 	}
@@ -102,9 +103,9 @@ func (cs *cpuScorer) warm(ctx context.Context, ev schema.TranscriptEvent) error 
 func (cs *cpuScorer) close() { _ = cs.pool.Close(context.Background()) }
 
 // defaultCPUShape is what a CPU-only `scorer run` would use with cfg.
-func defaultCPUShape(cfg service.Config) cpuShape {
-	workers, threads := service.CPUPlan(cfg)
-	tokens, rows := service.BatchShape(cfg, true)
+func defaultCPUShape(cfg config.Config) cpuShape {
+	workers, threads := config.CPUPlan(cfg)
+	tokens, rows := config.BatchShape(cfg, true)
 	return cpuShape{Rows: rows, Tokens: tokens, Workers: workers, Threads: threads}
 }
 
@@ -112,7 +113,7 @@ func defaultCPUShape(cfg service.Config) cpuShape {
 // the same events in interleaved rounds, keeping each setting's best round
 // by wall time and by CPU time (a burst from another tenant then spoils
 // one round, not a setting).
-func runShapes(ctx context.Context, cfg service.Config, m *model.Model, evs []schema.TranscriptEvent, rows, tokens []int, plans []cpuShape, rounds int) ([]shapePoint, error) {
+func runShapes(ctx context.Context, cfg config.Config, m *model.Model, evs []schema.TranscriptEvent, rows, tokens []int, plans []cpuShape, rounds int) ([]shapePoint, error) {
 	var out []shapePoint
 	for round := range rounds {
 		i := 0
@@ -140,7 +141,7 @@ func runShapes(ctx context.Context, cfg service.Config, m *model.Model, evs []sc
 
 // timeShape scores evs[1:] in one call (the engine sees every pair at
 // once, as under a backlog) after a warm-up on evs[0].
-func timeShape(ctx context.Context, cfg service.Config, m *model.Model, evs []schema.TranscriptEvent, s cpuShape) (shapePoint, error) {
+func timeShape(ctx context.Context, cfg config.Config, m *model.Model, evs []schema.TranscriptEvent, s cpuShape) (shapePoint, error) {
 	cs, err := newCPUScorer(ctx, cfg, m, s, nil)
 	if err != nil {
 		return shapePoint{}, err
@@ -267,7 +268,7 @@ func editSentence(s string, v int) string {
 // runRevision scores the workload through a CPU pool, chunk transcripts
 // per call as the consumer batches them: cache off and on at capBytes in
 // alternating rounds (each keeps its best), then once at cappedBytes.
-func runRevision(ctx context.Context, cfg service.Config, m *model.Model, evs []schema.TranscriptEvent, versions int, share float64, capBytes, cappedBytes int64, rounds int) (*revisionResult, error) {
+func runRevision(ctx context.Context, cfg config.Config, m *model.Model, evs []schema.TranscriptEvent, versions int, share float64, capBytes, cappedBytes int64, rounds int) (*revisionResult, error) {
 	work := revisionWorkload(evs, versions, share)
 	r := &revisionResult{Transcripts: len(evs), Versions: versions, EditShare: share, CacheCapBytes: capBytes,
 		CappedCapBytes: cappedBytes, SavedTarget: 0.60, SpeedupTarget: 2.5}
@@ -376,7 +377,7 @@ const int8File = "onnx/model_quantized.onnx"
 // the default shape, alternating over rounds (each keeps its best), and
 // compares their scores with internal/compare. It returns nil when the
 // folder has no int8 file.
-func runInt8(ctx context.Context, cfg service.Config, dir string, evs []schema.TranscriptEvent, rounds int) (*int8Result, error) {
+func runInt8(ctx context.Context, cfg config.Config, dir string, evs []schema.TranscriptEvent, rounds int) (*int8Result, error) {
 	if _, err := os.Stat(filepath.Join(dir, int8File)); err != nil {
 		return nil, nil
 	}

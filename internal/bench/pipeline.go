@@ -18,6 +18,7 @@ import (
 
 	"github.com/scorer/scorer/consumer"
 	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/producer"
@@ -167,8 +168,8 @@ func (s *ackSink) DeadLetter(ctx context.Context, dls []schema.DeadLetter) error
 
 // newBenchPool builds the pool through the same NewPool and session config
 // as OpenScoring, except that each engine is wrapped to record its batches.
-func newBenchPool(ctx context.Context, cfg service.Config, m *model.Model, log zerolog.Logger, reg prometheus.Registerer, rec *batchRecorder) (*gpupool.Pool, func(), error) {
-	inner := gpupool.SessionFactory(m, service.SessionConfig(cfg))
+func newBenchPool(ctx context.Context, cfg config.Config, m *model.Model, log zerolog.Logger, reg prometheus.Registerer, rec *batchRecorder) (*gpupool.Pool, func(), error) {
+	inner := gpupool.SessionFactory(m, config.SessionConfig(cfg))
 	factory := func(d gpupool.Device) (gpupool.Engine, error) {
 		e, err := inner(d)
 		if err != nil || rec == nil {
@@ -208,7 +209,7 @@ type pipelineRun struct {
 // TranscriptScorer, consumer and producer wired as Run wires them —
 // against `scorer broker` in a child process, produces the records and waits
 // until every one is acknowledged on the output topic.
-func runPipeline(ctx context.Context, cfg service.Config, m *model.Model, log zerolog.Logger, o pipelineOpts) (*pipelineRun, error) {
+func runPipeline(ctx context.Context, cfg config.Config, m *model.Model, log zerolog.Logger, o pipelineOpts) (*pipelineRun, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	broker, addr, err := startBrokerChild(ctx, cfg.InputPartitions)
@@ -217,7 +218,7 @@ func runPipeline(ctx context.Context, cfg service.Config, m *model.Model, log ze
 	}
 	defer broker.stop(2 * time.Second)
 	cfg.KafkaBrokers = []string{addr}
-	sec, err := service.NewKafkaSecurity(&cfg)
+	sec, err := config.NewKafkaSecurity(&cfg)
 	if err != nil {
 		return nil, err
 	}

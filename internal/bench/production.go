@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/scorer/scorer/internal/cli"
+	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/service"
 )
 
@@ -26,7 +27,7 @@ type productionCheck struct {
 // benchWholeProcess runs the whole-process comparison on the small model
 // folders (typical input) and on --production-model (fp32 and int8, typical
 // and long inputs, start-up), and derives the production checks.
-func benchWholeProcess(ctx context.Context, e cli.Env, cfg service.Config, bf benchFlags, corpus []corpusLine, dirs []string, skip map[string]bool, rep *benchReport) error {
+func benchWholeProcess(ctx context.Context, e cli.Env, cfg config.Config, bf benchFlags, corpus []corpusLine, dirs []string, skip map[string]bool, rep *benchReport) error {
 	small := !skip["wholeproc"]
 	prod := bf.prodModel != "" && !skip["production"]
 	if !small && !prod {

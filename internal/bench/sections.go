@@ -12,6 +12,7 @@ import (
 
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/cli"
+	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
@@ -62,7 +63,7 @@ type scalingPoint struct {
 // tokenization included, no Kafka) at each threads × workers setting. Kafka
 // is left out because it does not change with these settings and would only
 // add noise and minutes.
-func runScaling(ctx context.Context, cfg service.Config, m *model.Model, evs []schema.TranscriptEvent, threads, workers []int, rounds int) ([]scalingPoint, error) {
+func runScaling(ctx context.Context, cfg config.Config, m *model.Model, evs []schema.TranscriptEvent, threads, workers []int, rounds int) ([]scalingPoint, error) {
 	lc := model.LabelConfig{Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold}
 	var out []scalingPoint
 	// Settings are measured in interleaved rounds and each keeps its best
@@ -72,7 +73,7 @@ func runScaling(ctx context.Context, cfg service.Config, m *model.Model, evs []s
 		i := 0
 		for _, t := range threads {
 			for _, w := range workers {
-				tokens, rows := service.BatchShape(cfg, true)
+				tokens, rows := config.BatchShape(cfg, true)
 				pool, err := gpupool.New(ctx, gpupool.SessionFactory(m, gpupool.SessionConfig{IntraOpThreads: t}),
 					gpupool.Mode(gpupool.ModeCPU), gpupool.WorkersPerDevice(w),
 					gpupool.MaxBatchTokens(tokens), gpupool.MaxBatchRows(rows))
@@ -126,7 +127,7 @@ type memoryPoint struct {
 // then runs `scorer run` (another child) against it for a fixed time and
 // reads its VmHWM. The backlog is in the topic before the scorer starts, so
 // an unbounded fetch would show up as RSS growing with the backlog.
-func runMemory(ctx context.Context, cfg service.Config, modelDir string, corpus []corpusLine, backlog, multiple int, d time.Duration) (memoryPoint, error) {
+func runMemory(ctx context.Context, cfg config.Config, modelDir string, corpus []corpusLine, backlog, multiple int, d time.Duration) (memoryPoint, error) {
 	mp := memoryPoint{Multiple: multiple, Backlog: backlog}
 	broker, addr, err := startBrokerChild(ctx, cfg.InputPartitions)
 	if err != nil {

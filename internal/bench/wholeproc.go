@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/scorer/scorer/internal/cli"
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
 )
@@ -226,7 +226,7 @@ type wholeProcOpts struct {
 	startup       bool
 	startupInput  string
 	workDir       string
-	cfg           service.Config
+	cfg           config.Config
 	m             *model.Model
 	progressLabel string
 }

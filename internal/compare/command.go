@@ -13,6 +13,7 @@ import (
 
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/cli"
+	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
@@ -41,7 +42,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	minAgree := fs.Float64("min-agreement", 0.99, "exit 1 when any label's decision agreement at THRESHOLD is below this (0 to 1)")
 	flips := fs.Int("flips", 5, "flipped sentences to list")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	cfg, err := service.LoadConfig(e.Getenv, fs, args)
+	cfg, err := config.Load(e.Getenv, fs, args)
 	if err != nil {
 		return cli.UsageOr(err)
 	}
@@ -55,7 +56,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	sides := [2]service.Config{cfg, cfg}
+	sides := [2]config.Config{cfg, cfg}
 	for i, s := range []struct{ dir, file, dev, enc *string }{{a, aFile, aDev, aEnc}, {b, bFile, bDev, bEnc}} {
 		if *s.dir != "" {
 			sides[i].ModelDir = *s.dir
@@ -130,12 +131,12 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 
 // compareSide opens one side's scoring stack, scores the sample and closes
 // the stack again.
-func compareSide(ctx context.Context, cfg service.Config, log zerolog.Logger, events []schema.TranscriptEvent) (Run, error) {
+func compareSide(ctx context.Context, cfg config.Config, log zerolog.Logger, events []schema.TranscriptEvent) (Run, error) {
 	m, err := service.LoadModel(cfg)
 	if err != nil {
 		return Run{}, err
 	}
-	pool, closeNVML, err := service.NewPool(ctx, cfg, m, log, nil, gpupool.SessionFactory(m, service.SessionConfig(cfg)))
+	pool, closeNVML, err := service.NewPool(ctx, cfg, m, log, nil, gpupool.SessionFactory(m, config.SessionConfig(cfg)))
 	if err != nil {
 		return Run{}, err
 	}

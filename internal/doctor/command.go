@@ -9,6 +9,7 @@ import (
 
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/cli"
+	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/service"
 )
 
@@ -21,7 +22,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	fs.SetOutput(e.Stderr)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	duration := fs.Duration("duration", 3*time.Second, "length of each device's throughput run")
-	cfg, err := service.LoadConfig(e.Getenv, fs, args)
+	cfg, err := config.Load(e.Getenv, fs, args)
 	if err != nil {
 		return cli.UsageOr(err)
 	}
@@ -37,7 +38,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("doctor: ORT_LIB: %w (run `make` to fetch ONNX Runtime, or point ORT_LIB at libonnxruntime.so.1)", err)
 	}
-	lo, err := service.ModelOptions(cfg)
+	lo, err := config.ModelOptions(cfg)
 	if err != nil {
 		return fmt.Errorf("doctor: %w", err)
 	}
@@ -49,7 +50,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("GPU_MEM_LIMIT: %w", err)
 	}
-	workers, threads := service.CPUPlan(cfg)
+	workers, threads := config.CPUPlan(cfg)
 	if devMode != gpupool.ModeCPU {
 		service.PCIBusOrder(log) // as the service does, so the mapping shown is the one it uses
 	}

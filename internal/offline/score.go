@@ -22,6 +22,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/scorer/scorer/internal/cli"
+	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/schema"
 )
@@ -48,7 +49,7 @@ func Run(ctx context.Context, e cli.Env, args []string) error {
 	chunk := fs.Int("chunk", 8, "transcripts per scoring call; two calls are in flight so reading overlaps scoring")
 	progress := fs.String("progress", "auto", "progress bar on stderr: auto (when a terminal), on, off")
 	resume := fs.Bool("resume", false, "keep completed transcripts in <out>.partial (durable as they complete) with the settings that scored them; a later --resume run with the same settings skips them and appends the rest, and makes --out at the end")
-	cfg, err := service.LoadConfig(e.Getenv, fs, args)
+	cfg, err := config.Load(e.Getenv, fs, args)
 	if err != nil {
 		return cli.UsageOr(err)
 	}

@@ -31,6 +31,7 @@ import (
 
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/cli"
+	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/model"
 )
@@ -186,7 +187,7 @@ func benchCommand(ctx context.Context, e cli.Env, args []string) error {
 	budgets := fs.String("tokens", "8192,32768,131072", "rows × length budgets per batch; rows = budget / length")
 	maxRows := fs.Int("max-rows", 2048, "cap on rows per batch")
 	seconds := fs.Duration("time", 2*time.Second, "timed runs per shape")
-	cfg, err := service.LoadConfig(e.Getenv, fs, args)
+	cfg, err := config.Load(e.Getenv, fs, args)
 	if err != nil {
 		return cli.UsageOr(err)
 	}
@@ -308,7 +309,7 @@ func benchCommand(ctx context.Context, e cli.Env, args []string) error {
 
 // open starts ONNX Runtime, loads the configured model and opens NVML;
 // closeAll undoes all three.
-func open(ctx context.Context, cfg service.Config) (*model.Model, gpupool.Probe, func(), error) {
+func open(ctx context.Context, cfg config.Config) (*model.Model, gpupool.Probe, func(), error) {
 	shutdown, err := service.InitORT(cfg.ORTLib)
 	if err != nil {
 		return nil, nil, nil, err

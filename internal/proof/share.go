@@ -14,6 +14,7 @@ import (
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/compare"
+	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
@@ -52,7 +53,7 @@ func shareCommand(ctx context.Context, e cli.Env, args []string) error {
 	in := fs.String("in", "", "TranscriptEvent JSONL (required)")
 	limit := fs.Int("limit", 50, "transcripts to score")
 	name := fs.String("name", "scorer", "this scorer's name in the report")
-	cfg, err := service.LoadConfig(e.Getenv, fs, args)
+	cfg, err := config.Load(e.Getenv, fs, args)
 	if err != nil {
 		return cli.UsageOr(err)
 	}
@@ -95,7 +96,7 @@ func shareCommand(ctx context.Context, e cli.Env, args []string) error {
 		}
 	})
 	log := zerolog.New(e.Stderr).With().Timestamp().Str("scorer", *name).Logger().Level(zerolog.WarnLevel)
-	pool, closePool, err := service.NewPool(ctx, cfg, m, log, nil, gpupool.SessionFactory(m, service.SessionConfig(cfg)))
+	pool, closePool, err := service.NewPool(ctx, cfg, m, log, nil, gpupool.SessionFactory(m, config.SessionConfig(cfg)))
 	if err != nil {
 		close(stop)
 		wg.Wait()

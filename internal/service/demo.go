@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -24,8 +25,8 @@ import (
 type demoOptions struct {
 	file  string
 	limit int
-	cfg   Config
-	sec   KafkaSecurity
+	cfg   config.Config
+	sec   config.KafkaSecurity
 	out   io.Writer
 	stack *ScoringStack
 }

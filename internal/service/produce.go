@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/scorer/scorer/internal/cli"
+	"github.com/scorer/scorer/internal/config"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -35,14 +36,14 @@ func RunProduce(ctx context.Context, e cli.Env, args []string) error {
 	}
 	// TLS and SASL come from the same KAFKA_TLS* and KAFKA_SASL* variables
 	// as `scorer run`, so a secured cluster is loaded with the scorer's env.
-	cfg, err := ConfigFromEnv(e.Getenv)
+	cfg, err := config.FromEnv(e.Getenv)
 	if err != nil {
 		return fmt.Errorf("produce: %w", err)
 	}
-	if err := errors.Join(cfg.kafkaSecurityErrors()...); err != nil {
-		return fmt.Errorf("produce: config: %w", err)
+	if err := cfg.ValidateKafkaSecurity(); err != nil {
+		return fmt.Errorf("produce: %w", err)
 	}
-	sec, err := NewKafkaSecurity(&cfg)
+	sec, err := config.NewKafkaSecurity(&cfg)
 	if err != nil {
 		return fmt.Errorf("produce: %w", err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/scorer/scorer/consumer"
 	"github.com/scorer/scorer/internal/cli"
+	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/producer"
 )
 
@@ -27,7 +28,7 @@ func Run(ctx context.Context, e cli.Env, args []string) error {
 	brokerAddr := fs.String("broker-addr", "127.0.0.1:9092", "listen address of the in-memory broker when KAFKA_BROKERS=embedded (falls back to a free port when taken)")
 	demoFile := fs.String("demo-file", "", "after start-up, load this TranscriptEvent JSONL into the input topic and print a summary once all are handled (scored or dead-lettered)")
 	demoLimit := fs.Int("demo-limit", 0, "load at most this many transcripts from --demo-file; 0 = all")
-	cfg, err := LoadConfig(e.Getenv, fs, args)
+	cfg, err := config.Load(e.Getenv, fs, args)
 	if err != nil {
 		return cli.UsageOr(err)
 	}
@@ -73,7 +74,7 @@ func Run(ctx context.Context, e cli.Env, args []string) error {
 		log.Warn().Str("addr", addr).
 			Msgf("KAFKA_BROKERS=embedded: started an in-memory Kafka broker at %s; data is NOT durable and is lost at exit, and nothing outside this process reads or writes it unless pointed at it (kcat -b %s -L)", addr, addr)
 	}
-	sec, err := NewKafkaSecurity(&cfg)
+	sec, err := config.NewKafkaSecurity(&cfg)
 	if err != nil {
 		return err
 	}

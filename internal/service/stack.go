@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/cli"
+	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/model/scorecache"
 	"github.com/scorer/scorer/schema"
@@ -36,7 +36,7 @@ type ScoringStack struct {
 
 // OpenScoring starts the stack in dependency order: ORT environment, model,
 // NVML, pool (sessions per device), transcript scorer.
-func OpenScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg prometheus.Registerer) (_ *ScoringStack, err error) {
+func OpenScoring(ctx context.Context, cfg config.Config, log zerolog.Logger, reg prometheus.Registerer) (_ *ScoringStack, err error) {
 	s := &ScoringStack{}
 	defer func() {
 		if err != nil {
@@ -67,7 +67,7 @@ func OpenScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg promet
 		Strs("labels", m.ID2Label).Int("entailment_index", m.EntailmentIndex).Int("max_length", m.MaxLength).
 		Str("score_mode", string(m.ScoreMode)).Str("pair_encoding", string(m.PairEncoding)).Msg("model loaded")
 
-	pool, closeNVML, err := NewPool(ctx, cfg, m, log, reg, gpupool.SessionFactory(m, SessionConfig(cfg)))
+	pool, closeNVML, err := NewPool(ctx, cfg, m, log, reg, gpupool.SessionFactory(m, config.SessionConfig(cfg)))
 	if err != nil {
 		return nil, err
 	}
@@ -114,82 +114,18 @@ func OpenScoring(ctx context.Context, cfg Config, log zerolog.Logger, reg promet
 }
 
 // LoadModel loads MODEL_DIR with the scoring options from cfg.
-func LoadModel(cfg Config) (*model.Model, error) {
-	lo, err := ModelOptions(cfg)
+func LoadModel(cfg config.Config) (*model.Model, error) {
+	lo, err := config.ModelOptions(cfg)
 	if err != nil {
 		return nil, err
 	}
 	return model.Load(lo)
 }
 
-// ModelOptions is how cfg becomes model.LoadOptions: MODEL_DIR resolved,
-// MODEL_FILE, SCORE_MODE, ENTAILMENT_INDEX, PAIR_ENCODING and
-// PAIR_SEPARATOR. Every subcommand that loads a model goes through it, so
-// none can score with a setting the others ignore.
-func ModelOptions(cfg Config) (model.LoadOptions, error) {
-	dir, err := cli.ResolvePath(cfg.ModelDir)
-	if err != nil {
-		return model.LoadOptions{}, fmt.Errorf("MODEL_DIR: %w", err)
-	}
-	mode, err := model.ParseScoreMode(cfg.ScoreMode)
-	if err != nil {
-		return model.LoadOptions{}, err
-	}
-	enc, err := model.ParsePairEncoding(cfg.PairEncoding)
-	if err != nil {
-		return model.LoadOptions{}, err
-	}
-	lo := model.LoadOptions{Dir: dir, ONNXFile: cfg.ModelFile, ScoreMode: mode, PairEncoding: enc, PairSeparator: cfg.PairSeparator}
-	if cfg.EntailmentIndex >= 0 {
-		idx := cfg.EntailmentIndex
-		lo.EntailmentIndex = &idx
-	}
-	return lo, nil
-}
-
-// CPUPlan splits the machine's cores between CPU workers and ORT intra-op
-// threads. By default every worker gets one thread and there are as many
-// workers as cores (up to 4): on the small models, two single-threaded runs
-// side by side scored 10–19% more pairs/s than one run on two threads for
-// nli-unigram-small, and −4% to +15% for nli-wordpiece-small (make bench,
-// CPU scaling, docs/benchmarks.md). An explicit WORKERS or CPU_THREADS takes the cores it
-// leaves to the other.
-func CPUPlan(cfg Config) (workers, threads int) {
-	// GOMAXPROCS, not NumCPU: since Go 1.25 it follows the container's CPU
-	// limit, which is what the pod may really use.
-	n := runtime.GOMAXPROCS(0)
-	workers, threads = cfg.Workers, cfg.CPUThreads
-	switch {
-	case workers == 0 && threads == 0:
-		workers = min(n, 4)
-		threads = max(1, n/workers)
-	case workers == 0:
-		workers = max(1, n/threads)
-	case threads == 0:
-		threads = max(1, n/workers)
-	}
-	return workers, threads
-}
-
-// SessionConfig is how the pool's sessions are built from Config. The CUDA
-// arena's gpu_mem_limit sits gpupool.DefaultGPUMemMargin below
-// GPU_MEM_FRACTION × total, the pool's admission limit: NVML's used memory
-// also counts the CUDA context and cuBLAS/cuDNN workspaces, and an arena
-// allowed to reach the admission limit itself would keep used memory above
-// it for good.
-// GPU_MEM_LIMIT, when set, lowers the cap to this process's budget the same
-// way, so scorers sharing a GPU cannot grow into each other's share.
-func SessionConfig(cfg Config) gpupool.SessionConfig {
-	_, threads := CPUPlan(cfg)
-	budget, _ := gpupool.ParseMemLimit(cfg.GPUMemLimit) // NewPool refuses a bad value before any session opens
-	return gpupool.SessionConfig{IntraOpThreads: threads, GPUMemFraction: cfg.GPUMemFraction,
-		GPUMemMargin: gpupool.DefaultGPUMemMargin, GPUMemBudget: budget, TF32: cfg.GPUTF32}
-}
-
 // NewPool starts NVML (unless DEVICE=cpu) and the device pool over factory.
 // The returned func shuts NVML down after the pool is closed. The bench
 // passes a factory that records batch shapes; everything else is shared.
-func NewPool(ctx context.Context, cfg Config, m *model.Model, log zerolog.Logger, reg prometheus.Registerer, factory gpupool.EngineFactory) (*gpupool.Pool, func(), error) {
+func NewPool(ctx context.Context, cfg config.Config, m *model.Model, log zerolog.Logger, reg prometheus.Registerer, factory gpupool.EngineFactory) (*gpupool.Pool, func(), error) {
 	devMode, err := gpupool.ParseDeviceMode(cfg.Device)
 	if err != nil {
 		return nil, nil, err
@@ -215,7 +151,7 @@ func NewPool(ctx context.Context, cfg Config, m *model.Model, log zerolog.Logger
 	if cfg.Workers > 0 {
 		opts = append(opts, gpupool.WorkersPerDevice(cfg.Workers))
 	}
-	cpuWorkers, _ := CPUPlan(cfg)
+	cpuWorkers, _ := config.CPUPlan(cfg)
 	opts = append(opts, gpupool.CPUWorkers(cpuWorkers))
 	closeNVML := func() {}
 	var probe gpupool.Probe
@@ -238,9 +174,9 @@ func NewPool(ctx context.Context, cfg Config, m *model.Model, log zerolog.Logger
 			log.Debug().Err(perr).Msg("NVML unavailable")
 		}
 	}
-	tokens, rows := BatchShape(cfg, probe == nil)
+	tokens, rows := config.BatchShape(cfg, probe == nil)
 	opts = append(opts, gpupool.MaxBatchTokens(tokens), gpupool.MaxBatchRows(rows))
-	cpuMem, lim, err := CPUMemory(cfg, func() MemoryLimit { return DetectMemoryLimit("/") })
+	cpuMem, lim, err := config.CPUMemory(cfg, func() config.MemoryLimit { return config.DetectMemoryLimit("/") })
 	if err != nil {
 		closeNVML()
 		return nil, nil, err

@@ -1,4 +1,4 @@
-package service
+package config
 
 import (
 	"flag"
@@ -11,18 +11,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/testenv"
-	"github.com/scorer/scorer/producer"
 )
 
 func parseConfig(t *testing.T, environ map[string]string, args ...string) (Config, error) {
 	t.Helper()
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	return LoadConfig(func(k string) string { return environ[k] }, fs, args)
+	return Load(func(k string) string { return environ[k] }, fs, args)
 }
 
 func TestConfigDefaults(t *testing.T) {
@@ -200,7 +197,7 @@ func TestReadmeDocumentsEveryVariable(t *testing.T) {
 func TestSecretsAreRedactedInFlagDefaults(t *testing.T) {
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	_, err := LoadConfig(func(k string) string {
+	_, err := Load(func(k string) string {
 		if k == "KAFKA_SASL_PASSWORD" {
 			return "hunter2"
 		}
@@ -272,9 +269,6 @@ func TestDefaultORTLibIgnoresWorkingDirectory(t *testing.T) {
 			t.Fatalf("the default ORT_LIB resolved to %s, the working directory's planted file", lib)
 		}
 	}
-	if _, err := InitORT(cfg.ORTLib); err == nil || !strings.Contains(err.Error(), "ORT_LIB") {
-		t.Errorf("InitORT(default) = %v, want an ORT_LIB error (nothing beside the test binary)", err)
-	}
 }
 
 // TestConfigModelFileStaysInModelDir: MODEL_FILE names a graph inside
@@ -289,35 +283,6 @@ func TestConfigModelFileStaysInModelDir(t *testing.T) {
 	for _, good := range []string{"model.onnx", "onnx/model_quantized.onnx", "./onnx/../model.onnx"} {
 		if _, err := parseConfig(t, map[string]string{"MODEL_FILE": good}); err != nil {
 			t.Errorf("MODEL_FILE=%s: %v", good, err)
-		}
-	}
-}
-
-// TestTopicPlanFitsKafkaDefault: the limits docs/operating.md suggests for
-// a cluster that keeps Kafka's default max.message.bytes pass the start-up
-// check; the defaults do not, and say what would.
-func TestTopicPlanFitsKafkaDefault(t *testing.T) {
-	const kafkaDefault = 1048588
-	for _, tc := range []struct {
-		env  map[string]string
-		fits bool
-	}{
-		{map[string]string{"MAX_MESSAGE_BYTES": "65536", "MAX_SENTENCES": "2000"}, true},
-		{nil, false},
-	} {
-		cfg, err := parseConfig(t, tc.env)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pc := producer.Config{Brokers: []string{"b"}, Topic: cfg.OutputTopic, DLQTopic: cfg.DLQTopic, Format: cfg.OutputFormat}
-		plan, err := planTopics(cfg, pc, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		limits := map[string]int64{cfg.OutputTopic: kafkaDefault, cfg.DLQTopic: kafkaDefault}
-		err = checkTopicLimits(cfg, pc, plan, limits, zerolog.Nop())
-		if (err == nil) != tc.fits {
-			t.Errorf("%v on 1 MiB topics: %v, want fits=%v", tc.env, err, tc.fits)
 		}
 	}
 }

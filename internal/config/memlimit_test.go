@@ -1,4 +1,4 @@
-package service
+package config
 
 import (
 	"os"
@@ -71,7 +71,7 @@ func TestDetectMemoryLimit(t *testing.T) {
 func TestCPUMemoryConfig(t *testing.T) {
 	detect := func() MemoryLimit { return MemoryLimit{8 << 30, "cgroup v2 memory.max"} }
 	base := func(set func(*Config)) Config {
-		c, err := ConfigFromEnv(func(string) string { return "" })
+		c, err := FromEnv(func(string) string { return "" })
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-package service
+package config
 
 import (
 	"errors"
@@ -91,10 +91,10 @@ type Config struct {
 	LogFormat            string        `env:"LOG_FORMAT" envDefault:"auto" help:"json, console, or auto (console on a terminal)"`
 }
 
-// LoadConfig reads the environment through getenv, then applies flags from
+// Load reads the environment through getenv, then applies flags from
 // args over it, then validates. It returns the remaining positional args.
-func LoadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Config, error) {
-	cfg, err := ConfigFromEnv(getenv)
+func Load(getenv func(string) string, fs *flag.FlagSet, args []string) (Config, error) {
+	cfg, err := FromEnv(getenv)
 	if err != nil {
 		return Config{}, err
 	}
@@ -109,10 +109,10 @@ func LoadConfig(getenv func(string) string, fs *flag.FlagSet, args []string) (Co
 	return cfg, nil
 }
 
-// ConfigFromEnv reads the environment through getenv alone, without flags
+// FromEnv reads the environment through getenv alone, without flags
 // or validation. List variables are split the way their flags are: every
 // element trimmed, empty elements dropped (the env library keeps spaces).
-func ConfigFromEnv(getenv func(string) string) (Config, error) {
+func FromEnv(getenv func(string) string) (Config, error) {
 	environ := map[string]string{}
 	for _, name := range envNames(reflect.TypeFor[Config]()) {
 		if v := getenv(name); v != "" {
@@ -169,7 +169,7 @@ func checkoutRoot() string {
 	return filepath.Join(filepath.Dir(exe), "..")
 }
 
-// Validate checks ranges and combinations LoadConfig cannot see field by
+// Validate checks ranges and combinations Load cannot see field by
 // field; compare calls it again on each side after overriding the model.
 func (c *Config) Validate() error {
 	errs := c.kafkaSecurityErrors()
@@ -222,6 +222,15 @@ func (c *Config) Validate() error {
 		check(strings.TrimSpace(l) != "", "LABELS must not contain an empty label")
 	}
 	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	return nil
+}
+
+// ValidateKafkaSecurity checks the KAFKA_TLS* and KAFKA_SASL* variables
+// alone, for `scorer produce`, which reads no other setting of Config.
+func (c *Config) ValidateKafkaSecurity() error {
+	if err := errors.Join(c.kafkaSecurityErrors()...); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
 	return nil
