@@ -28,7 +28,7 @@ import (
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/config"
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model/scorecache"
 	"github.com/scorer/scorer/schema"
 )
@@ -170,7 +170,7 @@ func Run(ctx context.Context, e cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	shutdownORT, err := service.InitORT(cfg.ORTLib)
+	shutdownORT, err := scoring.InitORT(cfg.ORTLib)
 	if err != nil {
 		return err
 	}
@@ -261,7 +261,7 @@ func Run(ctx context.Context, e cli.Env, args []string) error {
 // benchModel runs every section for one model folder.
 func benchModel(ctx context.Context, e cli.Env, cfg config.Config, bf benchFlags, log zerolog.Logger, dir string, corpus []corpusLine, several bool, skip map[string]bool, threads, workers, multiples []int) (modelReport, error) {
 	cfg.ModelDir = dir
-	m, err := service.LoadModel(cfg)
+	m, err := scoring.LoadModel(cfg)
 	if err != nil {
 		return modelReport{}, err
 	}
@@ -384,7 +384,7 @@ func benchModel(ctx context.Context, e cli.Env, cfg config.Config, bf benchFlags
 // stand-in: its cache behaviour is the small models'), fp32 vs int8.
 func benchPerf(ctx context.Context, e cli.Env, cfg config.Config, bf benchFlags, dir string, corpus []corpusLine, skip map[string]bool, large bool, rows, tokens []int, plans []cpuShape) (perfReport, error) {
 	cfg.ModelDir, cfg.ModelFile = dir, ""
-	m, err := service.LoadModel(cfg)
+	m, err := scoring.LoadModel(cfg)
 	if err != nil {
 		return perfReport{}, err
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/compare"
 	"github.com/scorer/scorer/internal/config"
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/model/scorecache"
 	"github.com/scorer/scorer/schema"
@@ -386,7 +386,7 @@ func runInt8(ctx context.Context, cfg config.Config, dir string, evs []schema.Tr
 		for i, file := range []string{"model.onnx", int8File} {
 			c := cfg
 			c.ModelDir, c.ModelFile = dir, file
-			m, err := service.LoadModel(c)
+			m, err := scoring.LoadModel(c)
 			if err != nil {
 				return nil, err
 			}

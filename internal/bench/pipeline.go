@@ -19,6 +19,7 @@ import (
 	"github.com/scorer/scorer/consumer"
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/producer"
@@ -167,7 +168,7 @@ func (s *ackSink) DeadLetter(ctx context.Context, dls []schema.DeadLetter) error
 }
 
 // newBenchPool builds the pool through the same NewPool and session config
-// as OpenScoring, except that each engine is wrapped to record its batches.
+// as Open, except that each engine is wrapped to record its batches.
 func newBenchPool(ctx context.Context, cfg config.Config, m *model.Model, log zerolog.Logger, reg prometheus.Registerer, rec *batchRecorder) (*gpupool.Pool, func(), error) {
 	inner := gpupool.SessionFactory(m, config.SessionConfig(cfg))
 	factory := func(d gpupool.Device) (gpupool.Engine, error) {
@@ -177,7 +178,7 @@ func newBenchPool(ctx context.Context, cfg config.Config, m *model.Model, log ze
 		}
 		return recordingEngine{Engine: e, rec: rec, maxLength: m.MaxLength}, nil
 	}
-	return service.NewPool(ctx, cfg, m, log, reg, factory)
+	return scoring.NewPool(ctx, cfg, m, log, reg, factory)
 }
 
 // pipelineOpts says what one pipeline run produces and how.

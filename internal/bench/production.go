@@ -12,7 +12,7 @@ import (
 
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/config"
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/scoring"
 )
 
 // productionCheck is one of issue 25's targets on the production-size
@@ -73,7 +73,7 @@ func benchWholeProcess(ctx context.Context, e cli.Env, cfg config.Config, bf ben
 		}
 		c := cfg
 		c.ModelDir, c.ModelFile = dir, ""
-		m, err := service.LoadModel(c)
+		m, err := scoring.LoadModel(c)
 		if err != nil {
 			return err
 		}

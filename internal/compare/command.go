@@ -14,7 +14,7 @@ import (
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/config"
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
 )
@@ -92,7 +92,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 		return err
 	}
 
-	shutdownORT, err := service.InitORT(cfg.ORTLib)
+	shutdownORT, err := scoring.InitORT(cfg.ORTLib)
 	if err != nil {
 		return err
 	}
@@ -132,11 +132,11 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 // compareSide opens one side's scoring stack, scores the sample and closes
 // the stack again.
 func compareSide(ctx context.Context, cfg config.Config, log zerolog.Logger, events []schema.TranscriptEvent) (Run, error) {
-	m, err := service.LoadModel(cfg)
+	m, err := scoring.LoadModel(cfg)
 	if err != nil {
 		return Run{}, err
 	}
-	pool, closeNVML, err := service.NewPool(ctx, cfg, m, log, nil, gpupool.SessionFactory(m, config.SessionConfig(cfg)))
+	pool, closeNVML, err := scoring.NewPool(ctx, cfg, m, log, nil, gpupool.SessionFactory(m, config.SessionConfig(cfg)))
 	if err != nil {
 		return Run{}, err
 	}

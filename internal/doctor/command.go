@@ -10,7 +10,7 @@ import (
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/config"
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/scoring"
 )
 
 // Command is `scorer doctor`: it parses the service's configuration plus
@@ -52,7 +52,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	}
 	workers, threads := config.CPUPlan(cfg)
 	if devMode != gpupool.ModeCPU {
-		service.PCIBusOrder(log) // as the service does, so the mapping shown is the one it uses
+		scoring.PCIBusOrder(log) // as the service does, so the mapping shown is the one it uses
 	}
 	rep, err := Run(ctx, Options{
 		ORTLib: lib, Model: lo, Device: devMode, GPUIDs: cfg.GPUIDs,

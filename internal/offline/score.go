@@ -1,7 +1,7 @@
 // Package offline is `scorer score`: TranscriptEvents in (JSONL, or
 // Parquet tables as the Spark job read them), ScoredTranscripts out (JSONL,
 // or Parquet rows for the table the job wrote), through the same model and
-// pool as the service (service.OpenScoring) but with no Kafka. It writes
+// pool as the service (scoring.Open) but with no Kafka. It writes
 // --out atomically, or resumably with --resume.
 package offline
 
@@ -23,7 +23,7 @@ import (
 
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/config"
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -84,7 +84,7 @@ func Run(ctx context.Context, e cli.Env, args []string) error {
 		defer outFile.abort() // a no-op after commit; covers every failure
 	}
 
-	stack, err := service.OpenScoring(ctx, cfg, log, nil)
+	stack, err := scoring.Open(ctx, cfg, log, nil)
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("score: %w", cli.ErrInterrupted)
@@ -163,7 +163,7 @@ func Run(ctx context.Context, e cli.Env, args []string) error {
 // scoreJob is one `scorer score` run: a reader that decodes records into
 // chunks, up to two chunks scoring at once, and a writer that keeps order.
 type scoreJob struct {
-	stack   *service.ScoringStack
+	stack   *scoring.Stack
 	src     source
 	out     sink
 	stderr  io.Writer

@@ -32,7 +32,7 @@ import (
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/config"
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
 )
 
@@ -310,11 +310,11 @@ func benchCommand(ctx context.Context, e cli.Env, args []string) error {
 // open starts ONNX Runtime, loads the configured model and opens NVML;
 // closeAll undoes all three.
 func open(ctx context.Context, cfg config.Config) (*model.Model, gpupool.Probe, func(), error) {
-	shutdown, err := service.InitORT(cfg.ORTLib)
+	shutdown, err := scoring.InitORT(cfg.ORTLib)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	m, err := service.LoadModel(cfg)
+	m, err := scoring.LoadModel(cfg)
 	if err != nil {
 		shutdown()
 		return nil, nil, nil, err

@@ -15,7 +15,7 @@ import (
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/compare"
 	"github.com/scorer/scorer/internal/config"
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
 )
@@ -96,7 +96,7 @@ func shareCommand(ctx context.Context, e cli.Env, args []string) error {
 		}
 	})
 	log := zerolog.New(e.Stderr).With().Timestamp().Str("scorer", *name).Logger().Level(zerolog.WarnLevel)
-	pool, closePool, err := service.NewPool(ctx, cfg, m, log, nil, gpupool.SessionFactory(m, config.SessionConfig(cfg)))
+	pool, closePool, err := scoring.NewPool(ctx, cfg, m, log, nil, gpupool.SessionFactory(m, config.SessionConfig(cfg)))
 	if err != nil {
 		close(stop)
 		wg.Wait()

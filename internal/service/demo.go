@@ -17,6 +17,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -28,7 +29,7 @@ type demoOptions struct {
 	cfg   config.Config
 	sec   config.KafkaSecurity
 	out   io.Writer
-	stack *ScoringStack
+	stack *scoring.Stack
 }
 
 func runDemo(ctx context.Context, o demoOptions, log zerolog.Logger) {
@@ -263,7 +264,7 @@ func (s *demoSummary) add(st *schema.ScoredTranscript) {
 	}
 }
 
-func (s *demoSummary) print(w io.Writer, elapsed time.Duration, broker string, stack *ScoringStack) {
+func (s *demoSummary) print(w io.Writer, elapsed time.Duration, broker string, stack *scoring.Stack) {
 	fmt.Fprintf(w, "\n=== scorer demo summary ===\n")
 	fmt.Fprintf(w, "model        %s (sha256 %s…)\n", stack.Model.Name, stack.Model.SHA256[:12])
 	fmt.Fprintf(w, "transcripts  %d\n", len(s.calls))

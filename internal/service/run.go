@@ -16,6 +16,7 @@ import (
 	"github.com/scorer/scorer/consumer"
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/producer"
 )
 
@@ -112,7 +113,7 @@ func Run(ctx context.Context, e cli.Env, args []string) error {
 		prodCfg.TopicMaxBytes[cfg.RowsTopic] = limits[cfg.RowsTopic]
 	}
 
-	stack, err := OpenScoring(ctx, cfg, log, reg)
+	stack, err := scoring.Open(ctx, cfg, log, reg)
 	if err != nil {
 		return stoppedDuringStartup(ctx, err, log)
 	}
@@ -288,7 +289,7 @@ func PrepareTopicsRetry(ctx context.Context, brokers []string, d *kafka.Dialer, 
 	}
 }
 
-func buildInfo(s *ScoringStack) prometheus.Collector {
+func buildInfo(s *scoring.Stack) prometheus.Collector {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "scorer_build_info", Help: "Build and model identity; always 1."}, []string{"version", "model", "model_sha256"})
 	g.WithLabelValues(cli.Version(), s.Model.Name, s.Model.SHA256).Set(1)
 	return g

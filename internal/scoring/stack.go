@@ -1,4 +1,4 @@
-package service
+package scoring
 
 import (
 	"context"
@@ -17,10 +17,10 @@ import (
 	"github.com/scorer/scorer/schema"
 )
 
-// ScoringStack is everything between a decoded event and its scores: the
+// Stack is everything between a decoded event and its scores: the
 // ORT runtime, the model, the device pool and the transcript scorer. `run`,
 // `score` and `bench` all build the same one.
-type ScoringStack struct {
+type Stack struct {
 	Model   *model.Model
 	Pool    *gpupool.Pool
 	Scorer  *model.TranscriptScorer
@@ -34,10 +34,10 @@ type ScoringStack struct {
 	poolUnfinished bool
 }
 
-// OpenScoring starts the stack in dependency order: ORT environment, model,
+// Open starts the stack in dependency order: ORT environment, model,
 // NVML, pool (sessions per device), transcript scorer.
-func OpenScoring(ctx context.Context, cfg config.Config, log zerolog.Logger, reg prometheus.Registerer) (_ *ScoringStack, err error) {
-	s := &ScoringStack{}
+func Open(ctx context.Context, cfg config.Config, log zerolog.Logger, reg prometheus.Registerer) (_ *Stack, err error) {
+	s := &Stack{}
 	defer func() {
 		if err != nil {
 			// Undo what was opened; the error is what the caller needs.
@@ -213,7 +213,7 @@ func hasGPU(p *gpupool.Pool) bool {
 }
 
 // Close releases the stack in reverse order of opening.
-func (s *ScoringStack) Close(ctx context.Context) error {
+func (s *Stack) Close(ctx context.Context) error {
 	var errs []error
 	for i := len(s.closers) - 1; i >= 0; i-- {
 		errs = append(errs, s.closers[i](ctx))
