@@ -13,8 +13,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/scorer/scorer/internal/broker"
 	"github.com/scorer/scorer/internal/cli"
-	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/internal/testenv"
 	"github.com/scorer/scorer/producer"
 )
@@ -26,7 +26,7 @@ func TestRunBootstrapsPastDeadBroker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the service with the real model")
 	}
-	cluster, broker, err := service.StartBroker(service.BrokerOptions{Addr: "127.0.0.1:0", Partitions: 1})
+	cluster, broker, err := broker.Start(broker.Options{Addr: "127.0.0.1:0", Partitions: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestRunExitsOnUnfixableKafkaError(t *testing.T) {
 		"missing topic, creation off":        {[]string{"KAFKA_CREATE_TOPICS", "false"}, []string{"transcripts.dlq", "missing", "KAFKA_CREATE_TOPICS"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, broker, err := service.StartBroker(service.BrokerOptions{Addr: "127.0.0.1:0", Partitions: 1, Topics: []string{"transcripts", "transcripts.scored"}})
+			_, broker, err := broker.Start(broker.Options{Addr: "127.0.0.1:0", Partitions: 1, Topics: []string{"transcripts", "transcripts.scored"}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -120,7 +120,7 @@ func TestLargeOutputsArePublished(t *testing.T) {
 	}
 	// A broker that takes large records on any topic: what limits the
 	// result is the scorer's own output limit.
-	cluster, broker, err := service.StartBroker(service.BrokerOptions{Addr: "127.0.0.1:0", Partitions: 1, MaxMessageBytes: 64 << 20})
+	cluster, broker, err := broker.Start(broker.Options{Addr: "127.0.0.1:0", Partitions: 1, MaxMessageBytes: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestLargeOutputsArePublished(t *testing.T) {
 // MAX_MESSAGE_BYTES that would fit), instead of dead-lettering the largest
 // transcripts later.
 func TestRunRefusesTooSmallOutputTopic(t *testing.T) {
-	cluster, broker, err := service.StartBroker(service.BrokerOptions{Addr: "127.0.0.1:0", Partitions: 1})
+	cluster, broker, err := broker.Start(broker.Options{Addr: "127.0.0.1:0", Partitions: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

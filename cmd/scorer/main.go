@@ -19,10 +19,12 @@ import (
 	"syscall"
 
 	"github.com/scorer/scorer/internal/bench"
+	"github.com/scorer/scorer/internal/broker"
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/compare"
 	"github.com/scorer/scorer/internal/doctor"
 	"github.com/scorer/scorer/internal/offline"
+	"github.com/scorer/scorer/internal/produce"
 	"github.com/scorer/scorer/internal/proof"
 	"github.com/scorer/scorer/internal/service"
 )
@@ -76,9 +78,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	case "score":
 		return offline.Run(ctx, e, rest)
 	case "broker":
-		return service.RunBroker(ctx, e, rest)
+		return broker.Command(ctx, e, rest)
 	case "produce":
-		return service.RunProduce(ctx, e, rest)
+		return produce.Command(ctx, e, rest)
 	case "bench":
 		return bench.Run(ctx, e, rest)
 	case "doctor":

@@ -19,6 +19,7 @@ import (
 	"github.com/scorer/scorer/consumer"
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/produce"
 	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/model"
@@ -285,7 +286,7 @@ func runPipeline(ctx context.Context, cfg config.Config, m *model.Model, log zer
 		}
 	}
 
-	w := service.NewInputWriter(cfg.KafkaBrokers, cfg.InputTopic, sec.Transport(cfg.ClientID))
+	w := produce.NewInputWriter(cfg.KafkaBrokers, cfg.InputTopic, sec.Transport(cfg.ClientID))
 	w.BatchTimeout = time.Millisecond // each paced record goes out at once
 	defer w.Close()
 

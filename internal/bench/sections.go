@@ -13,7 +13,7 @@ import (
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/config"
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/produce"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
 )
@@ -138,11 +138,11 @@ func runMemory(ctx context.Context, cfg config.Config, modelDir string, corpus [
 	if err != nil {
 		return mp, err
 	}
-	w := service.NewInputWriter([]string{addr}, cfg.InputTopic, nil)
+	w := produce.NewInputWriter([]string{addr}, cfg.InputTopic, nil)
 	w.BatchTimeout = time.Millisecond
 	msgs := make([]kafka.Message, 0, 64)
 	for i, r := range recs {
-		msgs = append(msgs, kafka.Message{Key: service.EventKey(r), Value: r})
+		msgs = append(msgs, kafka.Message{Key: produce.EventKey(r), Value: r})
 		if len(msgs) == cap(msgs) || i == len(recs)-1 {
 			if err := w.WriteMessages(ctx, msgs...); err != nil {
 				_ = w.Close()

@@ -14,8 +14,10 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/scorer/scorer/consumer"
+	"github.com/scorer/scorer/internal/broker"
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/produce"
 	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/producer"
 )
@@ -61,10 +63,10 @@ func Run(ctx context.Context, e cli.Env, args []string) error {
 	}
 
 	if embedded {
-		c, addr, err := StartBroker(BrokerOptions{Addr: *brokerAddr, Partitions: cfg.InputPartitions, MaxMessageBytes: 128 << 20})
+		c, addr, err := broker.Start(broker.Options{Addr: *brokerAddr, Partitions: cfg.InputPartitions, MaxMessageBytes: 128 << 20})
 		if err != nil {
 			log.Warn().Err(err).Str("addr", *brokerAddr).Msg("in-memory broker address taken; using a free port")
-			c, addr, err = StartBroker(BrokerOptions{Addr: "127.0.0.1:0", Partitions: cfg.InputPartitions, MaxMessageBytes: 128 << 20})
+			c, addr, err = broker.Start(broker.Options{Addr: "127.0.0.1:0", Partitions: cfg.InputPartitions, MaxMessageBytes: 128 << 20})
 			if err != nil {
 				return err
 			}
@@ -156,7 +158,7 @@ func Run(ctx context.Context, e cli.Env, args []string) error {
 	}
 
 	if *demoFile != "" {
-		go runDemo(ctx, demoOptions{file: *demoFile, limit: *demoLimit, cfg: cfg, sec: sec, out: e.Stdout, stack: stack}, log)
+		go produce.RunDemo(ctx, *demoFile, *demoLimit, cfg, sec, e.Stdout, stack, log)
 	}
 
 	log.Info().Str("input", cfg.InputTopic).Str("output", cfg.OutputTopic).Str("dlq", cfg.DLQTopic).

@@ -1,4 +1,4 @@
-package service
+package broker
 
 import (
 	"context"
@@ -14,10 +14,10 @@ import (
 	"github.com/scorer/scorer/producer"
 )
 
-// BrokerOptions describes an in-memory Kafka-protocol broker (franz-go's
+// Options describes an in-memory Kafka-protocol broker (franz-go's
 // kfake): real Kafka wire protocol, consumer groups and offsets, no
 // durability unless DataDir is set.
-type BrokerOptions struct {
+type Options struct {
 	Addr       string // host:port to listen on; port 0 picks a free one
 	Partitions int
 	// Topics are created at start, with max.message.bytes set to
@@ -31,8 +31,8 @@ type BrokerOptions struct {
 	MaxMessageBytes int
 }
 
-// StartBroker starts the broker and returns it with its listen address.
-func StartBroker(o BrokerOptions) (*kfake.Cluster, string, error) {
+// Start starts the broker and returns it with its listen address.
+func Start(o Options) (*kfake.Cluster, string, error) {
 	host, portStr, err := net.SplitHostPort(o.Addr)
 	if err != nil {
 		return nil, "", fmt.Errorf("broker: address %q: %w", o.Addr, err)
@@ -83,9 +83,9 @@ func StartBroker(o BrokerOptions) (*kfake.Cluster, string, error) {
 	return c, addrs[0], nil
 }
 
-// RunBroker is `scorer broker`: an in-memory Kafka-protocol broker (not
+// Command is `scorer broker`: an in-memory Kafka-protocol broker (not
 // durable) that serves until ctx is cancelled, for development and tests.
-func RunBroker(ctx context.Context, e cli.Env, args []string) error {
+func Command(ctx context.Context, e cli.Env, args []string) error {
 	fs := flag.NewFlagSet("broker", flag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
 	addr := fs.String("addr", "127.0.0.1:9092", "listen address (port 0 = any free port)")
@@ -101,7 +101,7 @@ func RunBroker(ctx context.Context, e cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	c, listen, err := StartBroker(BrokerOptions{Addr: *addr, Partitions: *partitions, Topics: cli.SplitList(*topics, ","), DataDir: *dataDir, MaxMessageBytes: *maxMessage})
+	c, listen, err := Start(Options{Addr: *addr, Partitions: *partitions, Topics: cli.SplitList(*topics, ","), DataDir: *dataDir, MaxMessageBytes: *maxMessage})
 	if err != nil {
 		return err
 	}

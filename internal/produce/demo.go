@@ -1,4 +1,4 @@
-package service
+package produce
 
 import (
 	"bufio"
@@ -30,6 +30,15 @@ type demoOptions struct {
 	sec   config.KafkaSecurity
 	out   io.Writer
 	stack *scoring.Stack
+}
+
+// RunDemo is `scorer run --demo-file`: it loads up to limit transcripts of
+// file (0 = all) into cfg's input topic, follows the output topic until
+// every record is handled (scored or dead-lettered) and prints a summary
+// to out. It logs its own failure; run it in its own goroutine, ended by
+// ctx.
+func RunDemo(ctx context.Context, file string, limit int, cfg config.Config, sec config.KafkaSecurity, out io.Writer, stack *scoring.Stack, log zerolog.Logger) {
+	runDemo(ctx, demoOptions{file: file, limit: limit, cfg: cfg, sec: sec, out: out, stack: stack}, log)
 }
 
 func runDemo(ctx context.Context, o demoOptions, log zerolog.Logger) {

@@ -1,4 +1,4 @@
-package service
+package produce
 
 import (
 	"bufio"
@@ -17,10 +17,10 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// RunProduce is `scorer produce`: load a TranscriptEvent JSONL file into a
+// Command is `scorer produce`: load a TranscriptEvent JSONL file into a
 // topic, over TLS and SASL when the KAFKA_TLS* and KAFKA_SASL* variables
 // say so.
-func RunProduce(ctx context.Context, e cli.Env, args []string) error {
+func Command(ctx context.Context, e cli.Env, args []string) error {
 	fs := flag.NewFlagSet("produce", flag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
 	brokers := fs.String("brokers", e.Getenv("KAFKA_BROKERS"), "comma-separated brokers (env KAFKA_BROKERS)")
