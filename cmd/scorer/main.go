@@ -74,15 +74,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	cmd, rest := args[0], args[1:]
 	switch cmd {
 	case "run":
-		return service.Run(ctx, e, rest)
+		return service.Command(ctx, e, rest)
 	case "score":
-		return offline.Run(ctx, e, rest)
+		return offline.Command(ctx, e, rest)
 	case "broker":
 		return broker.Command(ctx, e, rest)
 	case "produce":
 		return produce.Command(ctx, e, rest)
 	case "bench":
-		return bench.Run(ctx, e, rest)
+		return bench.Command(ctx, e, rest)
 	case "doctor":
 		return doctor.Command(ctx, e, rest)
 	case "compare":

@@ -79,11 +79,11 @@ type benchFlags struct {
 	wholeRounds    int
 }
 
-// Run is `scorer bench`: per model folder it measures the pipeline
+// Command is `scorer bench`: per model folder it measures the pipeline
 // against raw ORT, padding, tokenizer cost, latency, memory under a backlog
 // and CPU scaling, prints one table and writes it as JSON. It prints
 // numbers; it passes or fails nothing except on errors.
-func Run(ctx context.Context, e cli.Env, args []string) error {
+func Command(ctx context.Context, e cli.Env, args []string) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
 	var bf benchFlags

@@ -27,7 +27,7 @@ import (
 	"github.com/scorer/scorer/schema"
 )
 
-// Run is `scorer score`, the offline scorer: TranscriptEvents in,
+// Command is `scorer score`, the offline scorer: TranscriptEvents in,
 // ScoredTranscripts out, same order, through the same scoring stack as the
 // service. --in is JSONL (a file, or - for stdin) or Parquet (a .parquet
 // file, or a directory of part files as Spark writes them); --out is JSONL
@@ -39,7 +39,7 @@ import (
 // <out>.partial (made durable as they complete) with a record of what
 // scored them, and a later --resume run under the same settings skips them
 // and appends the rest, so a long backfill never starts over.
-func Run(ctx context.Context, e cli.Env, args []string) error {
+func Command(ctx context.Context, e cli.Env, args []string) error {
 	fs := flag.NewFlagSet("score", flag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
 	in := fs.String("in", "-", "TranscriptEvent JSONL file (- = stdin), or Parquet: a .parquet file or a directory of part files")

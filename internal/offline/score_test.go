@@ -28,7 +28,7 @@ func runCLI(t *testing.T, env map[string]string, stdin string, args ...string) (
 		t.Fatalf("runCLI: %q is not a score command line", args)
 	}
 	var out, errb bytes.Buffer
-	err = Run(context.Background(), cli.Env{Getenv: func(k string) string { return env[k] }, Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb}, args[1:])
+	err = Command(context.Background(), cli.Env{Getenv: func(k string) string { return env[k] }, Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb}, args[1:])
 	return out.String(), errb.String(), err
 }
 
@@ -265,7 +265,7 @@ func TestScoreInterrupt(t *testing.T) {
 		done := make(chan error, 1)
 		var errb bytes.Buffer
 		go func() {
-			done <- Run(ctx, cli.Env{Getenv: func(k string) string { return env[k] }, Stdin: pr, Stdout: io.Discard, Stderr: &errb}, []string{"--out", out})
+			done <- Command(ctx, cli.Env{Getenv: func(k string) string { return env[k] }, Stdin: pr, Stdout: io.Discard, Stderr: &errb}, []string{"--out", out})
 		}()
 		// The write returns once the scorer has read the line: it is now
 		// blocked on a stdin that never closes.
@@ -353,7 +353,7 @@ func TestScoreResume(t *testing.T) {
 		}
 	}()
 	var errb bytes.Buffer
-	err := Run(ctx, cli.Env{Getenv: func(k string) string { return env[k] }, Stdout: io.Discard, Stderr: &errb},
+	err := Command(ctx, cli.Env{Getenv: func(k string) string { return env[k] }, Stdout: io.Discard, Stderr: &errb},
 		[]string{"--in", in, "--out", out, "--resume", "--chunk", "1"})
 	if !errors.Is(err, cli.ErrInterrupted) {
 		t.Fatalf("interrupted run: %v, want interrupted\n%s", err, errb.String())

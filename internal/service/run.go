@@ -22,10 +22,10 @@ import (
 	"github.com/scorer/scorer/producer"
 )
 
-// Run is `scorer run`: the streaming scorer. Start-up goes in
+// Command is `scorer run`: the streaming scorer. Start-up goes in
 // dependency order (broker → model → pool → producer → consumer) and
 // shutdown in reverse, under SHUTDOWN_TIMEOUT.
-func Run(ctx context.Context, e cli.Env, args []string) error {
+func Command(ctx context.Context, e cli.Env, args []string) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(e.Stderr)
 	brokerAddr := fs.String("broker-addr", "127.0.0.1:9092", "listen address of the in-memory broker when KAFKA_BROKERS=embedded (falls back to a free port when taken)")
