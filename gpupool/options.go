@@ -81,6 +81,8 @@ func (f optFunc) apply(c *cfg) { f(c) }
 type cfg struct {
 	maxBatchTokens    int
 	maxBatchRows      int
+	cpuBatchTokens    int // 0: no CPU cap
+	cpuBatchRows      int // 0: no CPU cap
 	batchOverhead     int
 	workersPerDevice  int
 	cpuWorkers        int
@@ -132,6 +134,9 @@ func (c *cfg) validate() error {
 	}
 	if c.maxBatchRows < 1 {
 		errs = append(errs, fmt.Errorf("MaxBatchRows %d < 1", c.maxBatchRows))
+	}
+	if c.cpuBatchTokens < 0 || c.cpuBatchRows < 0 {
+		errs = append(errs, fmt.Errorf("CPUBatchShape %d tokens, %d rows: want >= 0 (0 = no cap)", c.cpuBatchTokens, c.cpuBatchRows))
 	}
 	if c.batchOverhead < 0 {
 		errs = append(errs, fmt.Errorf("BatchOverheadTokens %d < 0", c.batchOverhead))
@@ -195,9 +200,6 @@ func (c *cfg) validate() error {
 	if len(errs) > 0 {
 		return fmt.Errorf("gpupool: invalid options: %w", errors.Join(errs...))
 	}
-	if c.batchOverhead == 0 {
-		c.batchOverhead = max(1, c.maxBatchTokens/32)
-	}
 	if c.calibration.MaxLen == 0 {
 		c.calibration.MaxLen = 512
 	}
@@ -221,8 +223,19 @@ func MaxBatchTokens(n int) Option { return optFunc(func(c *cfg) { c.maxBatchToke
 // short pairs do not build a batch wider than the model was tuned for.
 func MaxBatchRows(n int) Option { return optFunc(func(c *cfg) { c.maxBatchRows = n }) }
 
+// CPUBatchShape caps MaxBatchTokens and MaxBatchRows when the pool's own
+// device is the CPU (Mode cpu, or auto where no GPU works), the smaller
+// value winning; 0 leaves the cap out (default: none). GPUs want wide
+// batches and CPUs narrow ones that stay in their caches, and whether a GPU
+// works is known only once New has probed, so callers hand the pool both
+// shapes and the pool picks. A CPU engine created later as a fallback for
+// failing GPUs keeps the GPU shape.
+func CPUBatchShape(tokens, rows int) Option {
+	return optFunc(func(c *cfg) { c.cpuBatchTokens, c.cpuBatchRows = tokens, rows })
+}
+
 // BatchOverheadTokens is what the planner counts one extra batch as costing,
-// in padded tokens (default MaxBatchTokens/32). The planner cuts each call's
+// in padded tokens (default MaxBatchTokens/32, of the shape in use). The planner cuts each call's
 // length-sorted pairs to minimise padded tokens plus this per batch: larger
 // values give fewer, fuller batches (GPUs like them); smaller ones give less
 // padding in more batches.

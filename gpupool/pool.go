@@ -248,6 +248,9 @@ func New(ctx context.Context, factory EngineFactory, opts ...Option) (*Pool, err
 		p.abort()
 		return nil, err
 	}
+	if p.cfg.batchOverhead == 0 {
+		p.cfg.batchOverhead = max(1, p.cfg.maxBatchTokens/32)
+	}
 	for _, d := range p.devices {
 		if n := engineMaxLength(d.engine); n > 0 && (p.maxPairLen == 0 || n < p.maxPairLen) {
 			p.maxPairLen = n
@@ -304,9 +307,19 @@ func (p *Pool) openDevices(ctx context.Context) error {
 }
 
 // openCPU opens the CPU engine. The pool's own CPU device (not a lazily
-// created fallback, which must start at once) is calibrated when CPUMemory
-// is set.
+// created fallback, which must start at once) takes CPUBatchShape and is
+// calibrated when CPUMemory is set.
 func (p *Pool) openCPU(ctx context.Context, fallback bool) error {
+	if !fallback {
+		// The pool runs on the CPU for good: its batches take the CPU shape
+		// from here on, the memory calibration's reference batch included.
+		if t := p.cfg.cpuBatchTokens; t > 0 {
+			p.cfg.maxBatchTokens = min(p.cfg.maxBatchTokens, t)
+		}
+		if r := p.cfg.cpuBatchRows; r > 0 {
+			p.cfg.maxBatchRows = min(p.cfg.maxBatchRows, r)
+		}
+	}
 	dev := Device{Kind: CPU, Name: "cpu"}
 	eng, err := p.factory(dev)
 	if err != nil {
@@ -487,6 +500,13 @@ func (p *Pool) Devices() []Device {
 		out[i] = d.dev
 	}
 	return out
+}
+
+// BatchShape is the token and row caps the pool plans each call's batches
+// under: MaxBatchTokens and MaxBatchRows, or the CPUBatchShape caps when
+// the pool's own device is the CPU. Fixed once New returns.
+func (p *Pool) BatchShape() (tokens, rows int) {
+	return p.cfg.maxBatchTokens, p.cfg.maxBatchRows
 }
 
 // Stats returns a snapshot of the pool's counters.

@@ -544,3 +544,42 @@ func TestStatsOldestRun(t *testing.T) {
 		t.Errorf("OldestRun = %v after the run returned, want 0", got)
 	}
 }
+
+// TestCPUBatchShapeAppliesWhereNoGPUWorks: a pool handed both shapes runs
+// the CPU's where its own device is the CPU (Mode cpu, or auto where no GPU
+// opens) and the wide one on a GPU.
+func TestCPUBatchShapeAppliesWhereNoGPUWorks(t *testing.T) {
+	lens := make([]int, 200)
+	for i := range lens {
+		lens[i] = 16
+	}
+	shapes := []Option{MaxBatchTokens(16384), MaxBatchRows(64), CPUBatchShape(0, 8)}
+	noGPU := newFakeProbe(&fakeGPU{total: 1 << 34})
+	for name, tc := range map[string]struct {
+		opts  []Option
+		label string
+		want  int
+	}{
+		"cpu":                {[]Option{Mode(ModeCPU)}, "cpu", 8},
+		"auto, no GPU opens": {[]Option{Mode(ModeAuto), WithProbe(noGPU)}, "cpu", 8},
+		"gpu":                {gpuOpts(newFakeProbe(&fakeGPU{total: 1 << 34})), "cuda:0", 64},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFakeFactory(nil)
+			if tc.label == "cpu" {
+				f.failFor["cuda:0"] = errors.New("fake: CUDA EP failed to load")
+			}
+			p := newPool(t, f, append(tc.opts, append(shapes, WorkersPerDevice(1))...)...)
+			mustScore(t, p, makePairs(lens))
+			if _, _, maxRows, _ := f.engine(tc.label).snapshot(); maxRows != tc.want {
+				t.Errorf("%s ran batches of up to %d rows, want %d", tc.label, maxRows, tc.want)
+			}
+			if tokens, rows := p.BatchShape(); tokens != 16384 || rows != tc.want {
+				t.Errorf("BatchShape() = %d tokens, %d rows, want 16384 and %d", tokens, rows, tc.want)
+			}
+		})
+	}
+	if _, err := New(testCtx(t), newFakeFactory(nil).factory, Mode(ModeCPU), CPUBatchShape(-1, 8)); err == nil {
+		t.Error("CPUBatchShape(-1, 8) accepted")
+	}
+}

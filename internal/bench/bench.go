@@ -25,7 +25,6 @@ import (
 	"github.com/rs/zerolog"
 	ort "github.com/yalue/onnxruntime_go"
 
-	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/scoring"
@@ -163,10 +162,8 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("bench: --transcripts: %w", err)
 	}
-	lim := schema.DefaultLimits()
-	lim.MaxMessageBytes = cfg.MaxMessageBytes
 	progress(e, "loading %s", path)
-	corpus, err := loadCorpus(path, lim)
+	corpus, err := loadCorpus(path, cfg.Limits())
 	if err != nil {
 		return err
 	}
@@ -290,7 +287,7 @@ func benchModel(ctx context.Context, e cli.Env, cfg config.Config, bf benchFlags
 		return mr, fmt.Errorf("pipeline: %w", err)
 	}
 	progress(e, "%s: raw ORT replay of %d batches", m.Name, len(run.rec.batches))
-	rawPairs, rawDur, rawCPU, err := replayRaw(ctx, gpupool.SessionFactory(m, config.SessionConfig(cfg)), run.device, run.workers, run.rec.batches)
+	rawPairs, rawDur, rawCPU, err := replayRaw(ctx, scoring.SessionFactory(cfg, m), run.device, run.workers, run.rec.batches)
 	if err != nil {
 		return mr, fmt.Errorf("raw replay: %w", err)
 	}
@@ -310,8 +307,7 @@ func benchModel(ctx context.Context, e cli.Env, cfg config.Config, bf benchFlags
 	tp.OK = tp.Ratio >= tp.Target
 	mr.Throughput = tp
 
-	shapeTokens, shapeRows := config.BatchShape(cfg, run.device.Kind == gpupool.CPU)
-	arrReal, arrPadded := arrivalPadding(run.rec.arrivals, shapeTokens, shapeRows)
+	arrReal, arrPadded := arrivalPadding(run.rec.arrivals, run.shapeTokens, run.shapeRows)
 	mr.Padding = paddingResult{Ours: run.stats.PaddingEfficiency(), ArrivalOrder: float64(arrReal) / float64(arrPadded),
 		RealTokens: run.stats.RealTokens, PaddedTokens: run.stats.PaddedTokens, ArrivalPaddedTokens: arrPadded, Target: 0.85}
 	mr.Padding.OK = mr.Padding.Ours >= mr.Padding.Target

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/compare"
@@ -49,6 +50,15 @@ type shapePoint struct {
 	PairsPerCPUSec float64 `json:"pairs_per_cpu_sec"`
 }
 
+// apply puts s's batch shape, workers and threads in place of cfg's: the
+// CPU caps too, so the pool runs exactly s.
+func (s cpuShape) apply(cfg config.Config) config.Config {
+	cfg.MaxBatchTokens, cfg.CPUMaxBatchTokens = s.Tokens, s.Tokens
+	cfg.MaxBatchRows, cfg.CPUMaxBatchRows = s.Rows, s.Rows
+	cfg.Workers, cfg.CPUThreads = s.Workers, s.Threads
+	return cfg
+}
+
 // cpuScorer is a CPU pool with a TranscriptScorer over it, optionally
 // through a score cache.
 type cpuScorer struct {
@@ -57,22 +67,16 @@ type cpuScorer struct {
 	plain *model.TranscriptScorer // without the cache, for the warm-up
 }
 
-func newCPUScorer(ctx context.Context, cfg config.Config, m *model.Model, s cpuShape, cache *scorecache.Cache) (*cpuScorer, error) {
-	popts := []gpupool.Option{gpupool.Mode(gpupool.ModeCPU), gpupool.WorkersPerDevice(s.Workers),
-		gpupool.MaxBatchTokens(s.Tokens), gpupool.MaxBatchRows(s.Rows)}
-	// The service's CPU memory budget, so each shape runs as it would there.
-	mem, _, err := config.CPUMemory(cfg, func() config.MemoryLimit { return config.DetectMemoryLimit("/") })
+func newCPUScorer(ctx context.Context, cfg config.Config, m *model.Model, cache *scorecache.Cache) (*cpuScorer, error) {
+	// The pool the service builds with DEVICE=cpu: its batch shape, CPU
+	// plan and memory budget, from cfg.
+	cfg.Device = string(gpupool.ModeCPU)
+	pool, closeNVML, err := scoring.NewPool(ctx, cfg, m, zerolog.Nop(), nil, nil)
 	if err != nil {
 		return nil, err
 	}
-	if mem != nil {
-		popts = append(popts, gpupool.CPUMemory(*mem))
-	}
-	pool, err := gpupool.New(ctx, gpupool.SessionFactory(m, gpupool.SessionConfig{IntraOpThreads: s.Threads}), popts...)
-	if err != nil {
-		return nil, err
-	}
-	lc := model.LabelConfig{Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold}
+	closeNVML() // DEVICE=cpu opened none
+	lc := cfg.LabelConfig()
 	var opts []model.ScorerOption
 	if cache != nil {
 		opts = append(opts, model.WithCache(cache))
@@ -101,13 +105,6 @@ func (cs *cpuScorer) warm(ctx context.Context, ev schema.TranscriptEvent) error 
 }
 
 func (cs *cpuScorer) close() { _ = cs.pool.Close(context.Background()) }
-
-// defaultCPUShape is what a CPU-only `scorer run` would use with cfg.
-func defaultCPUShape(cfg config.Config) cpuShape {
-	workers, threads := config.CPUPlan(cfg)
-	tokens, rows := config.BatchShape(cfg, true)
-	return cpuShape{Rows: rows, Tokens: tokens, Workers: workers, Threads: threads}
-}
 
 // runShapes measures every rows × tokens × (workers, threads) setting on
 // the same events in interleaved rounds, keeping each setting's best round
@@ -142,7 +139,7 @@ func runShapes(ctx context.Context, cfg config.Config, m *model.Model, evs []sch
 // timeShape scores evs[1:] in one call (the engine sees every pair at
 // once, as under a backlog) after a warm-up on evs[0].
 func timeShape(ctx context.Context, cfg config.Config, m *model.Model, evs []schema.TranscriptEvent, s cpuShape) (shapePoint, error) {
-	cs, err := newCPUScorer(ctx, cfg, m, s, nil)
+	cs, err := newCPUScorer(ctx, s.apply(cfg), m, nil)
 	if err != nil {
 		return shapePoint{}, err
 	}
@@ -279,7 +276,7 @@ func runRevision(ctx context.Context, cfg config.Config, m *model.Model, evs []s
 	}
 	chunk := max(cfg.BatchMaxMessages, 1)
 	run := func(cache *scorecache.Cache, after func()) (inferred uint64, wall, cpu time.Duration, err error) {
-		cs, err := newCPUScorer(ctx, cfg, m, defaultCPUShape(cfg), cache)
+		cs, err := newCPUScorer(ctx, cfg, m, cache)
 		if err != nil {
 			return 0, 0, 0, err
 		}
@@ -390,7 +387,7 @@ func runInt8(ctx context.Context, cfg config.Config, dir string, evs []schema.Tr
 			if err != nil {
 				return nil, err
 			}
-			cs, err := newCPUScorer(ctx, c, m, defaultCPUShape(c), nil)
+			cs, err := newCPUScorer(ctx, c, m, nil)
 			if err != nil {
 				return nil, err
 			}

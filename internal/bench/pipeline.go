@@ -21,7 +21,6 @@ import (
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/produce"
 	"github.com/scorer/scorer/internal/scoring"
-	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/producer"
 	"github.com/scorer/scorer/schema"
@@ -171,7 +170,7 @@ func (s *ackSink) DeadLetter(ctx context.Context, dls []schema.DeadLetter) error
 // newBenchPool builds the pool through the same NewPool and session config
 // as Open, except that each engine is wrapped to record its batches.
 func newBenchPool(ctx context.Context, cfg config.Config, m *model.Model, log zerolog.Logger, reg prometheus.Registerer, rec *batchRecorder) (*gpupool.Pool, func(), error) {
-	inner := gpupool.SessionFactory(m, config.SessionConfig(cfg))
+	inner := scoring.SessionFactory(cfg, m)
 	factory := func(d gpupool.Device) (gpupool.Engine, error) {
 		e, err := inner(d)
 		if err != nil || rec == nil {
@@ -204,7 +203,9 @@ type pipelineRun struct {
 	stats          gpupool.Stats
 	device         gpupool.Device
 	workers        int // the pool's workers on device
-	dlq            int
+	// shapeTokens and shapeRows are the batch caps the pool planned under.
+	shapeTokens, shapeRows int
+	dlq                    int
 }
 
 // runPipeline runs the real service stack in this process — pool, model,
@@ -220,12 +221,11 @@ func runPipeline(ctx context.Context, cfg config.Config, m *model.Model, log zer
 	}
 	defer broker.stop(2 * time.Second)
 	cfg.KafkaBrokers = []string{addr}
-	sec, err := config.NewKafkaSecurity(&cfg)
-	if err != nil {
-		return nil, err
-	}
+	// The child broker speaks plaintext and listens already: its topics
+	// are created at once.
+	var sec config.KafkaSecurity
 	topics := []producer.TopicSpec{{Name: cfg.InputTopic, Partitions: cfg.InputPartitions}, {Name: cfg.OutputTopic, Partitions: cfg.InputPartitions}, {Name: cfg.DLQTopic, Partitions: 1}}
-	if err := service.EnsureTopicsRetry(ctx, cfg.KafkaBrokers, sec.Dialer(cfg.ClientID), topics, log); err != nil {
+	if err := producer.EnsureTopics(ctx, cfg.KafkaBrokers, sec.Dialer(cfg.ClientID), topics...); err != nil {
 		return nil, err
 	}
 
@@ -246,29 +246,19 @@ func runPipeline(ctx context.Context, cfg config.Config, m *model.Model, log zer
 			_ = pool.Close(cctx)
 		}
 	}()
-	ts, err := model.NewTranscriptScorer(m, model.LabelConfig{Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold}, arrivalScorer{inner: pool, rec: rec})
+	ts, err := model.NewTranscriptScorer(m, cfg.LabelConfig(), arrivalScorer{inner: pool, rec: rec})
 	if err != nil {
 		return nil, err
 	}
-	limits := schema.DefaultLimits()
-	limits.MaxMessageBytes = cfg.MaxMessageBytes
 
-	prod, err := producer.New(producer.Config{
-		Brokers: cfg.KafkaBrokers, Topic: cfg.OutputTopic, DLQTopic: cfg.DLQTopic,
-		Format: cfg.OutputFormat, ClientID: cfg.ClientID, Transport: sec.Transport(cfg.ClientID),
-	}, log.With().Str("component", "producer").Logger(), reg)
+	prod, err := producer.New(cfg.ProducerConfig(sec), log.With().Str("component", "producer").Logger(), reg)
 	if err != nil {
 		return nil, err
 	}
 	defer prod.Close(context.Background())
 	sink := &ackSink{inner: prod, at: map[string]time.Time{}, target: int64(len(o.records)), all: make(chan struct{})}
 	scorer := &timingScorer{inner: ts}
-	cons, err := consumer.New(consumer.Config{
-		Brokers: cfg.KafkaBrokers, Topic: cfg.InputTopic, GroupID: cfg.GroupID, ClientID: cfg.ClientID,
-		BatchMaxMessages: cfg.BatchMaxMessages, BatchMaxBytes: cfg.BatchMaxBytes, BatchMaxWait: cfg.BatchMaxWait,
-		MaxMessageBytes: cfg.MaxMessageBytes, MaxInflightBatches: cfg.MaxInflightBatches, MaxUncommitted: cfg.MaxUncommitted,
-		Limits: limits, ShutdownTimeout: cfg.ShutdownTimeout, Dialer: sec.Dialer(cfg.ClientID),
-	}, scorer, sink, log.With().Str("component", "consumer").Logger(), reg)
+	cons, err := consumer.New(cfg.ConsumerConfig(sec), scorer, sink, log.With().Str("component", "consumer").Logger(), reg)
 	if err != nil {
 		return nil, err
 	}
@@ -343,6 +333,7 @@ func runPipeline(ctx context.Context, cfg config.Config, m *model.Model, log zer
 	r.scoreDurs = slices.Clone(scorer.durs)
 	scorer.mu.Unlock()
 	r.stats = pool.Stats()
+	r.shapeTokens, r.shapeRows = pool.BatchShape()
 	r.pairs = int(r.stats.Pairs)
 	if len(r.stats.Devices) > 0 {
 		r.device = r.stats.Devices[0].Device

@@ -10,7 +10,6 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/produce"
@@ -64,7 +63,6 @@ type scalingPoint struct {
 // is left out because it does not change with these settings and would only
 // add noise and minutes.
 func runScaling(ctx context.Context, cfg config.Config, m *model.Model, evs []schema.TranscriptEvent, threads, workers []int, rounds int) ([]scalingPoint, error) {
-	lc := model.LabelConfig{Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold}
 	var out []scalingPoint
 	// Settings are measured in interleaved rounds and each keeps its best
 	// round: on a shared machine another tenant's burst then spoils one
@@ -73,26 +71,24 @@ func runScaling(ctx context.Context, cfg config.Config, m *model.Model, evs []sc
 		i := 0
 		for _, t := range threads {
 			for _, w := range workers {
-				tokens, rows := config.BatchShape(cfg, true)
-				pool, err := gpupool.New(ctx, gpupool.SessionFactory(m, gpupool.SessionConfig{IntraOpThreads: t}),
-					gpupool.Mode(gpupool.ModeCPU), gpupool.WorkersPerDevice(w),
-					gpupool.MaxBatchTokens(tokens), gpupool.MaxBatchRows(rows))
+				// The service's CPU pool with these threads and workers.
+				c := cfg
+				c.CPUThreads, c.Workers = t, w
+				cs, err := newCPUScorer(ctx, c, m, nil)
 				if err != nil {
 					return nil, err
 				}
-				ts, err := model.NewTranscriptScorer(m, lc, pool)
-				if err == nil {
-					// Warm-up on the smallest event, so first-run allocation
-					// in ORT is not charged to one setting.
-					_, err = ts.Score(ctx, evs[:1])
-				}
+				ts := cs.plain
+				// Warm-up on the smallest event, so first-run allocation
+				// in ORT is not charged to one setting.
+				_, err = ts.Score(ctx, evs[:1])
 				var d time.Duration
 				if err == nil {
 					t0 := time.Now()
 					_, err = ts.Score(ctx, evs[1:])
 					d = time.Since(t0)
 				}
-				_ = pool.Close(context.Background())
+				cs.close()
 				if err != nil {
 					return nil, fmt.Errorf("bench: scaling threads=%d workers=%d: %w", t, w, err)
 				}

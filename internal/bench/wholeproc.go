@@ -247,7 +247,7 @@ func runWholeProcess(ctx context.Context, e cli.Env, o wholeProcOpts) ([]wholePr
 	scorer := func(in string) (procResult, error) {
 		return runProc(ctx, env, exe, "score", "--model", o.dir, "--model-file", o.graph, "--in", in, "--out", out, "--progress", "off")
 	}
-	labels := model.LabelConfig{Template: o.cfg.HypothesisTemplate, Labels: o.cfg.Labels, Threshold: o.cfg.Threshold}
+	labels := o.cfg.LabelConfig()
 	var sp *startupPoint
 	if o.startup {
 		progress(e, "%s: start-up, %s on one sentence", o.progressLabel, o.graph)

@@ -11,7 +11,6 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/scoring"
@@ -84,9 +83,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("compare: %w", err)
 	}
-	lim := schema.DefaultLimits()
-	lim.MaxMessageBytes, lim.MaxSentences, lim.MaxSentenceBytes = cfg.MaxMessageBytes, cfg.MaxSentences, cfg.MaxSentenceBytes
-	events, err := ReadEvents(f, lim, *limit)
+	events, err := ReadEvents(f, cfg.Limits(), *limit)
 	f.Close()
 	if err != nil {
 		return err
@@ -136,14 +133,13 @@ func compareSide(ctx context.Context, cfg config.Config, log zerolog.Logger, eve
 	if err != nil {
 		return Run{}, err
 	}
-	pool, closeNVML, err := scoring.NewPool(ctx, cfg, m, log, nil, gpupool.SessionFactory(m, config.SessionConfig(cfg)))
+	pool, closeNVML, err := scoring.NewPool(ctx, cfg, m, log, nil, nil)
 	if err != nil {
 		return Run{}, err
 	}
 	defer closeNVML()
 	defer pool.Close(context.Background())
-	lc := model.LabelConfig{Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold}
-	ts, err := model.NewTranscriptScorer(m, lc, pool)
+	ts, err := model.NewTranscriptScorer(m, cfg.LabelConfig(), pool)
 	if err != nil {
 		return Run{}, err
 	}

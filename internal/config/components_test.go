@@ -1,9 +1,13 @@
 package config
 
 import (
+	"context"
+	"maps"
 	"strings"
 	"testing"
 
+	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/model/scorecache"
 )
 
@@ -38,15 +42,45 @@ func TestPerfSettings(t *testing.T) {
 		t.Errorf("scorecache.MinBytes = %d; the README and this test say 3072", scorecache.MinBytes)
 	}
 
-	c := Config{MaxBatchTokens: 16384, MaxBatchRows: 256, CPUMaxBatchTokens: 8192, CPUMaxBatchRows: 16}
-	if tok, rows := BatchShape(c, false); tok != 16384 || rows != 256 {
-		t.Errorf("GPU shape %d/%d, want MAX_BATCH_* as set", tok, rows)
-	}
-	if tok, rows := BatchShape(c, true); tok != 8192 || rows != 16 {
-		t.Errorf("CPU shape %d/%d, want the CPU caps", tok, rows)
-	}
-	c.MaxBatchRows, c.MaxBatchTokens = 8, 2048 // an explicit smaller MAX_BATCH_* still counts on CPU
-	if tok, rows := BatchShape(c, true); tok != 2048 || rows != 8 {
-		t.Errorf("CPU shape with smaller MAX_BATCH_*: %d/%d", tok, rows)
+}
+
+// oneEngine is the least gpupool.Engine: a score of 0 for every pair.
+type oneEngine struct{}
+
+func (oneEngine) ScorePairs(_ context.Context, pairs []model.Pair) ([]float32, error) {
+	return make([]float32, len(pairs)), nil
+}
+func (oneEngine) Close() error { return nil }
+
+// TestPoolOptionsBatchShape: the pool PoolOptions builds takes MAX_BATCH_*
+// capped by CPU_MAX_BATCH_* on a CPU pool, the smaller value winning, so an
+// explicit MAX_BATCH_ROWS=8 still counts there.
+func TestPoolOptionsBatchShape(t *testing.T) {
+	for _, tc := range []struct {
+		env                  map[string]string
+		wantTokens, wantRows int
+	}{
+		{map[string]string{"CPU_MAX_BATCH_TOKENS": "8192", "CPU_MAX_BATCH_ROWS": "16"}, 8192, 16},
+		{map[string]string{"CPU_MAX_BATCH_TOKENS": "8192", "MAX_BATCH_ROWS": "8", "MAX_BATCH_TOKENS": "2048"}, 2048, 8},
+	} {
+		env := map[string]string{"DEVICE": "cpu", "CPU_MAX_BATCH_BYTES": "off"}
+		maps.Copy(env, tc.env)
+		cfg, err := parseConfig(t, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts, err := cfg.PoolOptions(Host{Cores: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool, err := gpupool.New(t.Context(), func(gpupool.Device) (gpupool.Engine, error) { return oneEngine{}, nil }, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens, rows := pool.BatchShape()
+		_ = pool.Close(t.Context())
+		if tokens != tc.wantTokens || rows != tc.wantRows {
+			t.Errorf("%v: CPU pool shape %d tokens, %d rows, want %d, %d", tc.env, tokens, rows, tc.wantTokens, tc.wantRows)
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/caarlos0/env/v11"
 
+	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/model/scorecache"
 )
@@ -196,8 +197,11 @@ func (c *Config) Validate() error {
 	check(c.CPUMaxBatchTokens > 0, "CPU_MAX_BATCH_TOKENS must be > 0")
 	check(c.CPUMaxBatchRows > 0, "CPU_MAX_BATCH_ROWS must be > 0")
 	// Syntax only: the limit itself is read from the cgroup at start.
-	if _, _, err := CPUMemory(*c, func() MemoryLimit { return MemoryLimit{Bytes: 1 << 50} }); err != nil {
+	if _, _, err := c.CPUMemory(Host{Memory: MemoryLimit{Bytes: 1 << 50}}); err != nil {
 		errs = append(errs, err)
+	}
+	if _, err := gpupool.ParseMemLimit(c.GPUMemLimit); err != nil {
+		errs = append(errs, fmt.Errorf("GPU_MEM_LIMIT: %w", err))
 	}
 	check(c.ScoreCacheBytes == 0 || c.ScoreCacheBytes >= scorecache.MinBytes, "SCORE_CACHE_BYTES must be 0 (off) or at least %d", scorecache.MinBytes)
 	check(c.Device == "auto" || c.Device == "cpu" || c.Device == "cuda", "DEVICE must be auto, cpu or cuda, got %q", c.Device)

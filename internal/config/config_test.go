@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -215,7 +214,7 @@ func TestSecretsAreRedactedInFlagDefaults(t *testing.T) {
 }
 
 func TestCPUPlanSplitsCores(t *testing.T) {
-	n := runtime.GOMAXPROCS(0)
+	const n = 6
 	for _, tc := range []struct {
 		workers, threads         int
 		wantWorkers, wantThreads int
@@ -225,7 +224,8 @@ func TestCPUPlanSplitsCores(t *testing.T) {
 		{1, 0, 1, n},
 		{3, 5, 3, 5},
 	} {
-		w, th := CPUPlan(Config{Workers: tc.workers, CPUThreads: tc.threads})
+		c := Config{Workers: tc.workers, CPUThreads: tc.threads}
+		w, th := c.CPUPlan(Host{Cores: n})
 		if w != tc.wantWorkers || th != tc.wantThreads {
 			t.Errorf("CPUPlan(WORKERS=%d, CPU_THREADS=%d) = %d workers × %d threads, want %d × %d",
 				tc.workers, tc.threads, w, th, tc.wantWorkers, tc.wantThreads)

@@ -29,8 +29,13 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	if *duration <= 0 {
 		return cli.UsageError{Msg: "doctor: --duration must be > 0"}
 	}
-	// The pool's own lines would interleave with the report; warnings show.
-	log, err := cli.NewLogger(e.Stderr, "warn", cfg.LogFormat)
+	// The pool's own lines would interleave with the report; warnings
+	// show. LOG_LEVEL or --log-level asks for more.
+	level := "warn"
+	if e.Getenv("LOG_LEVEL") != "" || flagSet(fs, "log-level") {
+		level = cfg.LogLevel
+	}
+	log, err := cli.NewLogger(e.Stderr, level, cfg.LogFormat)
 	if err != nil {
 		return err
 	}
@@ -38,31 +43,11 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("doctor: ORT_LIB: %w (run `make` to fetch ONNX Runtime, or point ORT_LIB at libonnxruntime.so.1)", err)
 	}
-	lo, err := config.ModelOptions(cfg)
-	if err != nil {
-		return fmt.Errorf("doctor: %w", err)
-	}
-	devMode, err := gpupool.ParseDeviceMode(cfg.Device)
-	if err != nil {
-		return err
-	}
-	memLimit, err := gpupool.ParseMemLimit(cfg.GPUMemLimit)
-	if err != nil {
-		return fmt.Errorf("GPU_MEM_LIMIT: %w", err)
-	}
-	workers, threads := config.CPUPlan(cfg)
-	if devMode != gpupool.ModeCPU {
+	if cfg.Device != string(gpupool.ModeCPU) {
 		scoring.PCIBusOrder(log) // as the service does, so the mapping shown is the one it uses
 	}
-	rep, err := Run(ctx, Options{
-		ORTLib: lib, Model: lo, Device: devMode, GPUIDs: cfg.GPUIDs,
-		MemFraction: cfg.GPUMemFraction, MemLimit: memLimit, TF32: cfg.GPUTF32,
-		Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold,
-		MaxBatchTokens: cfg.MaxBatchTokens, MaxBatchRows: cfg.MaxBatchRows,
-		CPUWorkers: workers, CPUThreads: threads, Duration: *duration,
-		// CUDA reads the real environment, so the mapping must too.
-		LookupEnv: os.LookupEnv, Log: log,
-	})
+	// CUDA reads the real environment, so the mapping must too.
+	rep, err := Run(ctx, Options{Config: cfg, ORTLib: lib, Duration: *duration, LookupEnv: os.LookupEnv, Log: log})
 	if err != nil {
 		return fmt.Errorf("doctor: %w", err)
 	}
@@ -81,4 +66,10 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 		return fmt.Errorf("%w: %s", ErrNotOK, rep.Verdict)
 	}
 	return nil
+}
+
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

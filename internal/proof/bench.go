@@ -229,8 +229,18 @@ func benchCommand(ctx context.Context, e cli.Env, args []string) error {
 	}
 	mem := memReader(probe, d.Index, &b.MemoryReading)
 
+	// The configured sessions and pool, allowed 0.95 of the GPU and no
+	// per-process budget: the shapes probe how far memory goes, not what a
+	// tenant may take.
+	host := config.DetectHost()
+	scfg := cfg.SessionConfig(host)
+	scfg.GPUMemFraction, scfg.GPUMemBudget = 0.95, gpupool.MemLimit{}
+	poolOpts, err := cfg.PoolOptions(host)
+	if err != nil {
+		return err
+	}
 	dev := gpupool.Device{Kind: gpupool.CUDA, Index: d.Index, UUID: d.UUID, Name: d.Name, TotalMemory: d.TotalMemory}
-	eng, err := gpupool.SessionFactory(m, gpupool.SessionConfig{GPUMemFraction: 0.95, GPUMemMargin: gpupool.DefaultGPUMemMargin, TF32: cfg.GPUTF32})(dev)
+	eng, err := gpupool.SessionFactory(m, scfg)(dev)
 	guard.RestoreChanged()
 	if err != nil {
 		return fmt.Errorf("gpu-proof: %w", err)
@@ -284,9 +294,9 @@ func benchCommand(ctx context.Context, e cli.Env, args []string) error {
 	_ = s.ReleaseArena(ctx)
 
 	// The service's own calibration on the same GPU, against the shapes.
-	pool, err := gpupool.New(ctx, gpupool.SessionFactory(m, gpupool.SessionConfig{GPUMemFraction: 0.95, GPUMemMargin: gpupool.DefaultGPUMemMargin, TF32: cfg.GPUTF32}),
-		gpupool.Mode(gpupool.ModeCUDA), gpupool.WithProbe(probe), gpupool.GPUIDs(d.UUID), gpupool.MemFraction(0.95), gpupool.CPUFallback(false),
-		gpupool.MaxBatchTokens(cfg.MaxBatchTokens), gpupool.Calibrate(gpupool.Calibration{MaxLen: m.MaxLength}))
+	pool, err := gpupool.New(ctx, gpupool.SessionFactory(m, scfg), append(poolOpts,
+		gpupool.Mode(gpupool.ModeCUDA), gpupool.WithProbe(probe), gpupool.GPUIDs(d.UUID), gpupool.MemFraction(0.95), gpupool.GPUMemLimit(gpupool.MemLimit{}),
+		gpupool.CPUFallback(false), gpupool.Calibrate(gpupool.Calibration{MaxLen: m.MaxLength}))...)
 	guard.RestoreChanged()
 	if err != nil {
 		b.Calibrated.Error = err.Error()

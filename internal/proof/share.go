@@ -11,13 +11,11 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/compare"
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
-	"github.com/scorer/scorer/schema"
 )
 
 // Share is one scorer's run while another shares its GPU.
@@ -64,7 +62,7 @@ func shareCommand(ctx context.Context, e cli.Env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("gpu-proof: %w", err)
 	}
-	events, err := compare.ReadEvents(f, schema.DefaultLimits(), *limit)
+	events, err := compare.ReadEvents(f, cfg.Limits(), *limit)
 	f.Close()
 	if err != nil {
 		return err
@@ -96,15 +94,14 @@ func shareCommand(ctx context.Context, e cli.Env, args []string) error {
 		}
 	})
 	log := zerolog.New(e.Stderr).With().Timestamp().Str("scorer", *name).Logger().Level(zerolog.WarnLevel)
-	pool, closePool, err := scoring.NewPool(ctx, cfg, m, log, nil, gpupool.SessionFactory(m, config.SessionConfig(cfg)))
+	pool, closePool, err := scoring.NewPool(ctx, cfg, m, log, nil, nil)
 	if err != nil {
 		close(stop)
 		wg.Wait()
 		return err
 	}
 	defer closePool()
-	lc := model.LabelConfig{Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold}
-	ts, err := model.NewTranscriptScorer(m, lc, pool)
+	ts, err := model.NewTranscriptScorer(m, cfg.LabelConfig(), pool)
 	if err != nil {
 		return err
 	}

@@ -90,10 +90,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	if embedded {
 		rf = 1
 	}
-	prodCfg := producer.Config{
-		Brokers: cfg.KafkaBrokers, Topic: cfg.OutputTopic, RowsTopic: cfg.RowsTopic, DLQTopic: cfg.DLQTopic,
-		Format: cfg.OutputFormat, Key: cfg.OutputKey, ClientID: cfg.ClientID, Transport: sec.Transport(cfg.ClientID),
-	}
+	prodCfg := cfg.ProducerConfig(sec)
 	plan, err := planTopics(cfg, prodCfg, rf)
 	if err != nil {
 		return err
@@ -128,18 +125,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 		return err
 	}
 
-	// RevokeTimeout and HeartbeatInterval are left to the consumer, which
-	// derives them from KAFKA_REBALANCE_TIMEOUT and KAFKA_SESSION_TIMEOUT
-	// (a fixed revoke timeout would reject rebalance timeouts up to 10 s).
-	// ShutdownTimeout bounds the consumer's whole stop: drain, final commit,
-	// leaving the group.
-	cons, err := consumer.New(consumer.Config{
-		Brokers: cfg.KafkaBrokers, Topic: cfg.InputTopic, GroupID: cfg.GroupID, ClientID: cfg.ClientID,
-		BatchMaxMessages: cfg.BatchMaxMessages, BatchMaxBytes: cfg.BatchMaxBytes, BatchMaxWait: cfg.BatchMaxWait,
-		MaxMessageBytes: cfg.MaxMessageBytes, MaxInflightBatches: cfg.MaxInflightBatches, MaxUncommitted: cfg.MaxUncommitted,
-		Limits: stack.Limits, ShutdownTimeout: cfg.ShutdownTimeout, Dialer: sec.Dialer(cfg.ClientID),
-		SessionTimeout: cfg.SessionTimeout, RebalanceTimeout: cfg.RebalanceTimeout,
-	}, stack.Scorer, prod, log, reg)
+	cons, err := consumer.New(cfg.ConsumerConfig(sec), stack.Scorer, prod, log, reg)
 	if err != nil {
 		closeWithin(cfg.ShutdownTimeout, log, prod.Close, stack.Close)
 		return err
