@@ -97,8 +97,10 @@ func openProbe(ctx context.Context, cfg config.Config, log zerolog.Logger) (gpup
 
 // LogBuilt logs, at debug level, what a scorer built from cfg runs with:
 // the pool's devices, batch shape and workers, the session settings, the
-// CPU memory budget and the input limits. Every subcommand that builds a
-// pool logs this one line, so their settings can be compared.
+// CPU memory budget (as configured; what calibration makes of it is the
+// pool's own line) and the input limits. Every subcommand that builds a
+// pool logs this one line ("scorer built"), so their settings can be
+// compared.
 func LogBuilt(log zerolog.Logger, cfg config.Config, host config.Host, pool *gpupool.Pool) {
 	ev := log.Debug()
 	if !ev.Enabled() {
@@ -106,19 +108,19 @@ func LogBuilt(log zerolog.Logger, cfg config.Config, host config.Host, pool *gpu
 	}
 	tokens, rows := pool.BatchShape()
 	sc := cfg.SessionConfig(host)
-	st := pool.Stats()
 	var devices []string
 	workers := map[string]int{}
-	var batchBytes float64
-	for _, d := range st.Devices {
+	for _, d := range pool.Stats().Devices {
 		devices = append(devices, d.Device.Label())
 		workers[d.Device.Label()] = d.Workers
-		batchBytes = max(batchBytes, d.BatchBytes)
+	}
+	if mem, _, err := cfg.CPUMemory(host); err == nil && mem != nil {
+		ev = ev.Uint64("cpu_mem_limit", mem.Limit).Uint64("cpu_mem_reserve", mem.Reserve).Uint64("cpu_max_batch_bytes", mem.BatchBytes)
 	}
 	lim := cfg.Limits()
 	ev.Strs("devices", devices).Any("workers", workers).Int("max_batch_tokens", tokens).Int("max_batch_rows", rows).
 		Int("intra_op_threads", sc.IntraOpThreads).Float64("gpu_mem_fraction", sc.GPUMemFraction).
-		Str("gpu_mem_limit", sc.GPUMemBudget.String()).Bool("gpu_tf32", sc.TF32).Float64("cpu_batch_bytes", batchBytes).
+		Str("gpu_mem_limit", sc.GPUMemBudget.String()).Bool("gpu_tf32", sc.TF32).
 		Int("max_message_bytes", lim.MaxMessageBytes).Int("max_sentences", lim.MaxSentences).
 		Int("max_sentence_bytes", lim.MaxSentenceBytes).Msg("scorer built")
 }
