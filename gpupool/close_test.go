@@ -96,7 +96,7 @@ func TestCloseAfterCancelDuringAdmissionReturns(t *testing.T) {
 		t.Fatalf("Close = %v, want nil or a complete DeadlineExceeded", err)
 	}
 	p.mu.Lock()
-	admitted, queued := p.admitted, len(p.queue)
+	admitted, queued := p.admitted, p.queue.len()
 	p.mu.Unlock()
 	if admitted != 0 || queued != 0 {
 		t.Errorf("after Close: %d pairs admitted, %d batches queued; want the abandoned batch released", admitted, queued)
@@ -133,7 +133,7 @@ func TestRefusalDuringAbortFailsTheCall(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		p.mu.Lock()
-		queued, inflight := len(p.queue), p.inflight
+		queued, inflight := p.queue.len(), p.inflight
 		p.mu.Unlock()
 		t.Fatalf("call still blocked 5s after Close aborted (queue %d, in flight %d)", queued, inflight)
 	}

@@ -79,11 +79,10 @@ type Pool struct {
 	workersDone chan struct{}  // closed after workers exit and engines close
 	closeErr    error          // engine/probe close errors, set before workersDone closes
 
-	mu          sync.Mutex
-	queue       []*batch // pending batches, retries at the front
-	queuedPairs int
-	admitted    int // pairs queued or running: the QueueCapacity bound
-	inflight    int // batches taken by workers and not yet settled
+	mu       sync.Mutex
+	queue    *queue // batches waiting for a worker
+	admitted int    // pairs queued or running: the QueueCapacity bound
+	inflight int    // batches taken by workers and not yet settled
 	// running holds when each batch on an engine right now began its run,
 	// for Stats.OldestRun.
 	running     map[*batch]time.Time
@@ -242,6 +241,7 @@ func New(ctx context.Context, factory EngineFactory, opts ...Option) (*Pool, err
 		closeGrace:  defaultCloseGrace,
 		stuckAfter:  defaultStuckAfter,
 		running:     map[*batch]time.Time{},
+		queue:       newQueue(m.queueDepth),
 	}
 	p.abortCtx, p.abort = context.WithCancel(context.Background())
 	if err := p.openDevices(ctx); err != nil {
@@ -514,7 +514,7 @@ func (p *Pool) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.stats
-	s.QueuedPairs = p.queuedPairs
+	s.QueuedPairs = p.queue.pairs
 	s.InFlightBatches = p.inflight
 	for _, at := range p.running {
 		s.OldestRun = max(s.OldestRun, time.Since(at))
@@ -678,12 +678,10 @@ func (p *Pool) enqueue(req *request, b *batch) error {
 // which already waited their turn once.
 func (p *Pool) pushLocked(b *batch, front bool) {
 	if front {
-		p.queue = slices.Insert(p.queue, 0, b)
+		p.queue.pushFront(b)
 	} else {
-		p.queue = append(p.queue, b)
+		p.queue.push(b)
 	}
-	p.queuedPairs += len(b.idx)
-	p.m.queueDepth.Set(float64(p.queuedPairs))
 	p.wakeWorkersLocked()
 }
 
@@ -707,15 +705,9 @@ func (p *Pool) failLocked(req *request, err error) {
 	}
 	req.finished = true
 	req.err = err
-	p.queue = slices.DeleteFunc(p.queue, func(b *batch) bool {
-		if b.req != req {
-			return false
-		}
-		p.queuedPairs -= len(b.idx)
+	for _, b := range p.queue.remove(func(b *batch) bool { return b.req == req }) {
 		p.releaseLocked(len(b.idx))
-		return true
-	})
-	p.m.queueDepth.Set(float64(p.queuedPairs))
+	}
 	close(req.done)
 	p.wakeWorkersLocked() // Close may be waiting for an empty queue
 }
@@ -781,14 +773,17 @@ func (p *Pool) Close(ctx context.Context) error {
 // live fail with ErrPoolClosed, and batches of calls that already ended are
 // dropped. Every removed batch's capacity is released.
 func (p *Pool) abandonQueueLocked() {
-	for _, b := range slices.Clone(p.queue) {
+	for _, b := range p.queue.snapshot() {
 		p.failLocked(b.req, ErrPoolClosed) // removes the call's batches; no-op once ended
 	}
-	p.queue = slices.DeleteFunc(p.queue, func(b *batch) bool {
-		p.queuedPairs -= len(b.idx)
+	p.dropFinishedLocked() // what is left belongs to calls that had ended
+}
+
+// dropFinishedLocked removes the queued batches whose call already ended,
+// returning their capacity.
+func (p *Pool) dropFinishedLocked() {
+	for _, b := range p.queue.dropFinished() {
 		p.releaseLocked(len(b.idx))
 		p.stats.Dropped++
-		return true
-	})
-	p.m.queueDepth.Set(float64(p.queuedPairs))
+	}
 }
