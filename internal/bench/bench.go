@@ -138,10 +138,10 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 		return err
 	}
 	skip := map[string]bool{}
-	for _, s := range cli.SplitList(bf.skip, ",") {
+	for _, s := range config.SplitList(bf.skip, ",") {
 		skip[s] = true
 	}
-	dirs := cli.SplitList(bf.modelDirs, ",")
+	dirs := config.SplitList(bf.modelDirs, ",")
 	if len(dirs) == 0 {
 		dirs = []string{cfg.ModelDir}
 	}
@@ -158,7 +158,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 		return fmt.Errorf("bench: --memory-multiples: %w", err)
 	}
 
-	path, err := cli.ResolvePath(bf.transcripts)
+	path, err := config.ResolvePath(bf.transcripts)
 	if err != nil {
 		return fmt.Errorf("bench: --transcripts: %w", err)
 	}
@@ -194,7 +194,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 
 	rep := benchReport{Machine: machineInfo(), Settings: benchSettingsOf(cfg, bf, len(corpus))}
 	for _, d := range dirs {
-		dir, err := cli.ResolvePath(d)
+		dir, err := config.ResolvePath(d)
 		if err != nil {
 			return fmt.Errorf("bench: model dir: %w", err)
 		}
@@ -209,7 +209,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 		perfDirs = append(perfDirs, bf.largeModel)
 	}
 	for i, d := range perfDirs {
-		dir, err := cli.ResolvePath(d)
+		dir, err := config.ResolvePath(d)
 		if err != nil {
 			return fmt.Errorf("bench: model dir: %w", err)
 		}
@@ -479,7 +479,7 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 
 func intList(s string) ([]int, error) {
 	var out []int
-	for _, p := range cli.SplitList(s, ",") {
+	for _, p := range config.SplitList(s, ",") {
 		n, err := strconv.Atoi(p)
 		if err != nil || n <= 0 {
 			return nil, fmt.Errorf("%q is not a positive integer", p)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/scorer/scorer/gpupool"
-	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/compare"
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/scoring"
@@ -163,7 +162,7 @@ func timeShape(ctx context.Context, cfg config.Config, m *model.Model, evs []sch
 // parsePlans reads "WORKERSxTHREADS,…", e.g. "2x1,1x2".
 func parsePlans(s string) ([]cpuShape, error) {
 	var out []cpuShape
-	for _, p := range cli.SplitList(s, ",") {
+	for _, p := range config.SplitList(s, ",") {
 		w, t, ok := strings.Cut(p, "x")
 		wn, err1 := strconv.Atoi(w)
 		tn, err2 := strconv.Atoi(t)

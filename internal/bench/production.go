@@ -67,7 +67,7 @@ func benchWholeProcess(ctx context.Context, e cli.Env, cfg config.Config, bf ben
 			rounds: bf.prodRounds, sents: bf.prodSentences, long: bf.prodLong, startup: true, isProdDM: true})
 	}
 	for i, j := range jobs {
-		dir, err := cli.ResolvePath(j.dir)
+		dir, err := config.ResolvePath(j.dir)
 		if err != nil {
 			return fmt.Errorf("bench: model dir: %w", err)
 		}

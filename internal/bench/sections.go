@@ -10,7 +10,6 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/produce"
 	"github.com/scorer/scorer/model"
@@ -149,7 +148,7 @@ func runMemory(ctx context.Context, cfg config.Config, modelDir string, corpus [
 	}
 	_ = w.Close()
 
-	lib, err := cli.ResolvePath(cfg.ORTLib)
+	lib, err := config.ResolvePath(cfg.ORTLib)
 	if err != nil {
 		return mp, err
 	}

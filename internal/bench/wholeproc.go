@@ -238,7 +238,7 @@ func runWholeProcess(ctx context.Context, e cli.Env, o wholeProcOpts) ([]wholePr
 	if err != nil {
 		return nil, nil, err
 	}
-	lib, err := cli.ResolvePath(o.cfg.ORTLib)
+	lib, err := config.ResolvePath(o.cfg.ORTLib)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -320,7 +320,7 @@ func findRawLoop() (string, string) {
 	if _, err := exec.LookPath("node"); err != nil {
 		return "", "node is not on PATH"
 	}
-	script, err := cli.ResolvePath("tools/rawloop/rawloop.mjs")
+	script, err := config.ResolvePath("tools/rawloop/rawloop.mjs")
 	if err != nil {
 		return "", "tools/rawloop/rawloop.mjs not found"
 	}

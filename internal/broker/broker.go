@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/scorer/scorer/internal/cli"
+	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/producer"
 )
 
@@ -101,7 +102,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	c, listen, err := Start(Options{Addr: *addr, Partitions: *partitions, Topics: cli.SplitList(*topics, ","), DataDir: *dataDir, MaxMessageBytes: *maxMessage})
+	c, listen, err := Start(Options{Addr: *addr, Partitions: *partitions, Topics: config.SplitList(*topics, ","), DataDir: *dataDir, MaxMessageBytes: *maxMessage})
 	if err != nil {
 		return err
 	}
@@ -112,7 +113,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	if *dataDir != "" {
 		durability = "persisted to " + *dataDir
 	}
-	log.Info().Str("addr", listen).Str("topics", strings.Join(cli.SplitList(*topics, ","), ",")).
+	log.Info().Str("addr", listen).Str("topics", strings.Join(config.SplitList(*topics, ","), ",")).
 		Int("partitions", *partitions).Str("durability", durability).
 		Msgf("in-memory Kafka broker ready; try: kcat -b %s -L", listen)
 	<-ctx.Done()

@@ -4,10 +4,7 @@ import (
 	"errors"
 	"flag"
 	"io"
-	"os"
-	"path/filepath"
 	"runtime/debug"
-	"strings"
 )
 
 // ErrUsage marks errors already reported as usage text: the binary's main
@@ -55,51 +52,6 @@ func ExitCode(err error) int {
 		return 130
 	}
 	return 1
-}
-
-// SplitList splits a list flag or variable: see CleanList.
-func SplitList(s, sep string) []string {
-	if sep == "" {
-		sep = ","
-	}
-	return CleanList(strings.Split(s, sep))
-}
-
-// CleanList trims every element and drops empty ones, so that
-// "a, b,,c " is [a b c] whether it came from a flag or the environment.
-func CleanList(l []string) []string {
-	var out []string
-	for _, p := range l {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// ResolvePath finds a relative path from the working directory or, failing
-// that, from the repository the binary was built in (bin/..), so that
-// `bin/scorer` works from anywhere after `make`. ORT_LIB's default is
-// absolute already (config.DefaultORTLib): a library is never picked up
-// from the working directory unless ORT_LIB names it.
-func ResolvePath(p string) (string, error) {
-	if filepath.IsAbs(p) {
-		if _, err := os.Stat(p); err != nil {
-			return "", err
-		}
-		return p, nil
-	}
-	candidates := []string{p}
-	if exe, err := os.Executable(); err == nil {
-		candidates = append(candidates, filepath.Join(filepath.Dir(exe), "..", p))
-	}
-	for _, c := range candidates {
-		if _, err := os.Stat(c); err == nil {
-			return filepath.Abs(c)
-		}
-	}
-	_, err := os.Stat(p)
-	return "", err
 }
 
 // Version is the VCS revision (12 hex digits) or module version the binary

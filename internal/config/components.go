@@ -6,7 +6,6 @@ import (
 
 	"github.com/scorer/scorer/consumer"
 	"github.com/scorer/scorer/gpupool"
-	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/producer"
 	"github.com/scorer/scorer/schema"
@@ -122,7 +121,7 @@ func (c *Config) PoolOptions(h Host) ([]gpupool.Option, error) {
 // ModelOptions is how the model is loaded: MODEL_DIR resolved, MODEL_FILE,
 // SCORE_MODE, ENTAILMENT_INDEX, PAIR_ENCODING and PAIR_SEPARATOR.
 func (c *Config) ModelOptions() (model.LoadOptions, error) {
-	dir, err := cli.ResolvePath(c.ModelDir)
+	dir, err := ResolvePath(c.ModelDir)
 	if err != nil {
 		return model.LoadOptions{}, fmt.Errorf("MODEL_DIR: %w", err)
 	}

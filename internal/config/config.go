@@ -15,7 +15,6 @@ import (
 	"github.com/caarlos0/env/v11"
 
 	"github.com/scorer/scorer/gpupool"
-	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/model/scorecache"
 )
 
@@ -127,7 +126,7 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	v := reflect.ValueOf(&cfg).Elem()
 	for i := range v.NumField() {
 		if l, ok := v.Field(i).Interface().([]string); ok {
-			v.Field(i).Set(reflect.ValueOf(cli.CleanList(l)))
+			v.Field(i).Set(reflect.ValueOf(cleanList(l)))
 		}
 	}
 	if cfg.ORTLib == "" {
@@ -380,10 +379,10 @@ func (f *fieldValue) Set(s string) error {
 		}
 		f.v.SetInt(int64(d))
 	case []string:
-		f.v.Set(reflect.ValueOf(cli.SplitList(s, f.sep)))
+		f.v.Set(reflect.ValueOf(SplitList(s, f.sep)))
 	case []int:
 		var ns []int
-		for _, p := range cli.SplitList(s, f.sep) {
+		for _, p := range SplitList(s, f.sep) {
 			n, err := strconv.Atoi(p)
 			if err != nil {
 				return err

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/testenv"
 )
 
@@ -264,7 +263,7 @@ func TestDefaultORTLibIgnoresWorkingDirectory(t *testing.T) {
 	if want := filepath.Join(filepath.Dir(exe), "..", ".deps"); !filepath.IsAbs(cfg.ORTLib) || !strings.HasPrefix(cfg.ORTLib, want+string(filepath.Separator)) {
 		t.Errorf("default ORT_LIB = %q, want an absolute path under %s", cfg.ORTLib, want)
 	}
-	if lib, err := cli.ResolvePath(cfg.ORTLib); err == nil {
+	if lib, err := ResolvePath(cfg.ORTLib); err == nil {
 		if sameFile(lib, planted) {
 			t.Fatalf("the default ORT_LIB resolved to %s, the working directory's planted file", lib)
 		}

@@ -39,7 +39,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	lib, err := cli.ResolvePath(cfg.ORTLib)
+	lib, err := config.ResolvePath(cfg.ORTLib)
 	if err != nil {
 		return fmt.Errorf("doctor: ORT_LIB: %w (run `make` to fetch ONNX Runtime, or point ORT_LIB at libonnxruntime.so.1)", err)
 	}

@@ -52,7 +52,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 		return fmt.Errorf("produce: %w", err)
 	}
 	defer closeIn()
-	w := NewInputWriter(cli.SplitList(*brokers, ","), *topic, sec.Transport(cfg.ClientID+"-produce"))
+	w := NewInputWriter(config.SplitList(*brokers, ","), *topic, sec.Transport(cfg.ClientID+"-produce"))
 	defer w.Close()
 	n, err := ProduceLines(ctx, w, in, *limit, *rate)
 	fmt.Fprintf(e.Stdout, "produced %d records to %s\n", n, *topic)
