@@ -78,14 +78,20 @@ type benchFlags struct {
 	wholeRounds    int
 }
 
-// Command is `scorer bench`: per model folder it measures the pipeline
-// against raw ORT, padding, tokenizer cost, latency, memory under a backlog
-// and CPU scaling, prints one table and writes it as JSON. It prints
-// numbers; it passes or fails nothing except on errors.
-func Command(ctx context.Context, e cli.Env, args []string) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(e.Stderr)
-	var bf benchFlags
+// Spec is `scorer bench` for its help and the docs.
+var Spec = cli.Spec{
+	Name: "bench", Synopsis: "[--model-dirs DIRS] [--transcripts FILE] [flags]",
+	Summary: "run the benchmarks (make bench; docs/benchmarks.md)",
+	About: "The benchmark harness (docs/benchmarks.md): per model folder, the Kafka-to-Kafka pipeline against raw " +
+		"ONNX Runtime on the same batches, padding, tokenizer share, latency, memory under a backlog, CPU scaling and " +
+		"batch shapes, the revision workload, int8, and whole processes against an independent raw loop. It builds " +
+		"the service's scorer from the settings below, overriding only what a section varies; its pipeline runs " +
+		"against a broker of its own, on the default topics. It prints numbers and fails only on errors.",
+	Settings: config.Bench,
+	Flags:    func(fs *flag.FlagSet) { new(benchFlags).register(fs) },
+}
+
+func (bf *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&bf.modelDirs, "model-dirs", "", "comma-separated model folders to benchmark; empty = MODEL_DIR")
 	fs.StringVar(&bf.transcripts, "transcripts", "../shared/data/transcripts/transcripts.jsonl", "TranscriptEvent JSONL corpus")
 	fs.StringVar(&bf.out, "out", "", "write the results as JSON to this file; empty = none")
@@ -123,9 +129,19 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	fs.IntVar(&bf.prodRounds, "production-rounds", 1, "alternating scorer / raw loop rounds per --production-model row; each keeps its best time and worst peak RSS")
 	fs.IntVar(&bf.wholeSentences, "wholeproc-sentences", 4000, "real sentences in the small models' whole-process input (× labels = pairs)")
 	fs.IntVar(&bf.wholeRounds, "wholeproc-rounds", 2, "alternating scorer / raw loop rounds per small-model whole-process row")
-	cfg, err := config.Load(e.Getenv, fs, args)
+}
+
+// Command is `scorer bench`: per model folder it measures the pipeline
+// against raw ORT, padding, tokenizer cost, latency, memory under a backlog
+// and CPU scaling, prints one table and writes it as JSON. It prints
+// numbers; it passes or fails nothing except on errors.
+func Command(ctx context.Context, e cli.Env, args []string) error {
+	fs := Spec.FlagSet(e)
+	var bf benchFlags
+	bf.register(fs)
+	cfg, err := Spec.Load(e, fs, args)
 	if err != nil {
-		return cli.UsageOr(err)
+		return err
 	}
 	// The pool's and consumer's info lines would bury the table; warnings
 	// still show. LOG_LEVEL or --log-level asks for more.

@@ -5,6 +5,8 @@ import (
 	"flag"
 	"io"
 	"runtime/debug"
+
+	"github.com/scorer/scorer/internal/config"
 )
 
 // ErrUsage marks errors already reported as usage text: the binary's main
@@ -30,10 +32,12 @@ type Env struct {
 	Stderr io.Writer
 }
 
-// UsageOr maps flag parsing errors (already printed by the flag package) to
-// ErrUsage and passes other errors through.
+// UsageOr maps flag parsing errors, which the flag package has printed
+// with the usage already (-h included), to ErrUsage and passes other
+// errors through.
 func UsageOr(err error) error {
-	if errors.Is(err, flag.ErrHelp) {
+	var fe config.FlagError
+	if errors.Is(err, flag.ErrHelp) || errors.As(err, &fe) {
 		return ErrUsage
 	}
 	return err

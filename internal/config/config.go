@@ -2,7 +2,6 @@ package config
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,121 +17,88 @@ import (
 	"github.com/scorer/scorer/model/scorecache"
 )
 
-// Config is the whole service configuration. Every field comes from an
-// environment variable (the env tag, with its default) and can be overridden
-// by a flag of the same name in lower case with dashes (KAFKA_BROKERS →
-// --kafka-brokers). README.md documents each variable.
+// Config is the whole configuration, one flat struct: every field is an
+// environment variable (env, with its default in envDefault) and, in each
+// subcommand that reads it, a flag of the same name in lower case with
+// dashes (KAFKA_BROKERS → --kafka-brokers), which wins. The other tags
+// describe it for Validate, the subcommands' help and docs/configuration.md
+// (Reference): group is the settings group subcommands read whole (see
+// Set), enum the allowed values, min the least value of a number or
+// duration, values what else a value may be, and help its meaning. Field
+// order is the reference's order.
 type Config struct {
-	KafkaBrokers     []string      `env:"KAFKA_BROKERS" envSeparator:"," help:"comma-separated bootstrap brokers, required by scorer run; embedded = an in-memory broker in the scorer's own process (not durable; make run uses it)"`
-	InputTopic       string        `env:"KAFKA_INPUT_TOPIC" envDefault:"transcripts" help:"topic of TranscriptEvents"`
-	OutputTopic      string        `env:"KAFKA_OUTPUT_TOPIC" envDefault:"transcripts.scored" help:"topic of ScoredTranscripts"`
-	DLQTopic         string        `env:"KAFKA_DLQ_TOPIC" envDefault:"transcripts.dlq" help:"dead-letter topic"`
-	RowsTopic        string        `env:"OUTPUT_ROWS_TOPIC" help:"optional topic of flat (call_id, section, sentence_index, label) rows"`
-	OutputFormat     string        `env:"OUTPUT_FORMAT" envDefault:"json" help:"json, or connect (JsonConverter envelope, schemas.enable=true)"`
-	OutputKey        string        `env:"OUTPUT_KEY" envDefault:"call_id" help:"key of results, rows and tombstones: call_id, or entity_event (entity_id + event_time, the seed's ENTITY_ID + EVENT_DATETIME_UTC dedup; records lacking either go to the DLQ)"`
-	GroupID          string        `env:"KAFKA_GROUP_ID" envDefault:"scorer" help:"consumer group"`
-	ClientID         string        `env:"KAFKA_CLIENT_ID" envDefault:"scorer" help:"Kafka client id"`
-	SessionTimeout   time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"30s" help:"group session timeout: how long a dead member keeps its partitions"`
-	RebalanceTimeout time.Duration `env:"KAFKA_REBALANCE_TIMEOUT" envDefault:"30s" help:"how long the group waits for members to rejoin; at a rebalance in-flight work gets min(10s, half of this minus the heartbeat interval) to finish"`
-	InputPartitions  int           `env:"KAFKA_INPUT_PARTITIONS" envDefault:"6" help:"partitions for topics the scorer creates (in-memory broker, or missing topics)"`
-	CreateTopics     bool          `env:"KAFKA_CREATE_TOPICS" envDefault:"true" help:"create missing topics at start (KAFKA_INPUT_PARTITIONS, KAFKA_TOPIC_REPLICATION_FACTOR, a max.message.bytes that fits the input limits); false = topics are managed elsewhere and a missing one stops start-up"`
-	TopicReplication int           `env:"KAFKA_TOPIC_REPLICATION_FACTOR" envDefault:"1" help:"replication factor of topics the scorer creates when they are missing (the in-memory broker always uses 1); at least your cluster's min.insync.replicas (acks=all writes fail below it), or create topics ahead"`
-	KafkaTLS         bool          `env:"KAFKA_TLS" help:"connect with TLS; required by every other KAFKA_TLS_* setting"`
-	KafkaTLSCAFile   string        `env:"KAFKA_TLS_CA_FILE" help:"PEM CA bundle for the brokers' certificates"`
-	KafkaTLSCertFile string        `env:"KAFKA_TLS_CERT_FILE" help:"PEM client certificate (mutual TLS)"`
-	KafkaTLSKeyFile  string        `env:"KAFKA_TLS_KEY_FILE" help:"PEM client key (mutual TLS)"`
-	KafkaTLSInsecure bool          `env:"KAFKA_TLS_INSECURE_SKIP_VERIFY" help:"skip broker certificate verification (testing only)"`
-	SASLMechanism    string        `env:"KAFKA_SASL_MECHANISM" help:"PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty = no SASL"`
-	SASLUsername     string        `env:"KAFKA_SASL_USERNAME" help:"SASL user"`
-	SASLPassword     string        `env:"KAFKA_SASL_PASSWORD" help:"SASL password (prefer KAFKA_SASL_PASSWORD_FILE)" secret:"true"`
-	SASLPasswordFile string        `env:"KAFKA_SASL_PASSWORD_FILE" help:"file holding the SASL password"`
+	KafkaBrokers     []string      `env:"KAFKA_BROKERS" envSeparator:"," group:"kafka" values:"comma-separated host:port list, or embedded" help:"comma-separated bootstrap brokers, required by scorer run; embedded = an in-memory broker in the scorer's own process (not durable; make run uses it)"`
+	InputTopic       string        `env:"KAFKA_INPUT_TOPIC" envDefault:"transcripts" group:"kafka" help:"topic of TranscriptEvents"`
+	OutputTopic      string        `env:"KAFKA_OUTPUT_TOPIC" envDefault:"transcripts.scored" group:"kafka" help:"topic of ScoredTranscripts"`
+	DLQTopic         string        `env:"KAFKA_DLQ_TOPIC" envDefault:"transcripts.dlq" group:"kafka" help:"dead-letter topic"`
+	GroupID          string        `env:"KAFKA_GROUP_ID" envDefault:"scorer" group:"kafka" help:"consumer group"`
+	SessionTimeout   time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"30s" group:"kafka" min:"6s" help:"group session timeout: how long a dead member keeps its partitions (at least the brokers' group.min.session.timeout.ms)"`
+	RebalanceTimeout time.Duration `env:"KAFKA_REBALANCE_TIMEOUT" envDefault:"30s" group:"kafka" min:"1ns" help:"how long the group waits for members to rejoin; at a rebalance in-flight work gets min(10s, half of this minus the heartbeat interval) to finish"`
+	InputPartitions  int           `env:"KAFKA_INPUT_PARTITIONS" envDefault:"6" group:"kafka" min:"1" help:"partitions for topics the scorer creates (in-memory broker, or missing topics)"`
+	CreateTopics     bool          `env:"KAFKA_CREATE_TOPICS" envDefault:"true" group:"kafka" help:"create missing topics at start (KAFKA_INPUT_PARTITIONS, KAFKA_TOPIC_REPLICATION_FACTOR, a max.message.bytes that fits the input limits); false = topics are managed elsewhere and a missing one stops start-up"`
+	TopicReplication int           `env:"KAFKA_TOPIC_REPLICATION_FACTOR" envDefault:"1" group:"kafka" min:"1" help:"replication factor of topics the scorer creates when they are missing (the in-memory broker always uses 1); at least your cluster's min.insync.replicas (acks=all writes fail below it), or create topics ahead"`
 
-	BatchMaxMessages   int           `env:"BATCH_MAX_MESSAGES" envDefault:"16" help:"messages per consumer batch"`
-	BatchMaxBytes      int           `env:"BATCH_MAX_BYTES" envDefault:"8388608" help:"bytes per consumer batch (never exceeded)"`
-	BatchMaxWait       time.Duration `env:"BATCH_MAX_WAIT" envDefault:"200ms" help:"longest a batch waits, from its oldest message"`
-	MaxMessageBytes    int           `env:"MAX_MESSAGE_BYTES" envDefault:"8388608" help:"larger input records go to the DLQ; with MAX_SENTENCES and the labels it sizes the output topic (checked at start: every accepted transcript's result must fit its max.message.bytes)"`
-	MaxSentences       int           `env:"MAX_SENTENCES" envDefault:"100000" help:"sentences per transcript (all sections); more goes to the DLQ"`
-	MaxSentenceBytes   int           `env:"MAX_SENTENCE_BYTES" envDefault:"1048576" help:"bytes per sentence; longer goes to the DLQ (the model truncates to its max length anyway)"`
-	MaxInflightBatches int           `env:"MAX_INFLIGHT_BATCHES" envDefault:"2" help:"consumer batches between fetch and ack; fetching pauses beyond"`
-	MaxUncommitted     int           `env:"MAX_UNCOMMITTED" envDefault:"1000" help:"records per input partition fetched past its committed offset; fetching of the partition pauses at this (a crash replays at most this many per partition)"`
-	MaxBatchTokens     int           `env:"MAX_BATCH_TOKENS" envDefault:"16384" help:"rows × padded length per inference batch"`
-	MaxBatchRows       int           `env:"MAX_BATCH_ROWS" envDefault:"256" help:"rows per inference batch"`
-	CPUMaxBatchTokens  int           `env:"CPU_MAX_BATCH_TOKENS" envDefault:"16384" help:"on CPU-only pools, MAX_BATCH_TOKENS is capped at this (measured: make bench, CPU batch shapes)"`
-	CPUMaxBatchRows    int           `env:"CPU_MAX_BATCH_ROWS" envDefault:"16" help:"on CPU-only pools, MAX_BATCH_ROWS is capped at this: small batches stay in the CPU's caches (measured: make bench, CPU batch shapes)"`
-	CPUMemLimit        string        `env:"CPU_MEM_LIMIT" envDefault:"auto" help:"memory the process may use on a CPU pool; batches are cut so the weights, the score cache, in-flight input and every worker's batch fit: auto = the container's cgroup limit, else physical memory; bytes (6GiB), a fraction of auto (0.8), or 0 = none"`
-	CPUMaxBatchBytes   string        `env:"CPU_MAX_BATCH_BYTES" envDefault:"auto" help:"most memory one CPU batch may take, from the model's cost measured at start (rows fall as pairs grow longer): auto = what CPU_MAX_BATCH_ROWS pairs of 128 tokens need; bytes (512MiB); off = no memory model (rows and tokens caps only)"`
-	ScoreCacheBytes    int           `env:"SCORE_CACHE_BYTES" envDefault:"268435456" help:"memory for the cache of pair scores (revised and repeated sentences skip inference); 0 = off"`
+	ClientID         string `env:"KAFKA_CLIENT_ID" envDefault:"scorer" group:"security" help:"Kafka client id"`
+	KafkaTLS         bool   `env:"KAFKA_TLS" group:"security" help:"connect with TLS; required by every other KAFKA_TLS_* setting"`
+	KafkaTLSCAFile   string `env:"KAFKA_TLS_CA_FILE" group:"security" values:"file" help:"PEM CA bundle for the brokers' certificates"`
+	KafkaTLSCertFile string `env:"KAFKA_TLS_CERT_FILE" group:"security" values:"file" help:"PEM client certificate (mutual TLS)"`
+	KafkaTLSKeyFile  string `env:"KAFKA_TLS_KEY_FILE" group:"security" values:"file" help:"PEM client key (mutual TLS)"`
+	KafkaTLSInsecure bool   `env:"KAFKA_TLS_INSECURE_SKIP_VERIFY" group:"security" help:"skip broker certificate verification (testing only)"`
+	SASLMechanism    string `env:"KAFKA_SASL_MECHANISM" group:"security" values:"PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, or empty" help:"SASL mechanism; empty = no SASL"`
+	SASLUsername     string `env:"KAFKA_SASL_USERNAME" group:"security" help:"SASL user"`
+	SASLPassword     string `env:"KAFKA_SASL_PASSWORD" group:"security" help:"SASL password (prefer KAFKA_SASL_PASSWORD_FILE)" secret:"true"`
+	SASLPasswordFile string `env:"KAFKA_SASL_PASSWORD_FILE" group:"security" values:"file" help:"file holding the SASL password"`
 
-	ModelDir           string   `env:"MODEL_DIR" envDefault:"../shared/models/nli-unigram-small" help:"model folder: config.json, tokenizer.json, ONNX file"`
-	ModelFile          string   `env:"MODEL_FILE" help:"ONNX file relative to MODEL_DIR and inside it (no leading /, no ..); empty = model.onnx or the single onnx/model*.onnx"`
-	ORTLib             string   `env:"ORT_LIB" help:"ONNX Runtime shared library; empty = .deps/ort-<version>/libonnxruntime.so.1 in the folder above the scorer executable's (what make fetches for bin/scorer), never looked for in the working directory"`
-	ScoreMode          string   `env:"SCORE_MODE" envDefault:"softmax" help:"softmax (P(entailment) over all classes) or entail_vs_contradiction"`
-	PairEncoding       string   `env:"PAIR_ENCODING" envDefault:"pair" help:"pair ([CLS] sentence [SEP] hypothesis [SEP], what NLI models are trained on) or joined (sentence + PAIR_SEPARATOR + hypothesis as one sequence, the Spark job's encoding; over the max length only the sentence is cut)"`
-	PairSeparator      string   `env:"PAIR_SEPARATOR" envDefault:"</s></s>" help:"text between sentence and hypothesis when PAIR_ENCODING=joined (ordinary text to DeBERTa-v3's tokenizer)"`
-	EntailmentIndex    int      `env:"ENTAILMENT_INDEX" envDefault:"-1" help:"logit index of entailment; -1 = from id2label (other negatives are an error)"`
-	HypothesisTemplate string   `env:"HYPOTHESIS_TEMPLATE" envDefault:"This text is about {}." help:"hypothesis template with exactly one {}"`
-	Labels             []string `env:"LABELS" envSeparator:"," envDefault:"consumer strength,consumer weakness,reduced consumer's spending patterns" help:"comma-separated labels"`
-	Threshold          float64  `env:"THRESHOLD" envDefault:"0.91" help:"a sentence is flagged when its score is above this; 0 to 1"`
+	RowsTopic    string `env:"OUTPUT_ROWS_TOPIC" group:"output" help:"optional topic of flat (call_id, section, sentence_index, label) rows"`
+	OutputFormat string `env:"OUTPUT_FORMAT" envDefault:"json" group:"output" enum:"json,connect" help:"json, or connect (JsonConverter envelope, schemas.enable=true)"`
+	OutputKey    string `env:"OUTPUT_KEY" envDefault:"call_id" group:"output" enum:"call_id,entity_event" help:"key of results, rows and tombstones: call_id, or entity_event (entity_id + event_time, the seed's ENTITY_ID + EVENT_DATETIME_UTC dedup; records lacking either go to the DLQ)"`
 
-	Device         string   `env:"DEVICE" envDefault:"auto" help:"auto, cpu or cuda"`
-	GPUIDs         []string `env:"GPU_IDS" envSeparator:"," help:"GPU indices or UUIDs to use; empty = all"`
-	GPUMemFraction float64  `env:"GPU_MEM_FRACTION" envDefault:"0.8" help:"a GPU's used/total memory stays under this"`
-	CPUThreads     int      `env:"CPU_THREADS" help:"ONNX Runtime intra-op threads per CPU worker; 0 = cores / workers"`
-	Workers        int      `env:"WORKERS" help:"workers per device; 0 = auto (CPU: one per core up to 4; GPU: 2)"`
+	BatchMaxMessages int           `env:"BATCH_MAX_MESSAGES" envDefault:"16" group:"consumer" min:"1" help:"messages per consumer batch"`
+	BatchMaxWait     time.Duration `env:"BATCH_MAX_WAIT" envDefault:"200ms" group:"consumer" min:"1ns" help:"longest a batch waits, from its oldest message"`
+	MaxUncommitted   int           `env:"MAX_UNCOMMITTED" envDefault:"1000" group:"consumer" min:"1" help:"records per input partition fetched past its committed offset; fetching of the partition pauses at this (a crash replays at most this many per partition)"`
 
-	GPUMemLimit  string        `env:"GPU_MEM_LIMIT" envDefault:"0" help:"this process's memory budget on each GPU (arena cap and admission): bytes (12GiB) or a fraction of the device (0.45); 0 = GPU_MEM_FRACTION alone"`
-	GPUTF32      bool          `env:"GPU_TF32" envDefault:"false" help:"let CUDA use TF32 tensor cores for float32 matrix products: faster, but scores can move by more than 1e-4 against the CPU"`
-	GPUProbation time.Duration `env:"GPU_PROBATION" envDefault:"5m" help:"a degraded GPU is re-probed after this and rejoins when it passes"`
+	BatchMaxBytes      int    `env:"BATCH_MAX_BYTES" envDefault:"8388608" group:"memory" min:"1" unit:"bytes" help:"bytes per consumer batch (never exceeded); twice MAX_INFLIGHT_BATCHES × this is the input the CPU memory budget sets aside"`
+	MaxInflightBatches int    `env:"MAX_INFLIGHT_BATCHES" envDefault:"2" group:"memory" min:"1" help:"consumer batches between fetch and ack; fetching pauses beyond"`
+	ScoreCacheBytes    int    `env:"SCORE_CACHE_BYTES" envDefault:"268435456" group:"memory" unit:"bytes" values:"0 (off), or at least 3072" help:"memory for the cache of pair scores (revised and repeated sentences skip inference); 0 = off"`
+	CPUMemLimit        string `env:"CPU_MEM_LIMIT" envDefault:"auto" group:"memory" values:"auto, 0, bytes (6GiB), or a fraction of auto (0.8)" help:"memory the process may use on a CPU pool; batches are cut so the weights, the score cache, in-flight input and every worker's batch fit: auto = the container's cgroup limit, else physical memory; 0 = none"`
+	CPUMaxBatchBytes   string `env:"CPU_MAX_BATCH_BYTES" envDefault:"auto" group:"memory" values:"auto, off, or bytes (512MiB)" help:"most memory one CPU batch may take, from the model's cost measured at start (rows fall as pairs grow longer): auto = what CPU_MAX_BATCH_ROWS pairs of 128 tokens need; off = no memory model (rows and tokens caps only)"`
 
-	MetricsAddr          string        `env:"METRICS_ADDR" envDefault:":9464" help:"address of /metrics, /healthz and /readyz; off = no HTTP server"`
-	LivenessStallTimeout time.Duration `env:"LIVENESS_STALL_TIMEOUT" envDefault:"10m" help:"/healthz fails when records are in flight and no inference batch, publish or dead letter happened for this long, or when one inference run, or one record's publish or dead letter (retried), goes on this long; a long transcript is none of these; 0 = off"`
-	ShutdownTimeout      time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" help:"bound on the whole stop after SIGTERM: drain, final commit, leaving the group (allow about 10s more before SIGKILL; the Helm chart adds 15s)"`
-	LogLevel             string        `env:"LOG_LEVEL" envDefault:"info" help:"debug, info, warn or error"`
-	LogFormat            string        `env:"LOG_FORMAT" envDefault:"auto" help:"json, console, or auto (console on a terminal)"`
-}
+	MaxMessageBytes  int `env:"MAX_MESSAGE_BYTES" envDefault:"8388608" group:"limits" min:"1" unit:"bytes" help:"larger input records go to the DLQ; with MAX_SENTENCES and the labels it sizes the output topic (checked at start: every accepted transcript's result must fit its max.message.bytes)"`
+	MaxSentences     int `env:"MAX_SENTENCES" envDefault:"100000" group:"limits" min:"1" help:"sentences per transcript (all sections); more goes to the DLQ"`
+	MaxSentenceBytes int `env:"MAX_SENTENCE_BYTES" envDefault:"1048576" group:"limits" min:"1" unit:"bytes" help:"bytes per sentence; longer goes to the DLQ (the model truncates to its max length anyway)"`
 
-// Load reads the environment through getenv, then applies flags from
-// args over it, then validates. It returns the remaining positional args.
-func Load(getenv func(string) string, fs *flag.FlagSet, args []string) (Config, error) {
-	cfg, err := FromEnv(getenv)
-	if err != nil {
-		return Config{}, err
-	}
-	bindFlags(fs, &cfg)
-	if err := fs.Parse(args); err != nil {
-		return Config{}, err
-	}
-	if err := cfg.Validate(); err != nil {
-		return Config{}, err
-	}
-	cfg.ORTLib = preferCUDASet(cfg.ORTLib, cfg.Device, nvidiaDriverLoaded(), checkoutRoot())
-	return cfg, nil
-}
+	MaxBatchTokens    int `env:"MAX_BATCH_TOKENS" envDefault:"16384" group:"batches" min:"1" unit:"tokens" help:"rows × padded length per inference batch"`
+	MaxBatchRows      int `env:"MAX_BATCH_ROWS" envDefault:"256" group:"batches" min:"1" help:"rows per inference batch"`
+	CPUMaxBatchTokens int `env:"CPU_MAX_BATCH_TOKENS" envDefault:"16384" group:"batches" min:"1" unit:"tokens" help:"on CPU-only pools, MAX_BATCH_TOKENS is capped at this (measured: make bench, CPU batch shapes)"`
+	CPUMaxBatchRows   int `env:"CPU_MAX_BATCH_ROWS" envDefault:"16" group:"batches" min:"1" help:"on CPU-only pools, MAX_BATCH_ROWS is capped at this: small batches stay in the CPU's caches (measured: make bench, CPU batch shapes)"`
 
-// FromEnv reads the environment through getenv alone, without flags
-// or validation. List variables are split the way their flags are: every
-// element trimmed, empty elements dropped (the env library keeps spaces).
-func FromEnv(getenv func(string) string) (Config, error) {
-	environ := map[string]string{}
-	for _, name := range envNames(reflect.TypeFor[Config]()) {
-		if v := getenv(name); v != "" {
-			environ[name] = v
-		}
-	}
-	cfg, err := env.ParseAsWithOptions[Config](env.Options{Environment: environ})
-	if err != nil {
-		return Config{}, envError(err)
-	}
-	v := reflect.ValueOf(&cfg).Elem()
-	for i := range v.NumField() {
-		if l, ok := v.Field(i).Interface().([]string); ok {
-			v.Field(i).Set(reflect.ValueOf(cleanList(l)))
-		}
-	}
-	if cfg.ORTLib == "" {
-		cfg.ORTLib = DefaultORTLib()
-	}
-	return cfg, nil
+	ModelDir        string `env:"MODEL_DIR" envDefault:"../shared/models/nli-unigram-small" group:"model" values:"folder" help:"model folder: config.json, tokenizer.json, ONNX file"`
+	ModelFile       string `env:"MODEL_FILE" group:"model" values:"path inside MODEL_DIR" help:"ONNX file relative to MODEL_DIR and inside it (no leading /, no ..); empty = model.onnx or the single onnx/model*.onnx"`
+	ORTLib          string `env:"ORT_LIB" group:"model" values:"file" help:"ONNX Runtime shared library; empty = .deps/ort-<version>/libonnxruntime.so.1 in the folder above the scorer executable's (what make fetches for bin/scorer), never looked for in the working directory"`
+	ScoreMode       string `env:"SCORE_MODE" envDefault:"softmax" group:"model" enum:"softmax,entail_vs_contradiction" help:"softmax (P(entailment) over all classes) or entail_vs_contradiction"`
+	PairEncoding    string `env:"PAIR_ENCODING" envDefault:"pair" group:"model" enum:"pair,joined" help:"pair ([CLS] sentence [SEP] hypothesis [SEP], what NLI models are trained on) or joined (sentence + PAIR_SEPARATOR + hypothesis as one sequence, the Spark job's encoding; over the max length only the sentence is cut)"`
+	PairSeparator   string `env:"PAIR_SEPARATOR" envDefault:"</s></s>" group:"model" help:"text between sentence and hypothesis when PAIR_ENCODING=joined (ordinary text to DeBERTa-v3's tokenizer)"`
+	EntailmentIndex int    `env:"ENTAILMENT_INDEX" envDefault:"-1" group:"model" min:"-1" help:"logit index of entailment; -1 = from id2label"`
+
+	HypothesisTemplate string   `env:"HYPOTHESIS_TEMPLATE" envDefault:"This text is about {}." group:"labels" values:"text with exactly one {}" help:"hypothesis template; {} is replaced by each label"`
+	Labels             []string `env:"LABELS" envSeparator:"," envDefault:"consumer strength,consumer weakness,reduced consumer's spending patterns" group:"labels" help:"comma-separated labels"`
+	Threshold          float64  `env:"THRESHOLD" envDefault:"0.91" group:"labels" values:"0 to 1" help:"a sentence is flagged when its score is above this"`
+
+	Device         string        `env:"DEVICE" envDefault:"auto" group:"devices" enum:"auto,cpu,cuda" help:"where to score: auto = every working GPU, else the CPU; cpu; cuda = GPUs only (start-up fails without one)"`
+	GPUIDs         []string      `env:"GPU_IDS" envSeparator:"," group:"devices" values:"comma-separated CUDA indices or UUIDs" help:"GPUs to use; empty = all"`
+	GPUMemFraction float64       `env:"GPU_MEM_FRACTION" envDefault:"0.8" group:"devices" values:"above 0, at most 1" help:"a GPU's used/total memory stays under this"`
+	GPUMemLimit    string        `env:"GPU_MEM_LIMIT" envDefault:"0" group:"devices" values:"0, bytes (12GiB), or a fraction of the device (0.45)" help:"this process's memory budget on each GPU (arena cap and admission); 0 = GPU_MEM_FRACTION alone"`
+	GPUTF32        bool          `env:"GPU_TF32" envDefault:"false" group:"devices" help:"let CUDA use TF32 tensor cores for float32 matrix products: faster, but scores can move by more than 1e-4 against the CPU"`
+	GPUProbation   time.Duration `env:"GPU_PROBATION" envDefault:"5m" group:"devices" min:"1ns" help:"a degraded GPU is re-probed after this and rejoins when it passes"`
+	CPUThreads     int           `env:"CPU_THREADS" group:"devices" min:"0" help:"ONNX Runtime intra-op threads per CPU worker; 0 = cores / workers"`
+	Workers        int           `env:"WORKERS" group:"devices" min:"0" help:"workers per device; 0 = auto (CPU: one per core up to 4; GPU: 2)"`
+
+	MetricsAddr          string        `env:"METRICS_ADDR" envDefault:":9464" group:"service" values:"host:port, or off" help:"address of /metrics, /healthz and /readyz; off = no HTTP server"`
+	LivenessStallTimeout time.Duration `env:"LIVENESS_STALL_TIMEOUT" envDefault:"10m" group:"service" min:"0s" help:"/healthz fails when records are in flight and no inference batch, publish or dead letter happened for this long, or when one inference run, or one record's publish or dead letter (retried), goes on this long; a long transcript is none of these; 0 = off"`
+	ShutdownTimeout      time.Duration `env:"SHUTDOWN_TIMEOUT" envDefault:"30s" group:"service" min:"1ns" help:"bound on the whole stop after SIGTERM: drain, final commit, leaving the group (allow about 10s more before SIGKILL; the Helm chart adds 15s)"`
+
+	LogLevel  string `env:"LOG_LEVEL" envDefault:"info" group:"logging" values:"debug, info, warn, error" help:"least level logged"`
+	LogFormat string `env:"LOG_FORMAT" envDefault:"auto" group:"logging" enum:"json,console,auto" help:"json, console, or auto (console on a terminal)"`
 }
 
 // defaultORTLib is the ONNX Runtime core `make` fetches, relative to the
@@ -169,10 +135,11 @@ func checkoutRoot() string {
 	return filepath.Join(filepath.Dir(exe), "..")
 }
 
-// Validate checks ranges and combinations Load cannot see field by
-// field; compare calls it again on each side after overriding the model.
+// Validate checks every setting: what the enum and min tags say, and the
+// ranges and combinations they cannot. Compare calls it again on each side
+// after overriding the model. Every error is reported, joined.
 func (c *Config) Validate() error {
-	errs := c.kafkaSecurityErrors()
+	errs := append(c.tagErrors(), c.kafkaSecurityErrors()...)
 	check := func(ok bool, format string, args ...any) {
 		if !ok {
 			errs = append(errs, fmt.Errorf(format, args...))
@@ -181,20 +148,6 @@ func (c *Config) Validate() error {
 	check(c.InputTopic != "", "KAFKA_INPUT_TOPIC must not be empty")
 	check(c.OutputTopic != "", "KAFKA_OUTPUT_TOPIC must not be empty")
 	check(c.DLQTopic != "", "KAFKA_DLQ_TOPIC must not be empty")
-	check(c.OutputFormat == "json" || c.OutputFormat == "connect", "OUTPUT_FORMAT must be json or connect, got %q", c.OutputFormat)
-	check(c.OutputKey == "call_id" || c.OutputKey == "entity_event", "OUTPUT_KEY must be call_id or entity_event, got %q", c.OutputKey)
-	check(c.BatchMaxMessages > 0, "BATCH_MAX_MESSAGES must be > 0")
-	check(c.BatchMaxBytes > 0, "BATCH_MAX_BYTES must be > 0")
-	check(c.BatchMaxWait > 0, "BATCH_MAX_WAIT must be > 0")
-	check(c.MaxMessageBytes > 0, "MAX_MESSAGE_BYTES must be > 0")
-	check(c.MaxSentences > 0, "MAX_SENTENCES must be > 0")
-	check(c.MaxSentenceBytes > 0, "MAX_SENTENCE_BYTES must be > 0")
-	check(c.MaxInflightBatches > 0, "MAX_INFLIGHT_BATCHES must be > 0")
-	check(c.MaxUncommitted > 0, "MAX_UNCOMMITTED must be > 0")
-	check(c.MaxBatchTokens > 0, "MAX_BATCH_TOKENS must be > 0")
-	check(c.MaxBatchRows > 0, "MAX_BATCH_ROWS must be > 0")
-	check(c.CPUMaxBatchTokens > 0, "CPU_MAX_BATCH_TOKENS must be > 0")
-	check(c.CPUMaxBatchRows > 0, "CPU_MAX_BATCH_ROWS must be > 0")
 	// Syntax only: the limit itself is read from the cgroup at start.
 	if _, _, err := c.CPUMemory(Host{Memory: MemoryLimit{Bytes: 1 << 50}}); err != nil {
 		errs = append(errs, err)
@@ -203,37 +156,16 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("GPU_MEM_LIMIT: %w", err))
 	}
 	check(c.ScoreCacheBytes == 0 || c.ScoreCacheBytes >= scorecache.MinBytes, "SCORE_CACHE_BYTES must be 0 (off) or at least %d", scorecache.MinBytes)
-	check(c.Device == "auto" || c.Device == "cpu" || c.Device == "cuda", "DEVICE must be auto, cpu or cuda, got %q", c.Device)
 	check(c.GPUMemFraction > 0 && c.GPUMemFraction <= 1, "GPU_MEM_FRACTION must be in (0, 1]")
-	check(c.GPUProbation > 0, "GPU_PROBATION must be > 0")
-	check(c.CPUThreads >= 0, "CPU_THREADS must be >= 0")
-	check(c.Workers >= 0, "WORKERS must be >= 0")
-	check(c.ShutdownTimeout > 0, "SHUTDOWN_TIMEOUT must be > 0")
-	check(c.LivenessStallTimeout >= 0, "LIVENESS_STALL_TIMEOUT must be >= 0 (0 = off)")
-	check(c.InputPartitions > 0, "KAFKA_INPUT_PARTITIONS must be > 0")
-	check(c.TopicReplication > 0, "KAFKA_TOPIC_REPLICATION_FACTOR must be > 0")
-	check(c.SessionTimeout >= 6*time.Second, "KAFKA_SESSION_TIMEOUT must be >= 6s (brokers' group.min.session.timeout.ms)")
-	check(c.RebalanceTimeout > 0, "KAFKA_REBALANCE_TIMEOUT must be > 0")
 	check(strings.Count(c.HypothesisTemplate, "{}") == 1, "HYPOTHESIS_TEMPLATE must contain exactly one {}, got %q", c.HypothesisTemplate)
 	check(c.Threshold >= 0 && c.Threshold <= 1, "THRESHOLD must be in [0, 1], got %v", c.Threshold)
-	check(c.PairEncoding == "pair" || c.PairEncoding == "joined", "PAIR_ENCODING must be pair or joined, got %q", c.PairEncoding)
 	check(c.PairSeparator != "", "PAIR_SEPARATOR must not be empty")
-	check(c.EntailmentIndex >= -1, "ENTAILMENT_INDEX must be >= 0, or -1 for auto (from id2label), got %d", c.EntailmentIndex)
 	check(c.ModelFile == "" || filepath.IsLocal(c.ModelFile), "MODEL_FILE must be a path inside MODEL_DIR (relative, no leading /, no ..), got %q", c.ModelFile)
 	check(len(c.Labels) > 0, "LABELS must not be empty")
 	for _, l := range c.Labels {
 		check(strings.TrimSpace(l) != "", "LABELS must not contain an empty label")
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	return nil
-}
-
-// ValidateKafkaSecurity checks the KAFKA_TLS* and KAFKA_SASL* variables
-// alone, for `scorer produce`, which reads no other setting of Config.
-func (c *Config) ValidateKafkaSecurity() error {
-	if err := errors.Join(c.kafkaSecurityErrors()...); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
 	return nil
@@ -292,38 +224,6 @@ func envError(err error) error {
 		errs = append(errs, e)
 	}
 	return fmt.Errorf("config: %w", errors.Join(errs...))
-}
-
-// envNames lists the env tag of every field.
-func envNames(t reflect.Type) []string {
-	var names []string
-	for i := range t.NumField() {
-		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("env"), ","); name != "" {
-			names = append(names, name)
-		}
-	}
-	return names
-}
-
-// flagName turns an environment variable name into its flag name.
-func flagName(envName string) string {
-	return strings.ReplaceAll(strings.ToLower(envName), "_", "-")
-}
-
-// bindFlags registers one flag per Config field whose default is the value
-// already read from the environment, so a flag overrides the environment.
-func bindFlags(fs *flag.FlagSet, cfg *Config) {
-	v := reflect.ValueOf(cfg).Elem()
-	t := v.Type()
-	for i := range t.NumField() {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("env"), ",")
-		if name == "" {
-			continue
-		}
-		usage := f.Tag.Get("help") + " (env " + name + ")"
-		fs.Var(&fieldValue{v: v.Field(i), sep: f.Tag.Get("envSeparator"), secret: f.Tag.Get("secret") == "true"}, flagName(name), usage)
-	}
 }
 
 // fieldValue adapts one Config field to flag.Value.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ func parseConfig(t *testing.T, environ map[string]string, args ...string) (Confi
 	t.Helper()
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	return Load(func(k string) string { return environ[k] }, fs, args)
+	return Load(All, func(k string) string { return environ[k] }, fs, args)
 }
 
 func TestConfigDefaults(t *testing.T) {
@@ -165,37 +166,49 @@ func TestConfigListsTrimmed(t *testing.T) {
 	}
 }
 
-// TestReadmeDocumentsEveryVariable keeps README.md's configuration table in
-// step with Config: every variable, with its default.
-func TestReadmeDocumentsEveryVariable(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := reflect.TypeFor[Config]()
-	for i := range rt.NumField() {
-		f := rt.Field(i)
+// TestTagsAreEnforced: what the reference says a setting may be (its enum
+// and min tags) is what Validate accepts: every listed value and the least
+// one pass, anything else fails naming the variable.
+func TestTagsAreEnforced(t *testing.T) {
+	ft := reflect.TypeFor[Config]()
+	n := 0
+	for i := range ft.NumField() {
+		f := ft.Field(i)
 		name := f.Tag.Get("env")
-		row := ""
-		for _, line := range strings.Split(string(readme), "\n") {
-			if strings.HasPrefix(line, "| `"+name+"` |") {
-				row = line
+		var good, bad []string
+		if e := f.Tag.Get("enum"); e != "" {
+			good, bad = strings.Split(e, ","), []string{"bogus", ""}
+		}
+		if m := f.Tag.Get("min"); m != "" {
+			if f.Type == reflect.TypeFor[time.Duration]() {
+				d, _ := time.ParseDuration(m)
+				good, bad = []string{m, (d + time.Second).String()}, []string{(d - time.Nanosecond).String()}
+			} else {
+				least, _ := strconv.Atoi(m)
+				good, bad = []string{m, strconv.Itoa(least + 7)}, []string{strconv.Itoa(least - 1)}
 			}
 		}
-		if row == "" {
-			t.Errorf("README.md has no configuration row for %s", name)
-			continue
+		for _, v := range good {
+			if _, err := parseConfig(t, nil, "--"+flagName(name)+"="+v); err != nil {
+				t.Errorf("%s=%q refused: %v", name, v, err)
+			}
 		}
-		if def, ok := f.Tag.Lookup("envDefault"); ok && !strings.Contains(row, "`"+def+"`") {
-			t.Errorf("README.md row for %s does not show its default %q: %s", name, def, row)
+		for _, v := range bad {
+			n++
+			if _, err := parseConfig(t, nil, "--"+flagName(name)+"="+v); err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("%s=%q: err = %v, want one naming %s", name, v, err, name)
+			}
 		}
+	}
+	if n < 20 {
+		t.Errorf("only %d refusals tried; the tags are not being read", n)
 	}
 }
 
 func TestSecretsAreRedactedInFlagDefaults(t *testing.T) {
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	_, err := Load(func(k string) string {
+	_, err := Load(All, func(k string) string {
 		if k == "KAFKA_SASL_PASSWORD" {
 			return "hunter2"
 		}

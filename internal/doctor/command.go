@@ -13,20 +13,43 @@ import (
 	"github.com/scorer/scorer/internal/scoring"
 )
 
+// Spec is `scorer doctor` for its help and the docs.
+var Spec = cli.Spec{
+	Name: "doctor", Synopsis: "[--json] [flags]",
+	Summary: "check this host's GPU/CPU path for the configured DEVICE (docs/gpu.md)",
+	About: "Whether the configured DEVICE works on this host: ONNX Runtime's providers and the CUDA libraries, " +
+		"the driver and its GPUs as CUDA numbers them (MIG included), a CUDA session per GPU with CPU parity, the " +
+		"calibrated memory model, and a short throughput run on each device in the pools the service builds from " +
+		"the settings below; without a GPU, the CPU path and why. Exit 0 when DEVICE works as configured, 1 with " +
+		"the cause. docs/gpu.md explains every line.",
+	Settings: config.Doctor,
+	Flags:    func(fs *flag.FlagSet) { new(doctorFlags).register(fs) },
+}
+
+// doctorFlags are `scorer doctor`'s own flags.
+type doctorFlags struct {
+	asJSON   bool
+	duration time.Duration
+}
+
+func (f *doctorFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&f.asJSON, "json", false, "print the report as JSON")
+	fs.DurationVar(&f.duration, "duration", 3*time.Second, "length of each device's throughput run")
+}
+
 // Command is `scorer doctor`: it parses the service's configuration plus
 // its own flags and hands the check to Run. It exits 0 when the
 // configured DEVICE works here as configured (auto on a CPU-only host
 // included) and 1, with the cause, when it does not.
 func Command(ctx context.Context, e cli.Env, args []string) error {
-	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
-	fs.SetOutput(e.Stderr)
-	asJSON := fs.Bool("json", false, "print the report as JSON")
-	duration := fs.Duration("duration", 3*time.Second, "length of each device's throughput run")
-	cfg, err := config.Load(e.Getenv, fs, args)
+	fs := Spec.FlagSet(e)
+	var f doctorFlags
+	f.register(fs)
+	cfg, err := Spec.Load(e, fs, args)
 	if err != nil {
-		return cli.UsageOr(err)
+		return err
 	}
-	if *duration <= 0 {
+	if f.duration <= 0 {
 		return cli.UsageError{Msg: "doctor: --duration must be > 0"}
 	}
 	// The pool's own lines would interleave with the report; warnings
@@ -47,14 +70,14 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 		scoring.PCIBusOrder(log) // as the service does, so the mapping shown is the one it uses
 	}
 	// CUDA reads the real environment, so the mapping must too.
-	rep, err := Run(ctx, Options{Config: cfg, ORTLib: lib, Duration: *duration, LookupEnv: os.LookupEnv, Log: log})
+	rep, err := Run(ctx, Options{Config: cfg, ORTLib: lib, Duration: f.duration, LookupEnv: os.LookupEnv, Log: log})
 	if err != nil {
 		return fmt.Errorf("doctor: %w", err)
 	}
 	if ctx.Err() != nil {
 		return cli.ErrInterrupted
 	}
-	if *asJSON {
+	if f.asJSON {
 		err = WriteJSON(e.Stdout, rep)
 	} else {
 		err = WriteText(e.Stdout, rep)

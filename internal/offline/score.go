@@ -27,6 +27,35 @@ import (
 	"github.com/scorer/scorer/schema"
 )
 
+// Spec is `scorer score` for its help and the docs.
+var Spec = cli.Spec{
+	Name: "score", Synopsis: "[--in FILE] [--out FILE] [flags]",
+	Summary: "score a TranscriptEvent JSONL (or Parquet) file offline into ScoredTranscripts",
+	About: "The offline scorer: TranscriptEvents in (JSONL, or Parquet tables as the Spark job read them), " +
+		"ScoredTranscripts out in the same order (JSONL, or Parquet rows for the table the job wrote), through the " +
+		"service's model and pool, no Kafka. A file --out appears only when the run succeeds; --resume keeps " +
+		"finished transcripts so an interrupted backfill continues. SIGINT/SIGTERM stops at once, exit 130.",
+	Settings: config.Score,
+	Flags:    func(fs *flag.FlagSet) { new(scoreFlags).register(fs) },
+}
+
+// scoreFlags are `scorer score`'s own flags.
+type scoreFlags struct {
+	in, out, model, progress string
+	skipBad, resume          bool
+	chunk                    int
+}
+
+func (f *scoreFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.in, "in", "-", "TranscriptEvent JSONL file (- = stdin), or Parquet: a .parquet file or a directory of part files")
+	fs.StringVar(&f.out, "out", "-", "ScoredTranscript JSONL file (- = stdout), or a .parquet file of rows; written to a temporary file beside it and renamed over it only when the run succeeds")
+	fs.StringVar(&f.model, "model", "", "model folder (overrides MODEL_DIR / --model-dir)")
+	fs.BoolVar(&f.skipBad, "skip-bad", false, "report bad lines (or Parquet rows) on stderr as JSON and go on, instead of stopping")
+	fs.IntVar(&f.chunk, "chunk", 8, "transcripts per scoring call; two calls are in flight so reading overlaps scoring")
+	fs.StringVar(&f.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), on, or off")
+	fs.BoolVar(&f.resume, "resume", false, "keep completed transcripts in <out>.partial (durable as they complete) with the settings that scored them; a later --resume run with the same settings skips them and appends the rest, and makes --out at the end")
+}
+
 // Command is `scorer score`, the offline scorer: TranscriptEvents in,
 // ScoredTranscripts out, same order, through the same scoring stack as the
 // service. --in is JSONL (a file, or - for stdin) or Parquet (a .parquet
@@ -40,45 +69,39 @@ import (
 // scored them, and a later --resume run under the same settings skips them
 // and appends the rest, so a long backfill never starts over.
 func Command(ctx context.Context, e cli.Env, args []string) error {
-	fs := flag.NewFlagSet("score", flag.ContinueOnError)
-	fs.SetOutput(e.Stderr)
-	in := fs.String("in", "-", "TranscriptEvent JSONL file (- = stdin), or Parquet: a .parquet file or a directory of part files")
-	out := fs.String("out", "-", "ScoredTranscript JSONL file (- = stdout), or a .parquet file of rows; written to a temporary file beside it and renamed over it only when the run succeeds")
-	modelDir := fs.String("model", "", "model folder (overrides MODEL_DIR / --model-dir)")
-	skipBad := fs.Bool("skip-bad", false, "report bad lines (or Parquet rows) on stderr as JSON and go on, instead of stopping")
-	chunk := fs.Int("chunk", 8, "transcripts per scoring call; two calls are in flight so reading overlaps scoring")
-	progress := fs.String("progress", "auto", "progress bar on stderr: auto (when a terminal), on, off")
-	resume := fs.Bool("resume", false, "keep completed transcripts in <out>.partial (durable as they complete) with the settings that scored them; a later --resume run with the same settings skips them and appends the rest, and makes --out at the end")
-	cfg, err := config.Load(e.Getenv, fs, args)
+	fs := Spec.FlagSet(e)
+	var f scoreFlags
+	f.register(fs)
+	cfg, err := Spec.Load(e, fs, args)
 	if err != nil {
-		return cli.UsageOr(err)
+		return err
 	}
-	if *modelDir != "" {
-		cfg.ModelDir = *modelDir
+	if f.model != "" {
+		cfg.ModelDir = f.model
 	}
-	if *chunk <= 0 {
+	if f.chunk <= 0 {
 		return errors.New("score: --chunk must be > 0")
 	}
-	if *resume && *out == "-" {
+	if f.resume && f.out == "-" {
 		return cli.UsageError{Msg: "score: --resume needs --out FILE (the partial output is kept beside it)"}
 	}
-	if *in != "-" && *out != "-" && sameFile(*in, *out) {
-		return cli.UsageError{Msg: fmt.Sprintf("score: --in and --out are the same file (%s): the output would overwrite the input", *out)}
+	if f.in != "-" && f.out != "-" && sameFile(f.in, f.out) {
+		return cli.UsageError{Msg: fmt.Sprintf("score: --in and --out are the same file (%s): the output would overwrite the input", f.out)}
 	}
-	outParquet := *out != "-" && strings.EqualFold(filepath.Ext(*out), ".parquet")
+	outParquet := f.out != "-" && strings.EqualFold(filepath.Ext(f.out), ".parquet")
 	log, err := cli.NewLogger(e.Stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		return err
 	}
 
-	src, err := openSource(*in, e.Stdin)
+	src, err := openSource(f.in, e.Stdin)
 	if err != nil {
 		return fmt.Errorf("score: %w", err)
 	}
 	defer src.close()
 	var outFile *outputFile // a plain (not --resume) file --out
-	if *out != "-" && !*resume {
-		if outFile, err = createOutput(*out); err != nil {
+	if f.out != "-" && !f.resume {
+		if outFile, err = createOutput(f.out); err != nil {
 			return fmt.Errorf("score: %w", err)
 		}
 		defer outFile.abort() // a no-op after commit; covers every failure
@@ -100,8 +123,8 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	var snk sink
 	var part partialStore
 	switch {
-	case *resume:
-		if part, err = openPartial(*out, outParquet, id); err != nil {
+	case f.resume:
+		if part, err = openPartial(f.out, outParquet, id); err != nil {
 			return fmt.Errorf("score: --resume: %w", err)
 		}
 		snk = part
@@ -116,11 +139,11 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 		snk = newJSONLSink(e.Stdout)
 	}
 
-	sj := &scoreJob{stack: stack, src: src, out: snk, stderr: e.Stderr, skipBad: *skipBad, chunk: *chunk, started: time.Now()}
+	sj := &scoreJob{stack: stack, src: src, out: snk, stderr: e.Stderr, skipBad: f.skipBad, chunk: f.chunk, started: time.Now()}
 	if part != nil {
 		sj.resumeDone = part.done()
 	}
-	showProgress := *progress == "on" || (*progress == "auto" && isTerminal(e.Stderr))
+	showProgress := f.progress == "on" || (f.progress == "auto" && isTerminal(e.Stderr))
 	var stopProgress func()
 	if showProgress {
 		stopProgress = sj.startProgress()
@@ -135,7 +158,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	switch {
 	case part != nil && err == nil:
 		if cerr := part.commit(); cerr != nil {
-			err = fmt.Errorf("score: %s: %w", *out, cerr)
+			err = fmt.Errorf("score: %s: %w", f.out, cerr)
 		}
 	case part != nil:
 		if kerr := part.keep(); kerr == nil {
@@ -151,7 +174,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 		}
 		if outFile != nil && err == nil {
 			if cerr := outFile.commit(); cerr != nil {
-				err = fmt.Errorf("score: %s: %w", *out, cerr)
+				err = fmt.Errorf("score: %s: %w", f.out, cerr)
 			}
 		}
 	}

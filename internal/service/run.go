@@ -17,21 +17,31 @@ import (
 	"github.com/scorer/scorer/producer"
 )
 
+// Spec is `scorer run` for its help and the docs.
+var Spec = cli.Spec{
+	Name: "run", Synopsis: "[flags]",
+	Summary: "consume TranscriptEvents, score them, publish ScoredTranscripts",
+	About: "The streaming scorer: consume TranscriptEvents from KAFKA_INPUT_TOPIC, score every sentence against " +
+		"every label, publish ScoredTranscripts to KAFKA_OUTPUT_TOPIC (optional rows, dead letters to KAFKA_DLQ_TOPIC) " +
+		"and commit an input offset only once its output was acknowledged. KAFKA_BROKERS is required; " +
+		"KAFKA_BROKERS=embedded starts an in-memory broker in this process (not durable). Serves /metrics, " +
+		"/healthz and /readyz at METRICS_ADDR; SIGTERM drains and exits 0.",
+	Settings: config.Run,
+	Flags:    func(fs *flag.FlagSet) { new(runFlags).register(fs) },
+}
+
 // Command is `scorer run`: the streaming scorer. It starts one component
 // after another in dependency order (HTTP, the in-memory broker, the Kafka
 // topics, the scoring stack, producer, consumer, the demo: the start steps
 // in steps.go), serves until ctx ends, and closes them in reverse under
 // SHUTDOWN_TIMEOUT.
 func Command(ctx context.Context, e cli.Env, args []string) error {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(e.Stderr)
+	fs := Spec.FlagSet(e)
 	var f runFlags
-	fs.StringVar(&f.brokerAddr, "broker-addr", "127.0.0.1:9092", "listen address of the in-memory broker when KAFKA_BROKERS=embedded (falls back to a free port when taken)")
-	fs.StringVar(&f.demoFile, "demo-file", "", "after start-up, load this TranscriptEvent JSONL into the input topic and print a summary once all are handled (scored or dead-lettered)")
-	fs.IntVar(&f.demoLimit, "demo-limit", 0, "load at most this many transcripts from --demo-file; 0 = all")
-	cfg, err := config.Load(e.Getenv, fs, args)
+	f.register(fs)
+	cfg, err := Spec.Load(e, fs, args)
 	if err != nil {
-		return cli.UsageOr(err)
+		return err
 	}
 	embedded, err := embeddedBroker(cfg.KafkaBrokers)
 	if err != nil {
@@ -59,6 +69,12 @@ type runFlags struct {
 	brokerAddr string
 	demoFile   string
 	demoLimit  int
+}
+
+func (f *runFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.brokerAddr, "broker-addr", "127.0.0.1:9092", "listen address of the in-memory broker when KAFKA_BROKERS=embedded (falls back to a free port when taken)")
+	fs.StringVar(&f.demoFile, "demo-file", "", "after start-up, load this TranscriptEvent JSONL into the input topic and print a summary once all are handled (scored or dead-lettered); make run uses it")
+	fs.IntVar(&f.demoLimit, "demo-limit", 0, "load at most this many transcripts from --demo-file; 0 = all")
 }
 
 // runner is `scorer run` from start to stop: what each start step made,

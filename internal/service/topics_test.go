@@ -15,7 +15,7 @@ func parseConfig(t *testing.T, environ map[string]string, args ...string) (confi
 	t.Helper()
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	return config.Load(func(k string) string { return environ[k] }, fs, args)
+	return config.Load(config.Run, func(k string) string { return environ[k] }, fs, args)
 }
 
 // TestTopicPlanFitsKafkaDefault: the limits docs/operating.md suggests for
