@@ -227,7 +227,7 @@ func TestReliabilityPoison(t *testing.T) {
 	dlq := readTopic(t, broker, "transcripts.dlq", wantDLQ, time.Minute)
 	waitCommittedToEnd(t, broker, "poison", "transcripts", time.Minute)
 	elapsed := time.Since(start)
-	if err, _ := signalAndWait(t, p, syscall.SIGTERM, 40*time.Second); err != nil {
+	if _, err := signalAndWait(t, p, syscall.SIGTERM, 40*time.Second); err != nil {
 		t.Errorf("scorer exit: %v", err)
 	}
 
