@@ -248,9 +248,10 @@ func New(ctx context.Context, factory EngineFactory, opts ...Option) (*Pool, err
 		p.abort()
 		return nil, err
 	}
-	if p.cfg.batchOverhead == 0 {
-		p.cfg.batchOverhead = max(1, p.cfg.maxBatchTokens/32)
-	}
+	// The planner counts one more batch as costing a 32nd of the token
+	// budget in padding, of the shape the pool runs: it then cuts each
+	// call's length-sorted pairs into few, nearly unpadded batches.
+	p.cfg.batchOverhead = max(1, p.cfg.maxBatchTokens/32)
 	for _, d := range p.devices {
 		if n := engineMaxLength(d.engine); n > 0 && (p.maxPairLen == 0 || n < p.maxPairLen) {
 			p.maxPairLen = n
@@ -534,8 +535,8 @@ func (p *Pool) Stats() Stats {
 // ScorePairs scores pairs and returns one score per pair in input order; it
 // implements model.PairScorer. The pairs are sorted by length and packed
 // into batches under MaxBatchTokens and MaxBatchRows, queued, and run by
-// whichever device workers are idle. While the pool holds QueueCapacity
-// pairs, ScorePairs waits for room. When ctx ends, the call's queued batches
+// whichever device workers are idle. While the pool holds its queue
+// capacity (32768 pairs queued or running), ScorePairs waits for room. When ctx ends, the call's queued batches
 // are removed and its running ones cancelled, and ctx's error is returned.
 // After Close it returns ErrPoolClosed. Pairs no engine could run (empty,
 // type IDs not matching IDs, longer than the model's maximum length) fail
