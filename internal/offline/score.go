@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/rs/zerolog"
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/scoring"
@@ -79,16 +80,9 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	if f.model != "" {
 		cfg.ModelDir = f.model
 	}
-	if f.chunk <= 0 {
-		return errors.New("score: --chunk must be > 0")
+	if err := f.check(); err != nil {
+		return err
 	}
-	if f.resume && f.out == "-" {
-		return cli.UsageError{Msg: "score: --resume needs --out FILE (the partial output is kept beside it)"}
-	}
-	if f.in != "-" && f.out != "-" && sameFile(f.in, f.out) {
-		return cli.UsageError{Msg: fmt.Sprintf("score: --in and --out are the same file (%s): the output would overwrite the input", f.out)}
-	}
-	outParquet := f.out != "-" && strings.EqualFold(filepath.Ext(f.out), ".parquet")
 	log, err := cli.NewLogger(e.Stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		return err
@@ -119,42 +113,67 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("score: %w", err)
 	}
-
-	var snk sink
-	var part partialStore
-	switch {
-	case f.resume:
-		if part, err = openPartial(f.out, outParquet, id); err != nil {
-			return fmt.Errorf("score: --resume: %w", err)
-		}
-		snk = part
-		if n := len(part.done()); n > 0 {
-			log.Info().Str("partial", part.path()).Int("transcripts", n).Msg("resuming: these are kept and skipped")
-		}
-	case outParquet:
-		snk = newParquetSink(outFile.f, id.json())
-	case outFile != nil:
-		snk = newJSONLSink(outFile.f)
-	default:
-		snk = newJSONLSink(e.Stdout)
+	snk, part, err := f.openSink(outFile, id, e.Stdout, log)
+	if err != nil {
+		return err
 	}
 
 	sj := &scoreJob{stack: stack, src: src, out: snk, stderr: e.Stderr, skipBad: f.skipBad, chunk: f.chunk, started: time.Now()}
 	if part != nil {
 		sj.resumeDone = part.done()
 	}
-	showProgress := f.progress == "on" || (f.progress == "auto" && isTerminal(e.Stderr))
-	var stopProgress func()
-	if showProgress {
-		stopProgress = sj.startProgress()
-	}
-	err = sj.run(ctx)
-	if stopProgress != nil {
-		stopProgress()
-	}
+	err = sj.runShowing(ctx, f.progress == "on" || (f.progress == "auto" && isTerminal(e.Stderr)))
 	if err != nil && ctx.Err() != nil {
 		err = fmt.Errorf("score: %w", cli.ErrInterrupted)
 	}
+	err = f.finish(err, snk, part, outFile, log)
+	log.Info().Int64("transcripts", sj.done.Load()).Int64("skipped", sj.skipped.Load()).Int64("pairs", sj.pairs.Load()).
+		Int64("bad_records", sj.bad.Load()).Dur("elapsed", time.Since(sj.started)).Msg("score finished")
+	return err
+}
+
+// check refuses flag combinations that cannot work.
+func (f *scoreFlags) check() error {
+	if f.chunk <= 0 {
+		return errors.New("score: --chunk must be > 0")
+	}
+	if f.resume && f.out == "-" {
+		return cli.UsageError{Msg: "score: --resume needs --out FILE (the partial output is kept beside it)"}
+	}
+	if f.in != "-" && f.out != "-" && sameFile(f.in, f.out) {
+		return cli.UsageError{Msg: fmt.Sprintf("score: --in and --out are the same file (%s): the output would overwrite the input", f.out)}
+	}
+	return nil
+}
+
+// openSink is where results go: the partial store under --resume (part,
+// with the transcripts it already holds), else Parquet rows or JSONL into
+// outFile, else JSONL on stdout.
+func (f *scoreFlags) openSink(outFile *outputFile, id runIdentity, stdout io.Writer, log zerolog.Logger) (sink, partialStore, error) {
+	outParquet := f.out != "-" && strings.EqualFold(filepath.Ext(f.out), ".parquet")
+	switch {
+	case f.resume:
+		part, err := openPartial(f.out, outParquet, id)
+		if err != nil {
+			return nil, nil, fmt.Errorf("score: --resume: %w", err)
+		}
+		if n := len(part.done()); n > 0 {
+			log.Info().Str("partial", part.path()).Int("transcripts", n).Msg("resuming: these are kept and skipped")
+		}
+		return part, part, nil
+	case outParquet:
+		return newParquetSink(outFile.f, id.json()), nil, nil
+	case outFile != nil:
+		return newJSONLSink(outFile.f), nil, nil
+	}
+	return newJSONLSink(stdout), nil, nil
+}
+
+// finish settles the output after a run that ended with err: under
+// --resume the partial becomes --out, or is kept for the next run; a file
+// --out appears only when everything succeeded; on stdout the lines scored
+// so far still go out.
+func (f *scoreFlags) finish(err error, snk sink, part partialStore, outFile *outputFile, log zerolog.Logger) error {
 	switch {
 	case part != nil && err == nil:
 		if cerr := part.commit(); cerr != nil {
@@ -168,7 +187,6 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 			log.Error().Err(kerr).Str("partial", part.path()).Msg("could not keep the completed transcripts")
 		}
 	default:
-		// On stdout the lines scored so far still go out; a file is all or nothing.
 		if ferr := snk.finish(); err == nil && ferr != nil {
 			err = fmt.Errorf("score: write: %w", ferr)
 		}
@@ -178,8 +196,6 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 			}
 		}
 	}
-	log.Info().Int64("transcripts", sj.done.Load()).Int64("skipped", sj.skipped.Load()).Int64("pairs", sj.pairs.Load()).
-		Int64("bad_records", sj.bad.Load()).Dur("elapsed", time.Since(sj.started)).Msg("score finished")
 	return err
 }
 
@@ -213,6 +229,16 @@ type scoreChunk struct {
 type scoreResult struct {
 	scored []schema.ScoredTranscript
 	err    error
+}
+
+// runShowing is run, with a progress bar on stderr while it runs when show
+// is set.
+func (j *scoreJob) runShowing(ctx context.Context, show bool) error {
+	if show {
+		stop := j.startProgress()
+		defer stop()
+	}
+	return j.run(ctx)
 }
 
 // run returns as soon as ctx ends, even while the reader is blocked on a
