@@ -33,9 +33,12 @@ GO_SOURCES := $(shell find . -name '*.go' -not -path './.deps/*' 2>/dev/null) go
 HELM_VERSION := v3.22.0
 HELM        := $(abspath $(DEPS)/bin/helm)
 export HELM
+# staticcheck 2026.2.2 (module honnef.co/go/tools v0.8.2): the release that knows Go 1.26.
+STATICCHECK_VERSION := v0.8.2
+STATICCHECK := $(abspath $(DEPS)/bin/staticcheck)
 FUZZTIME    ?= 15s
 
-.PHONY: build ort cuda-ort kcat helm promtool duckdb test test-short fuzz vet fmt lint run bench rawloop golden image image-cuda image-test dist gpu-proof onnxpb clean
+.PHONY: build ort cuda-ort kcat helm promtool duckdb staticcheck test test-short fuzz vet fmt lint docs run bench rawloop golden image image-cuda image-test dist gpu-proof onnxpb clean
 
 build: $(BIN) ort
 
@@ -105,13 +108,24 @@ duckdb: $(DUCKDB_DIR)/node_modules/.package-lock.json
 $(DUCKDB_DIR)/node_modules/.package-lock.json: $(DUCKDB_DIR)/package-lock.json $(DUCKDB_DIR)/package.json
 	cd $(DUCKDB_DIR) && ../../scripts/retry.sh 3 npm ci --ignore-scripts --no-audit --no-fund >/dev/null
 
+# staticcheck runs in `make lint`; built from its Go module (pinned above) into .deps/bin, as helm is.
+staticcheck: $(STATICCHECK)
+$(STATICCHECK):
+	GOBIN=$(abspath $(DEPS)/bin) ./scripts/retry.sh 3 $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
 vet:
 	$(GO) vet ./...
 
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-lint: fmt vet
+lint: fmt vet $(STATICCHECK)
+	$(STATICCHECK) ./...
+
+# docs/configuration.md and README.md's usage section are written from the code (internal/config's
+# Config and each subcommand's cli.Spec); cmd/scorer's tests fail when either is stale.
+docs:
+	$(GO) test -count=1 -run '^TestDocs' ./cmd/scorer -update
 
 # The model package's golden and fidelity tests run once more on the CUDA image's core (another
 # release than the cpu core that every other test runs), so both shipped cores are checked.

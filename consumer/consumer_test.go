@@ -163,7 +163,7 @@ func TestPermanentPublishError(t *testing.T) {
 	sk := &fakeSink{publishErr: func(res []schema.ScoredTranscript) error {
 		for _, r := range res {
 			if r.CallID == "huge" {
-				return &PermanentError{Err: kafka.MessageSizeTooLarge}
+				return &permanentSinkError{Err: kafka.MessageSizeTooLarge}
 			}
 		}
 		return nil

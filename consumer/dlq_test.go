@@ -35,7 +35,7 @@ func TestDeadLetterPermanentResendsOnlyFailed(t *testing.T) {
 			k1Writes.Add(1)
 			if rejections.Load() < 3 {
 				rejections.Add(1)
-				return &PermanentError{Indexes: []int{i}, Err: errors.New("record rejected")}
+				return &permanentSinkError{Indexes: []int{i}, Err: errors.New("record rejected")}
 			}
 		}
 		return nil

@@ -231,3 +231,18 @@ func countIDs(res []schema.ScoredTranscript) map[string]int {
 	}
 	return m
 }
+
+// permanentSinkError is a Sink error with the methods the consumer looks for:
+// Permanent (retrying cannot fix it) and FailedIndexes (which records of a
+// Publish failed; empty = unknown).
+type permanentSinkError struct {
+	Indexes []int
+	Err     error
+}
+
+func (e *permanentSinkError) Error() string {
+	return fmt.Sprintf("permanent sink error (records %v): %v", e.Indexes, e.Err)
+}
+func (e *permanentSinkError) Unwrap() error        { return e.Err }
+func (e *permanentSinkError) Permanent() bool      { return true }
+func (e *permanentSinkError) FailedIndexes() []int { return e.Indexes }

@@ -27,6 +27,7 @@ import (
 // Paths relative to this package's directory (go test runs there).
 const (
 	designDoc      = "../docs/design.md"
+	configDoc      = "../docs/configuration.md"
 	makefile       = "../Makefile"
 	composeFile    = "compose/compose.yaml"
 	prometheusFile = "compose/prometheus.yml"
@@ -36,7 +37,7 @@ const (
 	cudaDockerfile = "docker/Dockerfile.cuda"
 	connectDocker  = "compose/connect/Dockerfile"
 	chartDir       = "helm/scorer"
-	cmdConfig      = "../internal/service/config.go"
+	cmdConfig      = "../internal/config/config.go"
 
 	ortPins = "ort/pins.txt"
 	// kubeVersion passed to helm: a helm built with `go install` (no release ldflags) assumes
@@ -45,16 +46,17 @@ const (
 	nonRootUID  = 65532
 )
 
-// design holds what docs/design.md documents: the configuration variables and the metric names.
+// design holds what the docs document: the configuration variables (docs/configuration.md) and the
+// metric names (docs/design.md).
 type design struct {
 	vars    map[string]bool
 	metrics map[string]bool
 }
 
 var (
-	envVarRe  = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
-	metricRe  = regexp.MustCompile(`\bscorer_[a-z0-9_]+`)
-	histSufRe = regexp.MustCompile(`_(bucket|sum|count)$`)
+	configRowRe = regexp.MustCompile("(?m)^\\| `([A-Z][A-Z0-9_]*)` \\|")
+	metricRe    = regexp.MustCompile(`\bscorer_[a-z0-9_]+`)
+	histSufRe   = regexp.MustCompile(`_(bucket|sum|count)$`)
 )
 
 func readDesign(t *testing.T) design {
@@ -73,18 +75,19 @@ func readDesign(t *testing.T) design {
 			continue
 		}
 		switch {
-		case strings.HasPrefix(section, "configuration"):
-			cells := strings.Split(line, "|")
-			if len(cells) > 2 {
-				if name := strings.TrimSpace(cells[1]); envVarRe.MatchString(name) {
-					d.vars[name] = true
-				}
-			}
 		case strings.HasPrefix(section, "metrics"):
 			for _, m := range metricRe.FindAllString(line, -1) {
 				d.metrics[m] = true
 			}
 		}
+	}
+	// The variables: the generated reference's tables, one row each.
+	ref, err := os.ReadFile(configDoc)
+	if err != nil {
+		t.Fatalf("read configuration reference: %v", err)
+	}
+	for _, m := range configRowRe.FindAllSubmatch(ref, -1) {
+		d.vars[string(m[1])] = true
 	}
 	if len(d.vars) < 20 || len(d.metrics) < 15 {
 		t.Fatalf("design doc parse looks wrong: %d variables, %d metrics", len(d.vars), len(d.metrics))
@@ -206,7 +209,7 @@ func TestCompose(t *testing.T) {
 	sort.Strings(names)
 	for _, k := range names {
 		if !d.vars[k] {
-			t.Errorf("compose: scorer env %s is not a variable documented in %s", k, designDoc)
+			t.Errorf("compose: scorer env %s is not a variable documented in %s", k, configDoc)
 		}
 	}
 	for k, want := range map[string]string{
@@ -1009,14 +1012,14 @@ func TestHelmChart(t *testing.T) {
 	})
 }
 
-// configVars returns the variables the binary reads: design.md's table plus the env tags of
-// internal/service/config.go (which may list variables, such as SASL/TLS, before design.md does).
+// configVars returns the variables the binary reads: the reference's plus the env tags of
+// internal/config/config.go (the reference is generated from them; a test in cmd/scorer keeps it so).
 func configVars(t *testing.T, d design) map[string]bool {
 	t.Helper()
 	vars := maps.Clone(d.vars)
 	src, err := os.ReadFile(cmdConfig)
 	if err != nil {
-		t.Logf("%s not readable (%v); checking against %s only", cmdConfig, err, designDoc)
+		t.Logf("%s not readable (%v); checking against %s only", cmdConfig, err, configDoc)
 		return vars
 	}
 	var undocumented []string
@@ -1027,7 +1030,7 @@ func configVars(t *testing.T, d design) map[string]bool {
 		vars[string(m[1])] = true
 	}
 	if len(undocumented) > 0 {
-		t.Logf("read by %s but not in %s's table: %s", cmdConfig, designDoc, strings.Join(undocumented, " "))
+		t.Errorf("read by %s but not in %s: %s (make docs)", cmdConfig, configDoc, strings.Join(undocumented, " "))
 	}
 	return vars
 }
@@ -1042,7 +1045,7 @@ func checkRendered(t *testing.T, vars map[string]bool, objs map[string]object, i
 	cm, _ := get(objs["ConfigMap"], "data").(map[string]any)
 	for k := range cm {
 		if !vars[k] && k != "CUDA_DEVICE_ORDER" {
-			t.Errorf("ConfigMap key %s is neither documented in %s nor read by %s", k, designDoc, cmdConfig)
+			t.Errorf("ConfigMap key %s is neither documented in %s nor read by %s", k, configDoc, cmdConfig)
 		}
 	}
 	if cm["KAFKA_BROKERS"] == "" || cm["KAFKA_BROKERS"] == nil {
@@ -1066,7 +1069,7 @@ func checkRendered(t *testing.T, vars map[string]bool, objs map[string]object, i
 		// files, GOMAXPROCS is a Go runtime variable the chart derives from the CPU request (the
 		// scorer's WORKERS=0/CPU_THREADS=0 follow it).
 		if name := toString(get(e, "name")); !vars[name] && name != "TMPDIR" && name != "GOMAXPROCS" {
-			t.Errorf("container env %s is neither documented in %s nor read by %s", name, designDoc, cmdConfig)
+			t.Errorf("container env %s is neither documented in %s nor read by %s", name, configDoc, cmdConfig)
 		}
 	}
 	sc := get(ctr, "securityContext")

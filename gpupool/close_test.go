@@ -24,7 +24,7 @@ func newRefusingPool(t *testing.T, probe Probe, backoff time.Duration, extra ...
 	t.Helper()
 	opts := append([]Option{Mode(ModeCUDA), WithProbe(probe), WorkersPerDevice(1),
 		Calibrate(Calibration{Disabled: true, FallbackBase: 1, FallbackPerToken: 1}),
-		Headroom(1), AdmissionBackoff(backoff), CPUFallback(false)}, extra...)
+		withHeadroom(1), withAdmissionBackoff(backoff), CPUFallback(false)}, extra...)
 	p, err := New(testCtx(t), newFakeFactory(nil).factory, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +96,7 @@ func TestCloseAfterCancelDuringAdmissionReturns(t *testing.T) {
 		t.Fatalf("Close = %v, want nil or a complete DeadlineExceeded", err)
 	}
 	p.mu.Lock()
-	admitted, queued := p.admitted, len(p.queue)
+	admitted, queued := p.admitted, p.queue.len()
 	p.mu.Unlock()
 	if admitted != 0 || queued != 0 {
 		t.Errorf("after Close: %d pairs admitted, %d batches queued; want the abandoned batch released", admitted, queued)
@@ -133,7 +133,7 @@ func TestRefusalDuringAbortFailsTheCall(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		p.mu.Lock()
-		queued, inflight := len(p.queue), p.inflight
+		queued, inflight := p.queue.len(), p.inflight
 		p.mu.Unlock()
 		t.Fatalf("call still blocked 5s after Close aborted (queue %d, in flight %d)", queued, inflight)
 	}
@@ -279,7 +279,7 @@ func TestInvalidInputFailsAtOnceWithoutDeviceBlame(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			probe := newFakeProbe(&fakeGPU{total: 80 << 30})
 			f := newFakeFactory(map[string]*fakeEngine{"cuda:0": {maxLength: 16}})
-			p := newPool(t, f, gpuOpts(probe, MaxDeviceFailures(1))...)
+			p := newPool(t, f, gpuOpts(probe, withMaxDeviceFailures(1))...)
 			_, err := p.ScorePairs(testCtx(t), []model.Pair{good, bad, good})
 			if !errors.Is(err, ErrInvalidInput) || !strings.Contains(err.Error(), "pair 1") {
 				t.Fatalf("err = %v, want ErrInvalidInput naming pair 1", err)
@@ -304,7 +304,7 @@ func TestInvalidInputFailsAtOnceWithoutDeviceBlame(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			probe := newFakeProbe(&fakeGPU{total: 80 << 30}, &fakeGPU{total: 80 << 30})
 			f := newFakeFactory(map[string]*fakeEngine{"cuda:0": {err: rejected}, "cuda:1": {err: rejected}})
-			p := newPool(t, f, gpuOpts(probe, MaxDeviceFailures(1))...)
+			p := newPool(t, f, gpuOpts(probe, withMaxDeviceFailures(1))...)
 			_, err := p.ScorePairs(testCtx(t), makePairs([]int{4, 5, 6, 7}))
 			if !errors.Is(err, ErrInvalidInput) {
 				t.Fatalf("err = %v, want ErrInvalidInput", err)
@@ -336,7 +336,7 @@ func TestHotGPUWithoutCoolerPeerDoesNotThrottle(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			probe := newFakeProbe(gpus...)
 			f := newFakeFactory(nil)
-			p := newPool(t, f, gpuOpts(probe, MaxBatchRows(1), WorkersPerDevice(1), AdmissionBackoff(300*time.Millisecond))...)
+			p := newPool(t, f, gpuOpts(probe, MaxBatchRows(1), WorkersPerDevice(1), withAdmissionBackoff(300*time.Millisecond))...)
 			start := time.Now()
 			mustScore(t, p, makePairs(make40(4)[:20]))
 			// At most the first pull waits, while the other GPU is not yet

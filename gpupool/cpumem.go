@@ -264,15 +264,6 @@ type arenaReleasingScorer interface {
 // errNoProcMemory is returned where the process's memory cannot be read.
 var errNoProcMemory = errors.New("gpupool: process memory readings not available")
 
-// cpuRowCap is the most rows of length tokens a CPU batch may have under
-// d's budget (at least 1), or 0 when d has no budget.
-func cpuRowCap(d *device, length int) int {
-	if d.cpu == nil {
-		return 0
-	}
-	return max(1, d.est.maxRows(length, d.cpu.room))
-}
-
 // model.Session implements the optional abilities calibration uses.
 var (
 	_ ArenaReleaser        = (*model.Session)(nil)

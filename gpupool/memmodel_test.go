@@ -287,7 +287,7 @@ func workloadStaysInMemory(t *testing.T, mem transformerMem) {
 		return e, err
 	}
 	p, err := New(testCtx(t), factory, Mode(ModeCUDA), WithProbe(deviceProbe{dev}), MemFraction(fraction),
-		Headroom(headroom), MaxBatchTokens(32768), MaxBatchRows(256), AdmissionBackoff(2*time.Millisecond), CPUFallback(false))
+		withHeadroom(headroom), MaxBatchTokens(32768), MaxBatchRows(256), withAdmissionBackoff(2*time.Millisecond), CPUFallback(false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -378,7 +378,7 @@ func TestDegradedGPUReprobedAfterProbation(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	p, err := New(testCtx(t), factory, Mode(ModeCUDA), WithProbe(probe), Calibrate(Calibration{Disabled: true}),
-		Probation(100*time.Millisecond), MaxAttempts(100), Registerer(reg))
+		Probation(100*time.Millisecond), withMaxAttempts(100), Registerer(reg))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,7 +454,7 @@ func TestTwoPoolsShareOneGPU(t *testing.T) {
 			return e, err
 		}
 		p, err := New(testCtx(t), factory, Mode(ModeCUDA), WithProbe(deviceProbe{dev}), MemFraction(0.9), GPUMemLimit(share),
-			MaxBatchTokens(32768), AdmissionBackoff(2*time.Millisecond), CPUFallback(false))
+			MaxBatchTokens(32768), withAdmissionBackoff(2*time.Millisecond), CPUFallback(false))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -74,7 +74,7 @@ func TestAutoModeFallsBackToCPUWithOneWarning(t *testing.T) {
 	var logs bytes.Buffer
 	f := newFakeFactory(nil)
 	cudaInit := 0
-	p := newPool(t, f, Mode(ModeAuto), Logger(zerolog.New(&logs)), AfterCUDAInit(func() { cudaInit++ }))
+	p := newPool(t, f, Mode(ModeAuto), Logger(zerolog.New(&logs)), withAfterCUDAInit(func() { cudaInit++ }))
 	devs := p.Devices()
 	if len(devs) != 1 || devs[0].Kind != CPU {
 		t.Fatalf("Devices() = %+v, want the CPU only", devs)

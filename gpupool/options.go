@@ -81,7 +81,9 @@ func (f optFunc) apply(c *cfg) { f(c) }
 type cfg struct {
 	maxBatchTokens    int
 	maxBatchRows      int
-	batchOverhead     int
+	cpuBatchTokens    int // 0: no CPU cap
+	cpuBatchRows      int // 0: no CPU cap
+	batchOverhead     int // what the planner counts one more batch as costing, in padded tokens; set by New
 	workersPerDevice  int
 	cpuWorkers        int
 	queueCapacity     int
@@ -133,8 +135,8 @@ func (c *cfg) validate() error {
 	if c.maxBatchRows < 1 {
 		errs = append(errs, fmt.Errorf("MaxBatchRows %d < 1", c.maxBatchRows))
 	}
-	if c.batchOverhead < 0 {
-		errs = append(errs, fmt.Errorf("BatchOverheadTokens %d < 0", c.batchOverhead))
+	if c.cpuBatchTokens < 0 || c.cpuBatchRows < 0 {
+		errs = append(errs, fmt.Errorf("CPUBatchShape %d tokens, %d rows: want >= 0 (0 = no cap)", c.cpuBatchTokens, c.cpuBatchRows))
 	}
 	if c.cpuWorkers < 0 {
 		errs = append(errs, fmt.Errorf("CPUWorkers %d < 0", c.cpuWorkers))
@@ -195,9 +197,6 @@ func (c *cfg) validate() error {
 	if len(errs) > 0 {
 		return fmt.Errorf("gpupool: invalid options: %w", errors.Join(errs...))
 	}
-	if c.batchOverhead == 0 {
-		c.batchOverhead = max(1, c.maxBatchTokens/32)
-	}
 	if c.calibration.MaxLen == 0 {
 		c.calibration.MaxLen = 512
 	}
@@ -221,12 +220,16 @@ func MaxBatchTokens(n int) Option { return optFunc(func(c *cfg) { c.maxBatchToke
 // short pairs do not build a batch wider than the model was tuned for.
 func MaxBatchRows(n int) Option { return optFunc(func(c *cfg) { c.maxBatchRows = n }) }
 
-// BatchOverheadTokens is what the planner counts one extra batch as costing,
-// in padded tokens (default MaxBatchTokens/32). The planner cuts each call's
-// length-sorted pairs to minimise padded tokens plus this per batch: larger
-// values give fewer, fuller batches (GPUs like them); smaller ones give less
-// padding in more batches.
-func BatchOverheadTokens(n int) Option { return optFunc(func(c *cfg) { c.batchOverhead = n }) }
+// CPUBatchShape caps MaxBatchTokens and MaxBatchRows when the pool's own
+// device is the CPU (Mode cpu, or auto where no GPU works), the smaller
+// value winning; 0 leaves the cap out (default: none). GPUs want wide
+// batches and CPUs narrow ones that stay in their caches, and whether a GPU
+// works is known only once New has probed, so callers hand the pool both
+// shapes and the pool picks. A CPU engine created later as a fallback for
+// failing GPUs keeps the GPU shape.
+func CPUBatchShape(tokens, rows int) Option {
+	return optFunc(func(c *cfg) { c.cpuBatchTokens, c.cpuBatchRows = tokens, rows })
+}
 
 // WorkersPerDevice sets how many workers pull batches for each device; 0
 // (default) means 1 on the CPU, whose session already uses every core, and 2
@@ -240,10 +243,10 @@ func WorkersPerDevice(n int) Option { return optFunc(func(c *cfg) { c.workersPer
 // docs/benchmarks.md, CPU scaling).
 func CPUWorkers(n int) Option { return optFunc(func(c *cfg) { c.cpuWorkers = n }) }
 
-// QueueCapacity bounds the pairs admitted into the pool and not yet scored,
+// withQueueCapacity bounds the pairs admitted into the pool and not yet scored,
 // queued or running (default 32768). ScorePairs waits, honouring its ctx,
 // while the pool is full: the backpressure that keeps memory bounded.
-func QueueCapacity(pairs int) Option { return optFunc(func(c *cfg) { c.queueCapacity = pairs }) }
+func withQueueCapacity(pairs int) Option { return optFunc(func(c *cfg) { c.queueCapacity = pairs }) }
 
 // Mode picks auto, cpu or cuda (default auto).
 func Mode(m DeviceMode) Option { return optFunc(func(c *cfg) { c.mode = m }) }
@@ -262,9 +265,9 @@ func GPUIDs(ids ...string) Option {
 // SessionConfig.GPUMemFraction, which caps ORT's arena a margin below it.
 func MemFraction(f float64) Option { return optFunc(func(c *cfg) { c.memFraction = f }) }
 
-// Headroom is the free memory, beyond a batch's estimate, a GPU must keep to
+// withHeadroom is the free memory, beyond a batch's estimate, a GPU must keep to
 // admit the batch (default 256 MiB); it absorbs estimate error.
-func Headroom(bytes uint64) Option { return optFunc(func(c *cfg) { c.headroom = bytes }) }
+func withHeadroom(bytes uint64) Option { return optFunc(func(c *cfg) { c.headroom = bytes }) }
 
 // WithProbe replaces NVML with p (tests, or a caller that owns NVML's
 // lifetime). Without it, New opens NVML itself in auto and cuda modes and
@@ -280,36 +283,36 @@ func Registerer(r prometheus.Registerer) Option { return optFunc(func(c *cfg) { 
 // Calibrate sets how GPU memory per batch is learned; see Calibration.
 func Calibrate(cal Calibration) Option { return optFunc(func(c *cfg) { c.calibration = cal }) }
 
-// MaxDeviceFailures is how many consecutive failed runs mark a device
+// withMaxDeviceFailures is how many consecutive failed runs mark a device
 // degraded (default 3); its work then moves to other devices.
-func MaxDeviceFailures(n int) Option { return optFunc(func(c *cfg) { c.maxDeviceFailures = n }) }
+func withMaxDeviceFailures(n int) Option { return optFunc(func(c *cfg) { c.maxDeviceFailures = n }) }
 
-// MaxAttempts bounds how often one batch (or a piece split from it) is
+// withMaxAttempts bounds how often one batch (or a piece split from it) is
 // retried before its ScorePairs call fails (default 16), so a poison batch
 // ends in an error rather than a loop.
-func MaxAttempts(n int) Option { return optFunc(func(c *cfg) { c.maxAttempts = n }) }
+func withMaxAttempts(n int) Option { return optFunc(func(c *cfg) { c.maxAttempts = n }) }
 
 // CPUFallback says whether a CPU engine is created lazily when no GPU can
 // take a batch (default true). With false such a batch fails its call.
 func CPUFallback(on bool) Option { return optFunc(func(c *cfg) { c.cpuFallback = on }) }
 
-// AdmissionBackoff is how long a GPU worker waits after its device refused
+// withAdmissionBackoff is how long a GPU worker waits after its device refused
 // a batch, or before pulling while the device is hot (default 20ms), so
 // other devices get the first chance at the work.
-func AdmissionBackoff(d time.Duration) Option {
+func withAdmissionBackoff(d time.Duration) Option {
 	return optFunc(func(c *cfg) { c.admissionBackoff = d })
 }
 
-// UtilizationHysteresis sets when a GPU counts as hot: utilization at or
+// withUtilizationHysteresis sets when a GPU counts as hot: utilization at or
 // above hot (default 95), or a power/thermal throttle reason, makes it hot;
 // it cools only below cool (default 80) with no throttling. A hot device
 // waits before pulling and admits only half-budget batches, so it takes a
 // smaller share; two thresholds keep it from flapping.
-func UtilizationHysteresis(cool, hot uint32) Option {
+func withUtilizationHysteresis(cool, hot uint32) Option {
 	return optFunc(func(c *cfg) { c.coolUtilization, c.hotUtilization = cool, hot })
 }
 
-// AfterCUDAInit runs fn once New has created and calibrated the CUDA
+// withAfterCUDAInit runs fn once New has created and calibrated the CUDA
 // sessions (not when no CUDA engine was attempted). Background: the CUDA
 // execution provider can replace Go's SIGINT/SIGTERM handlers with ones
 // lacking SA_ONSTACK (onnxruntime_go issue #140); Ctrl+C then crashes the
@@ -321,7 +324,7 @@ func UtilizationHysteresis(cool, hot uint32) Option {
 // run. fn is the hook for anything cmd/scorer must redo at that point
 // (handlers for other signals it owns, or a check that shutdown signals
 // still arrive).
-func AfterCUDAInit(fn func()) Option { return optFunc(func(c *cfg) { c.afterCUDAInit = fn }) }
+func withAfterCUDAInit(fn func()) Option { return optFunc(func(c *cfg) { c.afterCUDAInit = fn }) }
 
 // MemLimit is this process's share of each GPU's memory: Bytes, or a
 // Fraction of the device's total; the zero value means no per-process

@@ -79,11 +79,10 @@ type Pool struct {
 	workersDone chan struct{}  // closed after workers exit and engines close
 	closeErr    error          // engine/probe close errors, set before workersDone closes
 
-	mu          sync.Mutex
-	queue       []*batch // pending batches, retries at the front
-	queuedPairs int
-	admitted    int // pairs queued or running: the QueueCapacity bound
-	inflight    int // batches taken by workers and not yet settled
+	mu       sync.Mutex
+	queue    *queue // batches waiting for a worker
+	admitted int    // pairs queued or running: the QueueCapacity bound
+	inflight int    // batches taken by workers and not yet settled
 	// running holds when each batch on an engine right now began its run,
 	// for Stats.OldestRun.
 	running     map[*batch]time.Time
@@ -242,12 +241,17 @@ func New(ctx context.Context, factory EngineFactory, opts ...Option) (*Pool, err
 		closeGrace:  defaultCloseGrace,
 		stuckAfter:  defaultStuckAfter,
 		running:     map[*batch]time.Time{},
+		queue:       newQueue(m.queueDepth),
 	}
 	p.abortCtx, p.abort = context.WithCancel(context.Background())
 	if err := p.openDevices(ctx); err != nil {
 		p.abort()
 		return nil, err
 	}
+	// The planner counts one more batch as costing a 32nd of the token
+	// budget in padding, of the shape the pool runs: it then cuts each
+	// call's length-sorted pairs into few, nearly unpadded batches.
+	p.cfg.batchOverhead = max(1, p.cfg.maxBatchTokens/32)
 	for _, d := range p.devices {
 		if n := engineMaxLength(d.engine); n > 0 && (p.maxPairLen == 0 || n < p.maxPairLen) {
 			p.maxPairLen = n
@@ -304,9 +308,19 @@ func (p *Pool) openDevices(ctx context.Context) error {
 }
 
 // openCPU opens the CPU engine. The pool's own CPU device (not a lazily
-// created fallback, which must start at once) is calibrated when CPUMemory
-// is set.
+// created fallback, which must start at once) takes CPUBatchShape and is
+// calibrated when CPUMemory is set.
 func (p *Pool) openCPU(ctx context.Context, fallback bool) error {
+	if !fallback {
+		// The pool runs on the CPU for good: its batches take the CPU shape
+		// from here on, the memory calibration's reference batch included.
+		if t := p.cfg.cpuBatchTokens; t > 0 {
+			p.cfg.maxBatchTokens = min(p.cfg.maxBatchTokens, t)
+		}
+		if r := p.cfg.cpuBatchRows; r > 0 {
+			p.cfg.maxBatchRows = min(p.cfg.maxBatchRows, r)
+		}
+	}
 	dev := Device{Kind: CPU, Name: "cpu"}
 	eng, err := p.factory(dev)
 	if err != nil {
@@ -489,12 +503,19 @@ func (p *Pool) Devices() []Device {
 	return out
 }
 
+// BatchShape is the token and row caps the pool plans each call's batches
+// under: MaxBatchTokens and MaxBatchRows, or the CPUBatchShape caps when
+// the pool's own device is the CPU. Fixed once New returns.
+func (p *Pool) BatchShape() (tokens, rows int) {
+	return p.cfg.maxBatchTokens, p.cfg.maxBatchRows
+}
+
 // Stats returns a snapshot of the pool's counters.
 func (p *Pool) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.stats
-	s.QueuedPairs = p.queuedPairs
+	s.QueuedPairs = p.queue.pairs
 	s.InFlightBatches = p.inflight
 	for _, at := range p.running {
 		s.OldestRun = max(s.OldestRun, time.Since(at))
@@ -514,8 +535,8 @@ func (p *Pool) Stats() Stats {
 // ScorePairs scores pairs and returns one score per pair in input order; it
 // implements model.PairScorer. The pairs are sorted by length and packed
 // into batches under MaxBatchTokens and MaxBatchRows, queued, and run by
-// whichever device workers are idle. While the pool holds QueueCapacity
-// pairs, ScorePairs waits for room. When ctx ends, the call's queued batches
+// whichever device workers are idle. While the pool holds its queue
+// capacity (32768 pairs queued or running), ScorePairs waits for room. When ctx ends, the call's queued batches
 // are removed and its running ones cancelled, and ctx's error is returned.
 // After Close it returns ErrPoolClosed. Pairs no engine could run (empty,
 // type IDs not matching IDs, longer than the model's maximum length) fail
@@ -658,12 +679,10 @@ func (p *Pool) enqueue(req *request, b *batch) error {
 // which already waited their turn once.
 func (p *Pool) pushLocked(b *batch, front bool) {
 	if front {
-		p.queue = slices.Insert(p.queue, 0, b)
+		p.queue.pushFront(b)
 	} else {
-		p.queue = append(p.queue, b)
+		p.queue.push(b)
 	}
-	p.queuedPairs += len(b.idx)
-	p.m.queueDepth.Set(float64(p.queuedPairs))
 	p.wakeWorkersLocked()
 }
 
@@ -687,15 +706,9 @@ func (p *Pool) failLocked(req *request, err error) {
 	}
 	req.finished = true
 	req.err = err
-	p.queue = slices.DeleteFunc(p.queue, func(b *batch) bool {
-		if b.req != req {
-			return false
-		}
-		p.queuedPairs -= len(b.idx)
+	for _, b := range p.queue.remove(func(b *batch) bool { return b.req == req }) {
 		p.releaseLocked(len(b.idx))
-		return true
-	})
-	p.m.queueDepth.Set(float64(p.queuedPairs))
+	}
 	close(req.done)
 	p.wakeWorkersLocked() // Close may be waiting for an empty queue
 }
@@ -761,14 +774,17 @@ func (p *Pool) Close(ctx context.Context) error {
 // live fail with ErrPoolClosed, and batches of calls that already ended are
 // dropped. Every removed batch's capacity is released.
 func (p *Pool) abandonQueueLocked() {
-	for _, b := range slices.Clone(p.queue) {
+	for _, b := range p.queue.snapshot() {
 		p.failLocked(b.req, ErrPoolClosed) // removes the call's batches; no-op once ended
 	}
-	p.queue = slices.DeleteFunc(p.queue, func(b *batch) bool {
-		p.queuedPairs -= len(b.idx)
+	p.dropFinishedLocked() // what is left belongs to calls that had ended
+}
+
+// dropFinishedLocked removes the queued batches whose call already ended,
+// returning their capacity.
+func (p *Pool) dropFinishedLocked() {
+	for _, b := range p.queue.dropFinished() {
 		p.releaseLocked(len(b.idx))
 		p.stats.Dropped++
-		return true
-	})
-	p.m.queueDepth.Set(float64(p.queuedPairs))
+	}
 }

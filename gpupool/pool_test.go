@@ -39,7 +39,7 @@ func newPool(t *testing.T, f *fakeFactory, opts ...Option) *Pool {
 func gpuOpts(probe *fakeProbe, extra ...Option) []Option {
 	return append([]Option{Mode(ModeCUDA), WithProbe(probe),
 		Calibrate(Calibration{Disabled: true, FallbackBase: 1, FallbackPerToken: 1}),
-		Headroom(1), AdmissionBackoff(time.Millisecond)}, extra...)
+		withHeadroom(1), withAdmissionBackoff(time.Millisecond)}, extra...)
 }
 
 func TestScorePairsInputOrderConcurrentCalls(t *testing.T) {
@@ -87,8 +87,8 @@ func TestAdmissionSplitsWhenFreeMemoryIsLow(t *testing.T) {
 	probe := newFakeProbe(&fakeGPU{total: 100 << 20, used: 100<<20 - 400<<10})
 	f := newFakeFactory(nil)
 	reg := prometheus.NewRegistry()
-	p := newPool(t, f, Mode(ModeCUDA), WithProbe(probe), Registerer(reg), Headroom(1), MemFraction(1),
-		AdmissionBackoff(time.Millisecond), MaxBatchRows(64),
+	p := newPool(t, f, Mode(ModeCUDA), WithProbe(probe), Registerer(reg), withHeadroom(1), MemFraction(1),
+		withAdmissionBackoff(time.Millisecond), MaxBatchRows(64),
 		Calibrate(Calibration{Disabled: true, FallbackBase: 1, FallbackPerToken: 1 << 10}))
 	lens := make([]int, 64)
 	for i := range lens {
@@ -116,7 +116,7 @@ func TestAdmissionWaitsForMemoryFraction(t *testing.T) {
 	// used/total at 0.9 is over MemFraction 0.8: refused until memory frees.
 	probe := newFakeProbe(&fakeGPU{total: 1 << 30, used: 900 << 20})
 	f := newFakeFactory(nil)
-	p := newPool(t, f, Mode(ModeCUDA), WithProbe(probe), Headroom(1), AdmissionBackoff(5*time.Millisecond),
+	p := newPool(t, f, Mode(ModeCUDA), WithProbe(probe), withHeadroom(1), withAdmissionBackoff(5*time.Millisecond),
 		Calibrate(Calibration{Disabled: true, FallbackBase: 1, FallbackPerToken: 1}))
 	pairs := makePairs([]int{8})
 	go func() {
@@ -157,7 +157,7 @@ func TestRepeatedFailureDegradesToCPUFallback(t *testing.T) {
 	probe := newFakeProbe(&fakeGPU{total: 80 << 30})
 	f := newFakeFactory(map[string]*fakeEngine{"cuda:0": {err: errFakeCUDA}})
 	reg := prometheus.NewRegistry()
-	p := newPool(t, f, gpuOpts(probe, Registerer(reg), MaxDeviceFailures(2))...)
+	p := newPool(t, f, gpuOpts(probe, Registerer(reg), withMaxDeviceFailures(2))...)
 	pairs := makePairs(realisticLengths(300, 3))
 	mustScore(t, p, pairs)
 	st := p.Stats()
@@ -180,7 +180,7 @@ func TestRepeatedFailureDegradesToCPUFallback(t *testing.T) {
 func TestFailureWithoutFallbackIsLoud(t *testing.T) {
 	probe := newFakeProbe(&fakeGPU{total: 80 << 30})
 	f := newFakeFactory(map[string]*fakeEngine{"cuda:0": {err: errFakeCUDA}})
-	p := newPool(t, f, gpuOpts(probe, CPUFallback(false), MaxDeviceFailures(2))...)
+	p := newPool(t, f, gpuOpts(probe, CPUFallback(false), withMaxDeviceFailures(2))...)
 	_, err := p.ScorePairs(testCtx(t), makePairs(realisticLengths(50, 1)))
 	if err == nil || !strings.Contains(err.Error(), "gpupool: no device can run") {
 		t.Fatalf("err = %v, want a loud no-device error", err)
@@ -196,7 +196,7 @@ func TestFailureWithoutFallbackIsLoud(t *testing.T) {
 func TestCPUEngineErrorEndsAfterMaxAttempts(t *testing.T) {
 	boom := errors.New("fake: broken input")
 	f := newFakeFactory(map[string]*fakeEngine{"cpu": {err: boom}})
-	p := newPool(t, f, Mode(ModeCPU), MaxAttempts(4))
+	p := newPool(t, f, Mode(ModeCPU), withMaxAttempts(4))
 	_, err := p.ScorePairs(testCtx(t), makePairs([]int{4, 4, 4, 4}))
 	if !errors.Is(err, boom) {
 		t.Fatalf("err = %v, want it to wrap the engine's error", err)
@@ -260,7 +260,7 @@ func TestBoundedQueue(t *testing.T) {
 	gate := make(chan struct{})
 	f := newFakeFactory(map[string]*fakeEngine{"cpu": {gate: gate}})
 	reg := prometheus.NewRegistry()
-	p := newPool(t, f, Mode(ModeCPU), MaxBatchRows(4), MaxBatchTokens(64), QueueCapacity(8), Registerer(reg))
+	p := newPool(t, f, Mode(ModeCPU), MaxBatchRows(4), MaxBatchTokens(64), withQueueCapacity(8), Registerer(reg))
 	first := make(chan error, 1)
 	pairs := makePairs(make40(8))
 	go func() {
@@ -374,7 +374,7 @@ func TestHotDeviceTakesSmallerShare(t *testing.T) {
 		"cuda:0": {delay: 2 * time.Millisecond},
 		"cuda:1": {delay: 2 * time.Millisecond},
 	})
-	p := newPool(t, f, gpuOpts(probe, MaxBatchRows(4), WorkersPerDevice(1), AdmissionBackoff(10*time.Millisecond))...)
+	p := newPool(t, f, gpuOpts(probe, MaxBatchRows(4), WorkersPerDevice(1), withAdmissionBackoff(10*time.Millisecond))...)
 	pairs := makePairs(make40(4))
 	if _, err := p.ScorePairs(testCtx(t), append(pairs, makePairs(make40(4))...)); err != nil {
 		t.Fatal(err)
@@ -435,10 +435,10 @@ func TestOptionsValidation(t *testing.T) {
 	bad := map[string][]Option{
 		"tokens":     {MaxBatchTokens(0)},
 		"rows":       {MaxBatchRows(-1)},
-		"queue":      {QueueCapacity(10), MaxBatchRows(20)},
+		"queue":      {withQueueCapacity(10), MaxBatchRows(20)},
 		"mode":       {Mode("tpu")},
 		"fraction":   {MemFraction(1.5)},
-		"hysteresis": {UtilizationHysteresis(90, 80)},
+		"hysteresis": {withUtilizationHysteresis(90, 80)},
 		"gpus+cpu":   {Mode(ModeCPU), GPUIDs("0")},
 		"shape":      {Calibrate(Calibration{Shapes: []Shape{{0, 4}}})},
 	}
@@ -460,7 +460,7 @@ func TestGPUSelectionAndFactoryFailures(t *testing.T) {
 	f := newFakeFactory(nil)
 	f.failFor["cuda:2"] = errors.New("fake: CUDA EP failed to load")
 	called := 0
-	p := newPool(t, f, gpuOpts(probe, GPUIDs("GPU-fake-2", "1"), AfterCUDAInit(func() { called++ }))...)
+	p := newPool(t, f, gpuOpts(probe, GPUIDs("GPU-fake-2", "1"), withAfterCUDAInit(func() { called++ }))...)
 	devs := p.Devices()
 	if len(devs) != 1 || devs[0].Index != 1 || devs[0].UUID != "GPU-fake-1" {
 		t.Errorf("Devices() = %+v, want only GPU 1 (GPU 2's engine failed)", devs)
@@ -542,5 +542,44 @@ func TestStatsOldestRun(t *testing.T) {
 	}
 	if got := p.Stats().OldestRun; got != 0 {
 		t.Errorf("OldestRun = %v after the run returned, want 0", got)
+	}
+}
+
+// TestCPUBatchShapeAppliesWhereNoGPUWorks: a pool handed both shapes runs
+// the CPU's where its own device is the CPU (Mode cpu, or auto where no GPU
+// opens) and the wide one on a GPU.
+func TestCPUBatchShapeAppliesWhereNoGPUWorks(t *testing.T) {
+	lens := make([]int, 200)
+	for i := range lens {
+		lens[i] = 16
+	}
+	shapes := []Option{MaxBatchTokens(16384), MaxBatchRows(64), CPUBatchShape(0, 8)}
+	noGPU := newFakeProbe(&fakeGPU{total: 1 << 34})
+	for name, tc := range map[string]struct {
+		opts  []Option
+		label string
+		want  int
+	}{
+		"cpu":                {[]Option{Mode(ModeCPU)}, "cpu", 8},
+		"auto, no GPU opens": {[]Option{Mode(ModeAuto), WithProbe(noGPU)}, "cpu", 8},
+		"gpu":                {gpuOpts(newFakeProbe(&fakeGPU{total: 1 << 34})), "cuda:0", 64},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFakeFactory(nil)
+			if tc.label == "cpu" {
+				f.failFor["cuda:0"] = errors.New("fake: CUDA EP failed to load")
+			}
+			p := newPool(t, f, append(tc.opts, append(shapes, WorkersPerDevice(1))...)...)
+			mustScore(t, p, makePairs(lens))
+			if _, _, maxRows, _ := f.engine(tc.label).snapshot(); maxRows != tc.want {
+				t.Errorf("%s ran batches of up to %d rows, want %d", tc.label, maxRows, tc.want)
+			}
+			if tokens, rows := p.BatchShape(); tokens != 16384 || rows != tc.want {
+				t.Errorf("BatchShape() = %d tokens, %d rows, want 16384 and %d", tokens, rows, tc.want)
+			}
+		})
+	}
+	if _, err := New(testCtx(t), newFakeFactory(nil).factory, Mode(ModeCPU), CPUBatchShape(-1, 8)); err == nil {
+		t.Error("CPUBatchShape(-1, 8) accepted")
 	}
 }

@@ -2,8 +2,10 @@ package gpupool
 
 // SignalGuard keeps the process's signal handlers across CUDA calls made
 // outside a Pool (the pool guards its own): save before the first CUDA call,
-// RestoreChanged after each. See AfterCUDAInit for why CUDA's handlers must
-// not stay. Safe for use by one goroutine at a time.
+// RestoreChanged after each. CUDA's execution provider can replace Go's
+// SIGINT/SIGTERM handlers with ones lacking SA_ONSTACK (onnxruntime_go
+// #140): Ctrl+C then crashes the runtime instead of ending the context.
+// Safe for use by one goroutine at a time.
 type SignalGuard struct{ g *signalGuard }
 
 // SaveSignals records the dispositions of every signal Go handles, plus

@@ -88,28 +88,14 @@ func (p *Pool) next(d *device) (*batch, bool) {
 		if d.degraded || p.abortCtx.Err() != nil {
 			return nil, false
 		}
-		for i := 0; i < len(p.queue); {
-			b := p.queue[i]
-			if b.req.finished { // abandoned: never spend device time on it
-				p.queue = slices.Delete(p.queue, i, i+1)
-				p.queuedPairs -= len(b.idx)
-				p.releaseLocked(len(b.idx))
-				p.stats.Dropped++
-				continue
-			}
-			if !slices.Contains(b.avoid, d.slot) && !(d.fallback && p.gpuMayTakeLocked(b)) {
-				p.queue = slices.Delete(p.queue, i, i+1)
-				p.queuedPairs -= len(b.idx)
-				p.m.queueDepth.Set(float64(p.queuedPairs))
-				p.inflight++
-				return b, true
-			}
-			i++
+		p.dropFinishedLocked() // never spend device time on abandoned work
+		if b, ok := p.queue.take(func(b *batch) bool { return p.mayRunLocked(d, b) }); ok {
+			p.inflight++
+			return b, true
 		}
-		p.m.queueDepth.Set(float64(p.queuedPairs))
 		// Running batches may still come back split, so a closing pool is
 		// drained only when nothing is queued or running.
-		if p.closed && len(p.queue) == 0 && p.inflight == 0 {
+		if p.closed && p.queue.len() == 0 && p.inflight == 0 {
 			return nil, false
 		}
 		work := p.work
@@ -120,6 +106,13 @@ func (p *Pool) next(d *device) (*batch, bool) {
 		}
 		p.mu.Lock()
 	}
+}
+
+// mayRunLocked reports whether a worker of d may take b: not a device b
+// must avoid (it failed there), and not the CPU fallback while a live GPU
+// may run b.
+func (p *Pool) mayRunLocked(d *device, b *batch) bool {
+	return !slices.Contains(b.avoid, d.slot) && !(d.fallback && p.gpuMayTakeLocked(b))
 }
 
 // process admits, runs and settles one batch taken by a worker of d.
@@ -372,7 +365,7 @@ func (d *device) live() bool { return !d.degraded }
 // fails loudly rather than waiting forever.
 func (p *Pool) reconcileLocked() {
 	needCPU := false
-	for _, b := range slices.Clone(p.queue) {
+	for _, b := range p.queue.snapshot() {
 		if b.req.finished || p.runnableLocked(b) {
 			continue
 		}
@@ -430,7 +423,7 @@ func (p *Pool) createFallback() {
 	p.creatingCPU = false
 	if err != nil {
 		p.log.Error().Err(err).Msg("gpupool: no GPU can run the work and the CPU fallback failed to open")
-		for _, b := range slices.Clone(p.queue) {
+		for _, b := range p.queue.snapshot() {
 			if !b.req.finished && !p.runnableLocked(b) {
 				p.failLocked(b.req, fmt.Errorf("gpupool: no GPU can run the work and opening the CPU fallback failed: %w", err))
 			}

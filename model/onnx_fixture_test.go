@@ -21,7 +21,7 @@ const (
 type pb []byte
 
 func (b pb) varint(field int, v uint64) pb {
-	b = binary.AppendUvarint(b, uint64(field)<<3|0)
+	b = binary.AppendUvarint(b, uint64(field)<<3) // wire type 0: varint
 	return binary.AppendUvarint(b, v)
 }
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/broker"
 	"github.com/scorer/scorer/internal/testenv"
 	"github.com/scorer/scorer/schema"
 )
@@ -84,7 +84,7 @@ func TestRunEndToEnd(t *testing.T) {
 		want[st.CallID] = st
 	}
 
-	cluster, broker, err := service.StartBroker(service.BrokerOptions{Addr: "127.0.0.1:0", Partitions: 3})
+	cluster, broker, err := broker.Start(broker.Options{Addr: "127.0.0.1:0", Partitions: 3})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/produce"
 	"github.com/scorer/scorer/internal/testenv"
 	"github.com/scorer/scorer/schema"
 )
@@ -156,11 +156,11 @@ func produceFile(t testing.TB, broker, topic, path string) int {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	w := service.NewInputWriter([]string{broker}, topic, nil)
+	w := produce.NewInputWriter([]string{broker}, topic, nil)
 	defer w.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	n, err := service.ProduceLines(ctx, w, f, 0, 0)
+	n, err := produce.ProduceLines(ctx, w, f, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func decodeScored(t testing.TB, msgs []kafka.Message) []schema.ScoredTranscript 
 	out := make([]schema.ScoredTranscript, 0, len(msgs))
 	for _, m := range msgs {
 		var st schema.ScoredTranscript
-		if err := service.DecodeOutput(m.Value, &st); err != nil {
+		if err := produce.DecodeOutput(m.Value, &st); err != nil {
 			t.Fatalf("output record at %s/%d/%d: %v", m.Topic, m.Partition, m.Offset, err)
 		}
 		out = append(out, st)

@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/broker"
+	"github.com/scorer/scorer/internal/produce"
 	"github.com/scorer/scorer/internal/testenv"
 	"github.com/scorer/scorer/schema"
 )
@@ -75,7 +76,7 @@ func TestKcatInterop(t *testing.T) {
 	}
 	kcat := kcatPath(t)
 	_, events := testenv.ShortestTranscripts(t, 3)
-	cluster, broker, err := service.StartBroker(service.BrokerOptions{Addr: "127.0.0.1:0", Partitions: 2})
+	cluster, broker, err := broker.Start(broker.Options{Addr: "127.0.0.1:0", Partitions: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +139,7 @@ func TestKcatInterop(t *testing.T) {
 			t.Errorf("%s: %v", *r.Key, err)
 		}
 		var st schema.ScoredTranscript
-		if err := service.DecodeOutput([]byte(*r.Payload), &st); err != nil || st.CallID != *r.Key {
+		if err := produce.DecodeOutput([]byte(*r.Payload), &st); err != nil || st.CallID != *r.Key {
 			t.Errorf("%s: payload call_id %q err %v", *r.Key, st.CallID, err)
 		}
 		for _, sec := range st.Sections {
@@ -211,7 +212,7 @@ func TestKcatVersionsAndTombstones(t *testing.T) {
 	}
 	kcat := kcatPath(t)
 	_, events := testenv.ShortestTranscripts(t, 4)
-	cluster, broker, err := service.StartBroker(service.BrokerOptions{Addr: "127.0.0.1:0", Partitions: 1})
+	cluster, broker, err := broker.Start(broker.Options{Addr: "127.0.0.1:0", Partitions: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/broker"
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/testenv"
 	"github.com/scorer/scorer/producer"
 )
@@ -25,7 +26,7 @@ func TestRunBootstrapsPastDeadBroker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the service with the real model")
 	}
-	cluster, broker, err := service.StartBroker(service.BrokerOptions{Addr: "127.0.0.1:0", Partitions: 1})
+	cluster, broker, err := broker.Start(broker.Options{Addr: "127.0.0.1:0", Partitions: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func TestRunExitsOnUnfixableKafkaError(t *testing.T) {
 		"missing topic, creation off":        {[]string{"KAFKA_CREATE_TOPICS", "false"}, []string{"transcripts.dlq", "missing", "KAFKA_CREATE_TOPICS"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, broker, err := service.StartBroker(service.BrokerOptions{Addr: "127.0.0.1:0", Partitions: 1, Topics: []string{"transcripts", "transcripts.scored"}})
+			_, broker, err := broker.Start(broker.Options{Addr: "127.0.0.1:0", Partitions: 1, Topics: []string{"transcripts", "transcripts.scored"}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -93,7 +94,7 @@ func TestRunExitsOnUnfixableKafkaError(t *testing.T) {
 			if ctx.Err() != nil {
 				t.Fatalf("run still retrying after %v:\n%s", time.Since(start), testenv.Tail(logs.String(), 2000))
 			}
-			if err == nil || service.ExitCode(err) == 0 {
+			if err == nil || cli.ExitCode(err) == 0 {
 				t.Fatalf("run = %v, want a non-zero exit", err)
 			}
 			for _, w := range tc.want {
@@ -119,7 +120,7 @@ func TestLargeOutputsArePublished(t *testing.T) {
 	}
 	// A broker that takes large records on any topic: what limits the
 	// result is the scorer's own output limit.
-	cluster, broker, err := service.StartBroker(service.BrokerOptions{Addr: "127.0.0.1:0", Partitions: 1, MaxMessageBytes: 64 << 20})
+	cluster, broker, err := broker.Start(broker.Options{Addr: "127.0.0.1:0", Partitions: 1, MaxMessageBytes: 64 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +191,7 @@ func TestLargeOutputsArePublished(t *testing.T) {
 // MAX_MESSAGE_BYTES that would fit), instead of dead-lettering the largest
 // transcripts later.
 func TestRunRefusesTooSmallOutputTopic(t *testing.T) {
-	cluster, broker, err := service.StartBroker(service.BrokerOptions{Addr: "127.0.0.1:0", Partitions: 1})
+	cluster, broker, err := broker.Start(broker.Options{Addr: "127.0.0.1:0", Partitions: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +210,7 @@ func TestRunRefusesTooSmallOutputTopic(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatalf("run started on an output topic too small for its limits:\n%s", testenv.Tail(logs.String(), 2000))
 	}
-	if err == nil || service.ExitCode(err) == 0 {
+	if err == nil || cli.ExitCode(err) == 0 {
 		t.Fatalf("run = %v, want a non-zero exit", err)
 	}
 	for _, w := range []string{"KAFKA_OUTPUT_TOPIC transcripts.scored", "max.message.bytes " + strconv.Itoa(topicMax), "MAX_MESSAGE_BYTES=8388608",

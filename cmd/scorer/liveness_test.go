@@ -13,7 +13,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/broker"
 	"github.com/scorer/scorer/internal/testenv"
 )
 
@@ -30,7 +30,7 @@ func TestLivenessLongTranscript(t *testing.T) {
 		t.Skip("runs the service with the real model")
 	}
 	const limit = 3 * time.Second
-	cluster, broker, err := service.StartBroker(service.BrokerOptions{Addr: "127.0.0.1:0", Partitions: 1})
+	cluster, broker, err := broker.Start(broker.Options{Addr: "127.0.0.1:0", Partitions: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,9 +19,12 @@ import (
 	"syscall"
 
 	"github.com/scorer/scorer/internal/bench"
+	"github.com/scorer/scorer/internal/broker"
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/compare"
 	"github.com/scorer/scorer/internal/doctor"
 	"github.com/scorer/scorer/internal/offline"
+	"github.com/scorer/scorer/internal/produce"
 	"github.com/scorer/scorer/internal/proof"
 	"github.com/scorer/scorer/internal/service"
 )
@@ -33,28 +36,44 @@ func main() {
 	// kills the process (run keeps draining on the first).
 	context.AfterFunc(ctx, stop)
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr)
-	if err != nil && !errors.Is(err, service.ErrUsage) {
+	if err != nil && !errors.Is(err, cli.ErrUsage) {
 		fmt.Fprintln(os.Stderr, "scorer:", err)
 	}
 	if err != nil {
-		os.Exit(service.ExitCode(err))
+		os.Exit(cli.ExitCode(err))
 	}
 }
 
-const usageText = `usage: scorer <command> [flags]
+// command is one subcommand: its spec (help, docs) and its entry point.
+type command struct {
+	spec cli.Spec
+	run  func(context.Context, cli.Env, []string) error
+}
 
-commands:
-  run       consume TranscriptEvents, score them, publish ScoredTranscripts
-  score     score a TranscriptEvent JSONL file offline (--in, --out)
-  broker    run an in-memory Kafka-protocol broker (not durable)
-  produce   load a TranscriptEvent JSONL file into a topic
-  bench     run the benchmarks
-  doctor    check this host's GPU/CPU path for the configured DEVICE (--json)
-  compare   score a sample with two models (or ONNX files, or devices) and gate on agreement
-  gpu-proof the GPU measurements of "make gpu-proof": bench, share, report (docs/gpu.md)
+// commands is every subcommand, in the order `scorer -h` lists them.
+var commands = []command{
+	{service.Spec, service.Command},
+	{offline.Spec, offline.Command},
+	{broker.Spec, broker.Command},
+	{produce.Spec, produce.Command},
+	{bench.Spec, bench.Command},
+	{doctor.Spec, doctor.Command},
+	{compare.Spec, compare.Command},
+	{proof.Spec, proof.Command},
+}
 
-Run 'scorer <command> -h' for the command's flags. Configuration comes from
-environment variables (see README.md); flags override them.
+func specs() []cli.Spec {
+	out := make([]cli.Spec, len(commands))
+	for i, c := range commands {
+		out[i] = c.spec
+	}
+	return out
+}
+
+// usageFooter follows the commands in `scorer -h`.
+const usageFooter = `Run 'scorer <command> -h' for the command's flags and the settings it reads.
+Settings come from environment variables, each also a flag of the commands
+that read it, which wins (docs/configuration.md).
 
 Signals: on SIGINT/SIGTERM, run stops fetching, drains in-flight work and
 exits 0; score stops at once and exits 130, leaving a file --out as it was
@@ -63,34 +82,23 @@ A second signal kills the process.
 `
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
-	e := service.Env{Getenv: getenv, Stdin: stdin, Stdout: stdout, Stderr: stderr}
+	e := cli.Env{Getenv: getenv, Stdin: stdin, Stdout: stdout, Stderr: stderr}
+	usage := cli.Usage(specs(), usageFooter)
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usageText)
-		return service.ErrUsage
+		fmt.Fprint(stderr, usage)
+		return cli.ErrUsage
 	}
-	cmd, rest := args[0], args[1:]
-	switch cmd {
-	case "run":
-		return service.Run(ctx, e, rest)
-	case "score":
-		return offline.Run(ctx, e, rest)
-	case "broker":
-		return service.RunBroker(ctx, e, rest)
-	case "produce":
-		return service.RunProduce(ctx, e, rest)
-	case "bench":
-		return bench.Run(ctx, e, rest)
-	case "doctor":
-		return doctor.Command(ctx, e, rest)
-	case "compare":
-		return compare.Command(ctx, e, rest)
-	case "gpu-proof":
-		return proof.Command(ctx, e, rest)
+	name, rest := args[0], args[1:]
+	for _, c := range commands {
+		if c.spec.Name == name {
+			return c.run(ctx, e, rest)
+		}
+	}
+	switch name {
 	case "-h", "--help", "help":
-		fmt.Fprint(stdout, usageText)
+		fmt.Fprint(stdout, usage)
 		return nil
-	default:
-		fmt.Fprintf(stderr, "scorer: unknown command %q\n\n%s", cmd, usageText)
-		return service.ErrUsage
 	}
+	fmt.Fprintf(stderr, "scorer: unknown command %q\n\n%s", name, usage)
+	return cli.ErrUsage
 }

@@ -53,7 +53,7 @@ func TestReliabilityCrashKill9(t *testing.T) {
 			})
 		time.Sleep(time.Duration(rng.Int64N(int64(2 * time.Second))))
 		c := committedOffsets(t, broker, group, "transcripts", parts)
-		if _, d := signalAndWait(t, p, syscall.SIGKILL, 10*time.Second); d > 5*time.Second {
+		if d, _ := signalAndWait(t, p, syscall.SIGKILL, 10*time.Second); d > 5*time.Second {
 			t.Errorf("SIGKILL took %v", d)
 		}
 		committedAtKill = append(committedAtKill, c)
@@ -66,7 +66,7 @@ func TestReliabilityCrashKill9(t *testing.T) {
 	final := startScorerProcess(t, env)
 	out.waitKeys(t, n, 5*time.Minute)
 	waitCommittedToEnd(t, broker, group, "transcripts", time.Minute)
-	if err, d := signalAndWait(t, final, syscall.SIGTERM, 40*time.Second); err != nil {
+	if d, err := signalAndWait(t, final, syscall.SIGTERM, 40*time.Second); err != nil {
 		t.Errorf("final scorer exited with %v after SIGTERM (%v)", err, d)
 	}
 
@@ -149,7 +149,7 @@ func TestReliabilitySigtermDuringLongBatch(t *testing.T) {
 	waitLog(t, p, "generation started", time.Minute)
 	// 8 000 pairs take about 8 s on two cores: 1.5 s in, it is busy.
 	time.Sleep(1500 * time.Millisecond)
-	err, took := signalAndWait(t, p, syscall.SIGTERM, shutdown+20*time.Second)
+	took, err := signalAndWait(t, p, syscall.SIGTERM, shutdown+20*time.Second)
 	if err != nil {
 		t.Errorf("exit after SIGTERM: %v, want 0", err)
 	}
@@ -174,7 +174,7 @@ func TestReliabilitySigtermDuringLongBatch(t *testing.T) {
 		t.Fatalf("after restart %d outputs, want 1", len(msgs))
 	}
 	waitCommittedToEnd(t, broker, "long", "transcripts", 30*time.Second)
-	if err, _ := signalAndWait(t, p2, syscall.SIGTERM, 40*time.Second); err != nil {
+	if _, err := signalAndWait(t, p2, syscall.SIGTERM, 40*time.Second); err != nil {
 		t.Errorf("restart exit: %v", err)
 	}
 	if all := readTopic(t, broker, "transcripts.scored", 2, 2*time.Second); len(all) != 1 {

@@ -138,7 +138,7 @@ func TestReliabilityBrokerFaults(t *testing.T) {
 
 	out.waitKeys(t, n, 5*time.Minute)
 	waitCommittedToEnd(t, broker, group, "transcripts", 2*time.Minute)
-	if err, _ := signalAndWait(t, p, syscall.SIGTERM, 40*time.Second); err != nil {
+	if _, err := signalAndWait(t, p, syscall.SIGTERM, 40*time.Second); err != nil {
 		t.Errorf("scorer exit after SIGTERM: %v", err)
 	}
 	msgs, bySrc, _ := checkAllScored(t, broker, out, ids)
@@ -181,7 +181,7 @@ func TestReliabilityBrokerDownAtStartup(t *testing.T) {
 	if got := readTopic(t, addr, "transcripts.scored", 20, 2*time.Minute); len(got) != 20 {
 		t.Fatalf("%d of 20 scored after the broker came up", len(got))
 	}
-	if err, _ := signalAndWait(t, p, syscall.SIGTERM, 40*time.Second); err != nil {
+	if _, err := signalAndWait(t, p, syscall.SIGTERM, 40*time.Second); err != nil {
 		t.Errorf("scorer exit: %v", err)
 	}
 	attempts := strings.Count(p.log.String(), "Kafka not reachable yet; retrying")

@@ -343,8 +343,8 @@ func waitCommittedToEnd(t testing.TB, broker, group, topic string, timeout time.
 }
 
 // signalAndWait sends sig and waits for the process to exit; it returns
-// the exit error (nil = exit 0) and how long the exit took.
-func signalAndWait(t testing.TB, p *scorerProcess, sig syscall.Signal, timeout time.Duration) (error, time.Duration) {
+// how long the exit took and the exit error (nil = exit 0).
+func signalAndWait(t testing.TB, p *scorerProcess, sig syscall.Signal, timeout time.Duration) (time.Duration, error) {
 	t.Helper()
 	start := time.Now()
 	if err := p.cmd.Process.Signal(sig); err != nil {
@@ -354,11 +354,11 @@ func signalAndWait(t testing.TB, p *scorerProcess, sig syscall.Signal, timeout t
 	go func() { done <- p.cmd.Wait() }()
 	select {
 	case err := <-done:
-		return err, time.Since(start)
+		return time.Since(start), err
 	case <-time.After(timeout):
 		_ = p.cmd.Process.Kill()
 		t.Fatalf("scorer pid %d did not exit within %v of %v; log:\n%s", p.cmd.Process.Pid, timeout, sig, testenv.Tail(p.log.String(), 4000))
-		return nil, 0
+		return 0, nil
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/broker"
 	"github.com/scorer/scorer/producer"
 	"github.com/scorer/scorer/schema"
 )
@@ -143,7 +143,7 @@ func poisonCorpus(t *testing.T) []poisonCase {
 // records to what a topic reports).
 func startBigBroker(t *testing.T) string {
 	t.Helper()
-	c, addr, err := service.StartBroker(service.BrokerOptions{Addr: "127.0.0.1:0", Partitions: 1, MaxMessageBytes: 128 << 20,
+	c, addr, err := broker.Start(broker.Options{Addr: "127.0.0.1:0", Partitions: 1, MaxMessageBytes: 128 << 20,
 		Topics: []string{"transcripts", "transcripts.scored"}})
 	if err != nil {
 		t.Fatal(err)
@@ -227,7 +227,7 @@ func TestReliabilityPoison(t *testing.T) {
 	dlq := readTopic(t, broker, "transcripts.dlq", wantDLQ, time.Minute)
 	waitCommittedToEnd(t, broker, "poison", "transcripts", time.Minute)
 	elapsed := time.Since(start)
-	if err, _ := signalAndWait(t, p, syscall.SIGTERM, 40*time.Second); err != nil {
+	if _, err := signalAndWait(t, p, syscall.SIGTERM, 40*time.Second); err != nil {
 		t.Errorf("scorer exit: %v", err)
 	}
 

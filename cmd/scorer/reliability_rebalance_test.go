@@ -38,7 +38,7 @@ func TestReliabilityRebalance(t *testing.T) {
 			func() string { return fmt.Sprintf("%d outputs", out.len()) })
 		leaving := members[0]
 		members = members[1:]
-		err, took := signalAndWait(t, leaving, syscall.SIGTERM, 40*time.Second)
+		took, err := signalAndWait(t, leaving, syscall.SIGTERM, 40*time.Second)
 		if err != nil {
 			t.Errorf("round %d: member exited with %v after SIGTERM", round, err)
 		}
@@ -52,7 +52,7 @@ func TestReliabilityRebalance(t *testing.T) {
 	out.waitKeys(t, n, 5*time.Minute)
 	waitCommittedToEnd(t, broker, group, "transcripts", time.Minute)
 	for _, m := range members {
-		if err, _ := signalAndWait(t, m, syscall.SIGTERM, 40*time.Second); err != nil {
+		if _, err := signalAndWait(t, m, syscall.SIGTERM, 40*time.Second); err != nil {
 			t.Errorf("member exited with %v after SIGTERM", err)
 		}
 	}

@@ -196,7 +196,7 @@ func TestReliabilitySecurity(t *testing.T) {
 			out.waitKeys(t, 5, 2*time.Minute)
 			dlq := watchTopic(t, c.broker, topic+".dlq", dialer)
 			dlq.waitKeys(t, 1, time.Minute)
-			if err, _ := signalAndWait(t, p, syscall.SIGTERM, 40*time.Second); err != nil {
+			if _, err := signalAndWait(t, p, syscall.SIGTERM, 40*time.Second); err != nil {
 				t.Errorf("scorer exit: %v", err)
 			}
 			logText := p.log.String()

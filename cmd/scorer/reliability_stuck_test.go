@@ -14,8 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/scorer/scorer/internal/broker"
 	"github.com/scorer/scorer/internal/kafkatest"
-	"github.com/scorer/scorer/internal/service"
 	"github.com/scorer/scorer/internal/testenv"
 )
 
@@ -33,7 +33,7 @@ func TestReliabilityStuckDeadLetter(t *testing.T) {
 		t.Skip("runs the service with the real model")
 	}
 	_, events := testenv.ShortestTranscripts(t, 12)
-	cluster, broker, err := service.StartBroker(service.BrokerOptions{Addr: "127.0.0.1:0", Partitions: 2})
+	cluster, broker, err := broker.Start(broker.Options{Addr: "127.0.0.1:0", Partitions: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/testenv"
 )
 
@@ -60,8 +60,8 @@ func TestRunRefusesEmptyBrokers(t *testing.T) {
 			if err == nil {
 				t.Fatal("run accepted an empty KAFKA_BROKERS")
 			}
-			if service.ExitCode(err) == 0 || !strings.Contains(err.Error(), "KAFKA_BROKERS") || !strings.Contains(err.Error(), "embedded") {
-				t.Errorf("run = %v (exit %d), want a non-zero exit naming KAFKA_BROKERS and KAFKA_BROKERS=embedded", err, service.ExitCode(err))
+			if cli.ExitCode(err) == 0 || !strings.Contains(err.Error(), "KAFKA_BROKERS") || !strings.Contains(err.Error(), "embedded") {
+				t.Errorf("run = %v (exit %d), want a non-zero exit naming KAFKA_BROKERS and KAFKA_BROKERS=embedded", err, cli.ExitCode(err))
 			}
 			if d := time.Since(start); d > 5*time.Second {
 				t.Errorf("refusing took %v; it needs no broker, model or ONNX Runtime", d)

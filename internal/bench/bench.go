@@ -24,8 +24,9 @@ import (
 	"github.com/rs/zerolog"
 	ort "github.com/yalue/onnxruntime_go"
 
-	"github.com/scorer/scorer/gpupool"
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/cli"
+	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model/scorecache"
 	"github.com/scorer/scorer/schema"
 )
@@ -77,14 +78,20 @@ type benchFlags struct {
 	wholeRounds    int
 }
 
-// Run is `scorer bench`: per model folder it measures the pipeline
-// against raw ORT, padding, tokenizer cost, latency, memory under a backlog
-// and CPU scaling, prints one table and writes it as JSON. It prints
-// numbers; it passes or fails nothing except on errors.
-func Run(ctx context.Context, e service.Env, args []string) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(e.Stderr)
-	var bf benchFlags
+// Spec is `scorer bench` for its help and the docs.
+var Spec = cli.Spec{
+	Name: "bench", Synopsis: "[--model-dirs DIRS] [--transcripts FILE] [flags]",
+	Summary: "run the benchmarks (make bench; docs/benchmarks.md)",
+	About: "The benchmark harness (docs/benchmarks.md): per model folder, the Kafka-to-Kafka pipeline against raw " +
+		"ONNX Runtime on the same batches, padding, tokenizer share, latency, memory under a backlog, CPU scaling and " +
+		"batch shapes, the revision workload, int8, and whole processes against an independent raw loop. It builds " +
+		"the service's scorer from the settings below, overriding only what a section varies; its pipeline runs " +
+		"against a broker of its own, on the default topics. It prints numbers and fails only on errors.",
+	Settings: config.Bench,
+	Flags:    func(fs *flag.FlagSet) { new(benchFlags).register(fs) },
+}
+
+func (bf *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&bf.modelDirs, "model-dirs", "", "comma-separated model folders to benchmark; empty = MODEL_DIR")
 	fs.StringVar(&bf.transcripts, "transcripts", "../shared/data/transcripts/transcripts.jsonl", "TranscriptEvent JSONL corpus")
 	fs.StringVar(&bf.out, "out", "", "write the results as JSON to this file; empty = none")
@@ -123,9 +130,19 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 	fs.IntVar(&bf.prodRounds, "production-rounds", 1, "alternating scorer / raw loop rounds per --production-model row; each keeps its best time and worst peak RSS")
 	fs.IntVar(&bf.wholeSentences, "wholeproc-sentences", 4000, "real sentences in the small models' whole-process input (× labels = pairs)")
 	fs.IntVar(&bf.wholeRounds, "wholeproc-rounds", 2, "alternating scorer / raw loop rounds per small-model whole-process row")
-	cfg, err := service.LoadConfig(e.Getenv, fs, args)
+}
+
+// Command is `scorer bench`: per model folder it measures the pipeline
+// against raw ORT, padding, tokenizer cost, latency, memory under a backlog
+// and CPU scaling, prints one table and writes it as JSON. It prints
+// numbers; it passes or fails nothing except on errors.
+func Command(ctx context.Context, e cli.Env, args []string) error {
+	fs := Spec.FlagSet(e)
+	var bf benchFlags
+	bf.register(fs)
+	cfg, err := Spec.Load(e, fs, args)
 	if err != nil {
-		return service.UsageOr(err)
+		return err
 	}
 	// The pool's and consumer's info lines would bury the table; warnings
 	// still show. LOG_LEVEL or --log-level asks for more.
@@ -133,12 +150,12 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 	if e.Getenv("LOG_LEVEL") != "" || flagSet(fs, "log-level") {
 		level = cfg.LogLevel
 	}
-	log, err := service.NewLogger(e.Stderr, level, cfg.LogFormat)
+	log, err := cli.NewLogger(e.Stderr, level, cfg.LogFormat)
 	if err != nil {
 		return err
 	}
 	skip := map[string]bool{}
-	for _, s := range service.SplitList(bf.skip, ",") {
+	for _, s := range config.SplitList(bf.skip, ",") {
 		skip[s] = true
 	}
 	if bf.from != "" {
@@ -148,7 +165,7 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 		}
 		return report(e, rep, bf.md, bf.from, skip)
 	}
-	dirs := service.SplitList(bf.modelDirs, ",")
+	dirs := config.SplitList(bf.modelDirs, ",")
 	if len(dirs) == 0 {
 		dirs = []string{cfg.ModelDir}
 	}
@@ -165,18 +182,16 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 		return fmt.Errorf("bench: --memory-multiples: %w", err)
 	}
 
-	path, err := service.ResolvePath(bf.transcripts)
+	path, err := config.ResolvePath(bf.transcripts)
 	if err != nil {
 		return fmt.Errorf("bench: --transcripts: %w", err)
 	}
-	lim := schema.DefaultLimits()
-	lim.MaxMessageBytes = cfg.MaxMessageBytes
 	progress(e, "loading %s", path)
-	corpus, err := loadCorpus(path, lim)
+	corpus, err := loadCorpus(path, cfg.Limits())
 	if err != nil {
 		return err
 	}
-	shutdownORT, err := service.InitORT(cfg.ORTLib)
+	shutdownORT, err := scoring.InitORT(cfg.ORTLib)
 	if err != nil {
 		return err
 	}
@@ -204,7 +219,7 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 	rep := benchReport{Machine: machineInfo(), Settings: benchSettingsOf(cfg, bf, len(corpus))}
 	mt := newMeter()
 	for _, d := range dirs {
-		dir, err := service.ResolvePath(d)
+		dir, err := config.ResolvePath(d)
 		if err != nil {
 			return fmt.Errorf("bench: model dir: %w", err)
 		}
@@ -219,7 +234,7 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 		perfDirs = append(perfDirs, bf.largeModel)
 	}
 	for i, d := range perfDirs {
-		dir, err := service.ResolvePath(d)
+		dir, err := config.ResolvePath(d)
 		if err != nil {
 			return fmt.Errorf("bench: model dir: %w", err)
 		}
@@ -258,7 +273,7 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 // report prints rep's tables and the conditions of each section and, with
 // md, writes the sections' blocks into that Markdown file, naming jsonPath
 // as the JSON that holds the run.
-func report(e service.Env, rep *benchReport, md, jsonPath string, skip map[string]bool) error {
+func report(e cli.Env, rep *benchReport, md, jsonPath string, skip map[string]bool) error {
 	all := func(string) bool { return true }
 	printMachine(e.Stdout, rep)
 	fmt.Fprintln(e.Stdout)
@@ -284,9 +299,9 @@ func report(e service.Env, rep *benchReport, md, jsonPath string, skip map[strin
 }
 
 // benchModel runs every section for one model folder.
-func benchModel(ctx context.Context, e service.Env, cfg service.Config, bf benchFlags, log zerolog.Logger, mt *meter, dir string, corpus []corpusLine, several bool, skip map[string]bool, threads, workers, multiples []int) (modelReport, error) {
+func benchModel(ctx context.Context, e cli.Env, cfg config.Config, bf benchFlags, log zerolog.Logger, mt *meter, dir string, corpus []corpusLine, several bool, skip map[string]bool, threads, workers, multiples []int) (modelReport, error) {
 	cfg.ModelDir = dir
-	m, err := service.LoadModel(cfg)
+	m, err := scoring.LoadModel(cfg)
 	if err != nil {
 		return modelReport{}, err
 	}
@@ -317,7 +332,7 @@ func benchModel(ctx context.Context, e service.Env, cfg service.Config, bf bench
 		return mr, fmt.Errorf("pipeline: %w", err)
 	}
 	progress(e, "%s: raw ORT replay of %d batches", m.Name, len(run.rec.batches))
-	rawPairs, rawDur, rawCPU, err := replayRaw(ctx, gpupool.SessionFactory(m, service.SessionConfig(cfg)), run.device, run.workers, run.rec.batches)
+	rawPairs, rawDur, rawCPU, err := replayRaw(ctx, scoring.SessionFactory(cfg, m), run.device, run.workers, run.rec.batches)
 	if err != nil {
 		return mr, fmt.Errorf("raw replay: %w", err)
 	}
@@ -337,8 +352,7 @@ func benchModel(ctx context.Context, e service.Env, cfg service.Config, bf bench
 	tp.OK = tp.Ratio >= tp.Target
 	mr.Throughput = tp
 
-	shapeTokens, shapeRows := service.BatchShape(cfg, run.device.Kind == gpupool.CPU)
-	arrReal, arrPadded := arrivalPadding(run.rec.arrivals, shapeTokens, shapeRows)
+	arrReal, arrPadded := arrivalPadding(run.rec.arrivals, run.shapeTokens, run.shapeRows)
 	mr.Padding = paddingResult{Ours: run.stats.PaddingEfficiency(), ArrivalOrder: float64(arrReal) / float64(arrPadded),
 		RealTokens: run.stats.RealTokens, PaddedTokens: run.stats.PaddedTokens, ArrivalPaddedTokens: arrPadded, Target: 0.85}
 	mr.Padding.OK = mr.Padding.Ours >= mr.Padding.Target
@@ -416,9 +430,9 @@ func benchModel(ctx context.Context, e service.Env, cfg service.Config, bf bench
 // benchPerf runs the sections about doing less work per pair for one model
 // folder: CPU batch shapes, the revision workload (not on the large
 // stand-in: its cache behaviour is the small models'), fp32 vs int8.
-func benchPerf(ctx context.Context, e service.Env, cfg service.Config, bf benchFlags, mt *meter, dir string, corpus []corpusLine, skip map[string]bool, large bool, rows, tokens []int, plans []cpuShape) (perfReport, error) {
+func benchPerf(ctx context.Context, e cli.Env, cfg config.Config, bf benchFlags, mt *meter, dir string, corpus []corpusLine, skip map[string]bool, large bool, rows, tokens []int, plans []cpuShape) (perfReport, error) {
 	cfg.ModelDir, cfg.ModelFile = dir, ""
-	m, err := service.LoadModel(cfg)
+	m, err := scoring.LoadModel(cfg)
 	if err != nil {
 		return perfReport{}, err
 	}
@@ -516,7 +530,7 @@ func scalingEvents(sample []corpusLine, pairs, labels int) []schema.TranscriptEv
 	return evs
 }
 
-func progress(e service.Env, format string, args ...any) {
+func progress(e cli.Env, format string, args ...any) {
 	fmt.Fprintf(e.Stderr, "bench: "+format+"\n", args...)
 }
 
@@ -528,7 +542,7 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 
 func intList(s string) ([]int, error) {
 	var out []int
-	for _, p := range service.SplitList(s, ",") {
+	for _, p := range config.SplitList(s, ",") {
 		n, err := strconv.Atoi(p)
 		if err != nil || n <= 0 {
 			return nil, fmt.Errorf("%q is not a positive integer", p)

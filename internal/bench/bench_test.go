@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/produce"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
 )
@@ -73,7 +73,7 @@ func TestSpreadSampleAndRepeat(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for _, r := range recs {
-		k := string(service.EventKey(r))
+		k := string(produce.EventKey(r))
 		if seen[k] {
 			t.Fatalf("call_id %q repeated", k)
 		}

@@ -10,9 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/compare"
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/model/scorecache"
 	"github.com/scorer/scorer/schema"
@@ -47,6 +49,15 @@ type shapePoint struct {
 	PairsPerCPUSec float64 `json:"pairs_per_cpu_sec"`
 }
 
+// apply puts s's batch shape, workers and threads in place of cfg's: the
+// CPU caps too, so the pool runs exactly s.
+func (s cpuShape) apply(cfg config.Config) config.Config {
+	cfg.MaxBatchTokens, cfg.CPUMaxBatchTokens = s.Tokens, s.Tokens
+	cfg.MaxBatchRows, cfg.CPUMaxBatchRows = s.Rows, s.Rows
+	cfg.Workers, cfg.CPUThreads = s.Workers, s.Threads
+	return cfg
+}
+
 // cpuScorer is a CPU pool with a TranscriptScorer over it, optionally
 // through a score cache.
 type cpuScorer struct {
@@ -55,22 +66,16 @@ type cpuScorer struct {
 	plain *model.TranscriptScorer // without the cache, for the warm-up
 }
 
-func newCPUScorer(ctx context.Context, cfg service.Config, m *model.Model, s cpuShape, cache *scorecache.Cache) (*cpuScorer, error) {
-	popts := []gpupool.Option{gpupool.Mode(gpupool.ModeCPU), gpupool.WorkersPerDevice(s.Workers),
-		gpupool.MaxBatchTokens(s.Tokens), gpupool.MaxBatchRows(s.Rows)}
-	// The service's CPU memory budget, so each shape runs as it would there.
-	mem, _, err := service.CPUMemory(cfg, func() service.MemoryLimit { return service.DetectMemoryLimit("/") })
+func newCPUScorer(ctx context.Context, cfg config.Config, m *model.Model, cache *scorecache.Cache) (*cpuScorer, error) {
+	// The pool the service builds with DEVICE=cpu: its batch shape, CPU
+	// plan and memory budget, from cfg.
+	cfg.Device = string(gpupool.ModeCPU)
+	pool, closeNVML, err := scoring.NewPool(ctx, cfg, m, zerolog.Nop(), nil, nil)
 	if err != nil {
 		return nil, err
 	}
-	if mem != nil {
-		popts = append(popts, gpupool.CPUMemory(*mem))
-	}
-	pool, err := gpupool.New(ctx, gpupool.SessionFactory(m, gpupool.SessionConfig{IntraOpThreads: s.Threads}), popts...)
-	if err != nil {
-		return nil, err
-	}
-	lc := model.LabelConfig{Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold}
+	closeNVML() // DEVICE=cpu opened none
+	lc := cfg.LabelConfig()
 	var opts []model.ScorerOption
 	if cache != nil {
 		opts = append(opts, model.WithCache(cache))
@@ -100,18 +105,11 @@ func (cs *cpuScorer) warm(ctx context.Context, ev schema.TranscriptEvent) error 
 
 func (cs *cpuScorer) close() { _ = cs.pool.Close(context.Background()) }
 
-// defaultCPUShape is what a CPU-only `scorer run` would use with cfg.
-func defaultCPUShape(cfg service.Config) cpuShape {
-	workers, threads := service.CPUPlan(cfg)
-	tokens, rows := service.BatchShape(cfg, true)
-	return cpuShape{Rows: rows, Tokens: tokens, Workers: workers, Threads: threads}
-}
-
 // runShapes measures every rows × tokens × (workers, threads) setting on
 // the same events in interleaved rounds, keeping each setting's best round
 // by wall time and by CPU time (a burst from another tenant then spoils
 // one round, not a setting).
-func runShapes(ctx context.Context, cfg service.Config, m *model.Model, evs []schema.TranscriptEvent, rows, tokens []int, plans []cpuShape, rounds int) ([]shapePoint, error) {
+func runShapes(ctx context.Context, cfg config.Config, m *model.Model, evs []schema.TranscriptEvent, rows, tokens []int, plans []cpuShape, rounds int) ([]shapePoint, error) {
 	var out []shapePoint
 	for round := range rounds {
 		i := 0
@@ -139,8 +137,8 @@ func runShapes(ctx context.Context, cfg service.Config, m *model.Model, evs []sc
 
 // timeShape scores evs[1:] in one call (the engine sees every pair at
 // once, as under a backlog) after a warm-up on evs[0].
-func timeShape(ctx context.Context, cfg service.Config, m *model.Model, evs []schema.TranscriptEvent, s cpuShape) (shapePoint, error) {
-	cs, err := newCPUScorer(ctx, cfg, m, s, nil)
+func timeShape(ctx context.Context, cfg config.Config, m *model.Model, evs []schema.TranscriptEvent, s cpuShape) (shapePoint, error) {
+	cs, err := newCPUScorer(ctx, s.apply(cfg), m, nil)
 	if err != nil {
 		return shapePoint{}, err
 	}
@@ -164,7 +162,7 @@ func timeShape(ctx context.Context, cfg service.Config, m *model.Model, evs []sc
 // parsePlans reads "WORKERSxTHREADS,…", e.g. "2x1,1x2".
 func parsePlans(s string) ([]cpuShape, error) {
 	var out []cpuShape
-	for _, p := range service.SplitList(s, ",") {
+	for _, p := range config.SplitList(s, ",") {
 		w, t, ok := strings.Cut(p, "x")
 		wn, err1 := strconv.Atoi(w)
 		tn, err2 := strconv.Atoi(t)
@@ -266,7 +264,7 @@ func editSentence(s string, v int) string {
 // runRevision scores the workload through a CPU pool, chunk transcripts
 // per call as the consumer batches them: cache off and on at capBytes in
 // alternating rounds (each keeps its best), then once at cappedBytes.
-func runRevision(ctx context.Context, cfg service.Config, m *model.Model, evs []schema.TranscriptEvent, versions int, share float64, capBytes, cappedBytes int64, rounds int) (*revisionResult, error) {
+func runRevision(ctx context.Context, cfg config.Config, m *model.Model, evs []schema.TranscriptEvent, versions int, share float64, capBytes, cappedBytes int64, rounds int) (*revisionResult, error) {
 	work := revisionWorkload(evs, versions, share)
 	r := &revisionResult{Transcripts: len(evs), Versions: versions, EditShare: share, CacheCapBytes: capBytes,
 		CappedCapBytes: cappedBytes, SavedTarget: 0.60, SpeedupTarget: 2.5}
@@ -277,7 +275,7 @@ func runRevision(ctx context.Context, cfg service.Config, m *model.Model, evs []
 	}
 	chunk := max(cfg.BatchMaxMessages, 1)
 	run := func(cache *scorecache.Cache, after func()) (inferred uint64, wall, cpu time.Duration, err error) {
-		cs, err := newCPUScorer(ctx, cfg, m, defaultCPUShape(cfg), cache)
+		cs, err := newCPUScorer(ctx, cfg, m, cache)
 		if err != nil {
 			return 0, 0, 0, err
 		}
@@ -375,7 +373,7 @@ const int8File = "onnx/model_quantized.onnx"
 // the default shape, alternating over rounds (each keeps its best), and
 // compares their scores with internal/compare. It returns nil when the
 // folder has no int8 file.
-func runInt8(ctx context.Context, cfg service.Config, dir string, evs []schema.TranscriptEvent, rounds int) (*int8Result, error) {
+func runInt8(ctx context.Context, cfg config.Config, dir string, evs []schema.TranscriptEvent, rounds int) (*int8Result, error) {
 	if _, err := os.Stat(filepath.Join(dir, int8File)); err != nil {
 		return nil, nil
 	}
@@ -384,11 +382,11 @@ func runInt8(ctx context.Context, cfg service.Config, dir string, evs []schema.T
 		for i, file := range []string{"model.onnx", int8File} {
 			c := cfg
 			c.ModelDir, c.ModelFile = dir, file
-			m, err := service.LoadModel(c)
+			m, err := scoring.LoadModel(c)
 			if err != nil {
 				return nil, err
 			}
-			cs, err := newCPUScorer(ctx, c, m, defaultCPUShape(c), nil)
+			cs, err := newCPUScorer(ctx, c, m, nil)
 			if err != nil {
 				return nil, err
 			}

@@ -18,7 +18,9 @@ import (
 
 	"github.com/scorer/scorer/consumer"
 	"github.com/scorer/scorer/gpupool"
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/produce"
+	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/producer"
 	"github.com/scorer/scorer/schema"
@@ -173,9 +175,9 @@ func (s *ackSink) DeadLetter(ctx context.Context, dls []schema.DeadLetter) error
 }
 
 // newBenchPool builds the pool through the same NewPool and session config
-// as OpenScoring, except that each engine is wrapped to record its batches.
-func newBenchPool(ctx context.Context, cfg service.Config, m *model.Model, log zerolog.Logger, reg prometheus.Registerer, rec *batchRecorder) (*gpupool.Pool, func(), error) {
-	inner := gpupool.SessionFactory(m, service.SessionConfig(cfg))
+// as Open, except that each engine is wrapped to record its batches.
+func newBenchPool(ctx context.Context, cfg config.Config, m *model.Model, log zerolog.Logger, reg prometheus.Registerer, rec *batchRecorder) (*gpupool.Pool, func(), error) {
+	inner := scoring.SessionFactory(cfg, m)
 	factory := func(d gpupool.Device) (gpupool.Engine, error) {
 		e, err := inner(d)
 		if err != nil || rec == nil {
@@ -183,7 +185,7 @@ func newBenchPool(ctx context.Context, cfg service.Config, m *model.Model, log z
 		}
 		return recordingEngine{Engine: e, rec: rec, maxLength: m.MaxLength}, nil
 	}
-	return service.NewPool(ctx, cfg, m, log, reg, factory)
+	return scoring.NewPool(ctx, cfg, m, log, reg, factory)
 }
 
 // pipelineOpts says what one pipeline run produces and how.
@@ -208,14 +210,16 @@ type pipelineRun struct {
 	stats          gpupool.Stats
 	device         gpupool.Device
 	workers        int // the pool's workers on device
-	dlq            int
+	// shapeTokens and shapeRows are the batch caps the pool planned under.
+	shapeTokens, shapeRows int
+	dlq                    int
 }
 
 // runPipeline runs the real service stack in this process — pool, model,
 // TranscriptScorer, consumer and producer wired as Run wires them —
 // against `scorer broker` in a child process, produces the records and waits
 // until every one is acknowledged on the output topic.
-func runPipeline(ctx context.Context, cfg service.Config, m *model.Model, log zerolog.Logger, o pipelineOpts) (*pipelineRun, error) {
+func runPipeline(ctx context.Context, cfg config.Config, m *model.Model, log zerolog.Logger, o pipelineOpts) (*pipelineRun, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	broker, addr, err := startBrokerChild(ctx, cfg.InputPartitions)
@@ -224,12 +228,11 @@ func runPipeline(ctx context.Context, cfg service.Config, m *model.Model, log ze
 	}
 	defer broker.stop(2 * time.Second)
 	cfg.KafkaBrokers = []string{addr}
-	sec, err := service.NewKafkaSecurity(&cfg)
-	if err != nil {
-		return nil, err
-	}
+	// The child broker speaks plaintext and listens already: its topics
+	// are created at once.
+	var sec config.KafkaSecurity
 	topics := []producer.TopicSpec{{Name: cfg.InputTopic, Partitions: cfg.InputPartitions}, {Name: cfg.OutputTopic, Partitions: cfg.InputPartitions}, {Name: cfg.DLQTopic, Partitions: 1}}
-	if err := service.EnsureTopicsRetry(ctx, cfg.KafkaBrokers, sec.Dialer(cfg.ClientID), topics, log); err != nil {
+	if err := producer.EnsureTopics(ctx, cfg.KafkaBrokers, sec.Dialer(cfg.ClientID), topics...); err != nil {
 		return nil, err
 	}
 
@@ -254,29 +257,19 @@ func runPipeline(ctx context.Context, cfg service.Config, m *model.Model, log ze
 			_ = pool.Close(cctx)
 		}
 	}()
-	ts, err := model.NewTranscriptScorer(m, model.LabelConfig{Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold}, arrivalScorer{inner: pool, rec: rec})
+	ts, err := model.NewTranscriptScorer(m, cfg.LabelConfig(), arrivalScorer{inner: pool, rec: rec})
 	if err != nil {
 		return nil, err
 	}
-	limits := schema.DefaultLimits()
-	limits.MaxMessageBytes = cfg.MaxMessageBytes
 
-	prod, err := producer.New(producer.Config{
-		Brokers: cfg.KafkaBrokers, Topic: cfg.OutputTopic, DLQTopic: cfg.DLQTopic,
-		Format: cfg.OutputFormat, ClientID: cfg.ClientID, Transport: sec.Transport(cfg.ClientID),
-	}, log.With().Str("component", "producer").Logger(), reg)
+	prod, err := producer.New(cfg.ProducerConfig(sec), log.With().Str("component", "producer").Logger(), reg)
 	if err != nil {
 		return nil, err
 	}
 	defer prod.Close(context.Background())
 	sink := &ackSink{inner: prod, at: map[string]time.Time{}, target: int64(len(o.records)), all: make(chan struct{})}
 	scorer := &timingScorer{inner: ts}
-	cons, err := consumer.New(consumer.Config{
-		Brokers: cfg.KafkaBrokers, Topic: cfg.InputTopic, GroupID: cfg.GroupID, ClientID: cfg.ClientID,
-		BatchMaxMessages: cfg.BatchMaxMessages, BatchMaxBytes: cfg.BatchMaxBytes, BatchMaxWait: cfg.BatchMaxWait,
-		MaxMessageBytes: cfg.MaxMessageBytes, MaxInflightBatches: cfg.MaxInflightBatches, MaxUncommitted: cfg.MaxUncommitted,
-		Limits: limits, ShutdownTimeout: cfg.ShutdownTimeout, Dialer: sec.Dialer(cfg.ClientID),
-	}, scorer, sink, log.With().Str("component", "consumer").Logger(), reg)
+	cons, err := consumer.New(cfg.ConsumerConfig(sec), scorer, sink, log.With().Str("component", "consumer").Logger(), reg)
 	if err != nil {
 		return nil, err
 	}
@@ -294,7 +287,7 @@ func runPipeline(ctx context.Context, cfg service.Config, m *model.Model, log ze
 		}
 	}
 
-	w := service.NewInputWriter(cfg.KafkaBrokers, cfg.InputTopic, sec.Transport(cfg.ClientID))
+	w := produce.NewInputWriter(cfg.KafkaBrokers, cfg.InputTopic, sec.Transport(cfg.ClientID))
 	w.BatchTimeout = time.Millisecond // each paced record goes out at once
 	defer w.Close()
 
@@ -351,6 +344,7 @@ func runPipeline(ctx context.Context, cfg service.Config, m *model.Model, log ze
 	r.scoreDurs = slices.Clone(scorer.durs)
 	scorer.mu.Unlock()
 	r.stats = pool.Stats()
+	r.shapeTokens, r.shapeRows = pool.BatchShape()
 	r.pairs = int(r.stats.Pairs)
 	if len(r.stats.Devices) > 0 {
 		r.device = r.stats.Devices[0].Device

@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"text/tabwriter"
 
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/cli"
+	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/scoring"
 )
 
 // productionCheck is one of issue 25's targets on the production-size
@@ -23,7 +25,7 @@ type productionCheck struct {
 // benchWholeProcess runs the whole-process comparison on the small model
 // folders (typical input) and on --production-model (fp32 and int8, typical
 // and long inputs, start-up), and derives the production checks.
-func benchWholeProcess(ctx context.Context, e service.Env, cfg service.Config, bf benchFlags, mt *meter, corpus []corpusLine, dirs []string, skip map[string]bool, rep *benchReport) error {
+func benchWholeProcess(ctx context.Context, e cli.Env, cfg config.Config, bf benchFlags, mt *meter, corpus []corpusLine, dirs []string, skip map[string]bool, rep *benchReport) error {
 	small := !skip["wholeproc"]
 	prod := bf.prodModel != "" && !skip["production"]
 	if !small && !prod {
@@ -63,13 +65,13 @@ func benchWholeProcess(ctx context.Context, e service.Env, cfg service.Config, b
 			rounds: bf.prodRounds, sents: bf.prodSentences, long: bf.prodLong, startup: true, isProdDM: true})
 	}
 	for i, j := range jobs {
-		dir, err := service.ResolvePath(j.dir)
+		dir, err := config.ResolvePath(j.dir)
 		if err != nil {
 			return fmt.Errorf("bench: model dir: %w", err)
 		}
 		c := cfg
 		c.ModelDir, c.ModelFile = dir, ""
-		m, err := service.LoadModel(c)
+		m, err := scoring.LoadModel(c)
 		if err != nil {
 			return err
 		}

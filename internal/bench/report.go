@@ -7,7 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/config"
 )
 
 // benchReport is docs/benchmarks.json: where and how the numbers were
@@ -57,7 +57,7 @@ type benchSettings struct {
 	MemoryDurationSec  float64 `json:"memory_duration_sec"`
 }
 
-func benchSettingsOf(cfg service.Config, bf benchFlags, corpus int) benchSettings {
+func benchSettingsOf(cfg config.Config, bf benchFlags, corpus int) benchSettings {
 	return benchSettings{CorpusTranscripts: corpus, Device: cfg.Device, CPUThreads: cfg.CPUThreads, Workers: cfg.Workers,
 		MaxBatchTokens: cfg.MaxBatchTokens, MaxBatchRows: cfg.MaxBatchRows, BatchMaxMessages: cfg.BatchMaxMessages,
 		CPUMaxBatchTokens: cfg.CPUMaxBatchTokens, CPUMaxBatchRows: cfg.CPUMaxBatchRows,

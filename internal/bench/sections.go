@@ -10,8 +10,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
-	"github.com/scorer/scorer/gpupool"
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/produce"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
 )
@@ -61,8 +61,7 @@ type scalingPoint struct {
 // tokenization included, no Kafka) at each threads × workers setting. Kafka
 // is left out because it does not change with these settings and would only
 // add noise and minutes.
-func runScaling(ctx context.Context, cfg service.Config, m *model.Model, evs []schema.TranscriptEvent, threads, workers []int, rounds int) ([]scalingPoint, error) {
-	lc := model.LabelConfig{Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold}
+func runScaling(ctx context.Context, cfg config.Config, m *model.Model, evs []schema.TranscriptEvent, threads, workers []int, rounds int) ([]scalingPoint, error) {
 	var out []scalingPoint
 	// Settings are measured in interleaved rounds and each keeps its best
 	// round: on a shared machine another tenant's burst then spoils one
@@ -71,26 +70,24 @@ func runScaling(ctx context.Context, cfg service.Config, m *model.Model, evs []s
 		i := 0
 		for _, t := range threads {
 			for _, w := range workers {
-				tokens, rows := service.BatchShape(cfg, true)
-				pool, err := gpupool.New(ctx, gpupool.SessionFactory(m, gpupool.SessionConfig{IntraOpThreads: t}),
-					gpupool.Mode(gpupool.ModeCPU), gpupool.WorkersPerDevice(w),
-					gpupool.MaxBatchTokens(tokens), gpupool.MaxBatchRows(rows))
+				// The service's CPU pool with these threads and workers.
+				c := cfg
+				c.CPUThreads, c.Workers = t, w
+				cs, err := newCPUScorer(ctx, c, m, nil)
 				if err != nil {
 					return nil, err
 				}
-				ts, err := model.NewTranscriptScorer(m, lc, pool)
-				if err == nil {
-					// Warm-up on the smallest event, so first-run allocation
-					// in ORT is not charged to one setting.
-					_, err = ts.Score(ctx, evs[:1])
-				}
+				ts := cs.plain
+				// Warm-up on the smallest event, so first-run allocation
+				// in ORT is not charged to one setting.
+				_, err = ts.Score(ctx, evs[:1])
 				var d time.Duration
 				if err == nil {
 					t0 := time.Now()
 					_, err = ts.Score(ctx, evs[1:])
 					d = time.Since(t0)
 				}
-				_ = pool.Close(context.Background())
+				cs.close()
 				if err != nil {
 					return nil, fmt.Errorf("bench: scaling threads=%d workers=%d: %w", t, w, err)
 				}
@@ -125,7 +122,7 @@ type memoryPoint struct {
 // then runs `scorer run` (another child) against it for a fixed time and
 // reads its VmHWM. The backlog is in the topic before the scorer starts, so
 // an unbounded fetch would show up as RSS growing with the backlog.
-func runMemory(ctx context.Context, cfg service.Config, modelDir string, corpus []corpusLine, backlog, multiple int, d time.Duration) (memoryPoint, error) {
+func runMemory(ctx context.Context, cfg config.Config, modelDir string, corpus []corpusLine, backlog, multiple int, d time.Duration) (memoryPoint, error) {
 	mp := memoryPoint{Multiple: multiple, Backlog: backlog}
 	broker, addr, err := startBrokerChild(ctx, cfg.InputPartitions)
 	if err != nil {
@@ -136,11 +133,11 @@ func runMemory(ctx context.Context, cfg service.Config, modelDir string, corpus 
 	if err != nil {
 		return mp, err
 	}
-	w := service.NewInputWriter([]string{addr}, cfg.InputTopic, nil)
+	w := produce.NewInputWriter([]string{addr}, cfg.InputTopic, nil)
 	w.BatchTimeout = time.Millisecond
 	msgs := make([]kafka.Message, 0, 64)
 	for i, r := range recs {
-		msgs = append(msgs, kafka.Message{Key: service.EventKey(r), Value: r})
+		msgs = append(msgs, kafka.Message{Key: produce.EventKey(r), Value: r})
 		if len(msgs) == cap(msgs) || i == len(recs)-1 {
 			if err := w.WriteMessages(ctx, msgs...); err != nil {
 				_ = w.Close()
@@ -151,7 +148,7 @@ func runMemory(ctx context.Context, cfg service.Config, modelDir string, corpus 
 	}
 	_ = w.Close()
 
-	lib, err := service.ResolvePath(cfg.ORTLib)
+	lib, err := config.ResolvePath(cfg.ORTLib)
 	if err != nil {
 		return mp, err
 	}

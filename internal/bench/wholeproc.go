@@ -12,7 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/cli"
+	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
 )
@@ -263,19 +264,19 @@ type wholeProcOpts struct {
 	startup       bool
 	startupInput  string
 	workDir       string
-	cfg           service.Config
+	cfg           config.Config
 	m             *model.Model
 	progressLabel string
 }
 
 // runWholeProcess measures `scorer score` (this binary, with the bench's
 // configuration in its environment) and the raw loop on each input.
-func runWholeProcess(ctx context.Context, e service.Env, o wholeProcOpts) ([]wholeProcess, *startupPoint, error) {
+func runWholeProcess(ctx context.Context, e cli.Env, o wholeProcOpts) ([]wholeProcess, *startupPoint, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, nil, err
 	}
-	lib, err := service.ResolvePath(o.cfg.ORTLib)
+	lib, err := config.ResolvePath(o.cfg.ORTLib)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -292,7 +293,7 @@ func runWholeProcess(ctx context.Context, e service.Env, o wholeProcOpts) ([]who
 	scorer := func(in string) (procResult, error) {
 		return runProc(ctx, env, exe, "score", "--model", o.dir, "--model-file", o.graph, "--in", in, "--out", out, "--progress", "off")
 	}
-	labels := model.LabelConfig{Template: o.cfg.HypothesisTemplate, Labels: o.cfg.Labels, Threshold: o.cfg.Threshold}
+	labels := o.cfg.LabelConfig()
 	var sp *startupPoint
 	if o.startup {
 		progress(e, "%s: start-up, %s on one sentence", o.progressLabel, o.graph)
@@ -369,7 +370,7 @@ func findRawLoop() (string, string) {
 	if _, err := exec.LookPath("node"); err != nil {
 		return "", "node is not on PATH"
 	}
-	script, err := service.ResolvePath("tools/rawloop/rawloop.mjs")
+	script, err := config.ResolvePath("tools/rawloop/rawloop.mjs")
 	if err != nil {
 		return "", "tools/rawloop/rawloop.mjs not found"
 	}

@@ -11,8 +11,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/scorer/scorer/gpupool"
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/cli"
+	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
 )
@@ -21,41 +22,66 @@ import (
 // --min-agreement: exit 1 with the report printed.
 var ErrBelowAgreement = errors.New("compare: agreement below --min-agreement")
 
+// Spec is `scorer compare` for its help and the docs.
+var Spec = cli.Spec{
+	Name: "compare", Synopsis: "--in FILE [--a DIR] [--b DIR] [flags]",
+	Summary: "score a sample with two models (or ONNX files, devices, pair encodings) and gate on agreement",
+	About: "Score one TranscriptEvent sample with two sides, each a model folder, ONNX file, DEVICE or " +
+		"PAIR_ENCODING (by default both the configured one), and report per label the score differences and how " +
+		"often the decisions at THRESHOLD agree, flipped sentences and each side's speed. Exit 1 when any label's " +
+		"agreement is below --min-agreement: a gate for an int8, fp16 or new model before rollout. Each side is " +
+		"loaded, scored and closed before the next, without the score cache.",
+	Settings: config.Compare,
+	Flags:    func(fs *flag.FlagSet) { new(compareFlags).register(fs) },
+}
+
+// compareFlags are `scorer compare`'s own flags.
+type compareFlags struct {
+	a, b, aFile, bFile, aDev, bDev, aEnc, bEnc, in string
+	limit, flips                                   int
+	minAgree                                       float64
+	asJSON                                         bool
+}
+
+func (f *compareFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.a, "a", "", "model folder of side A (default MODEL_DIR)")
+	fs.StringVar(&f.b, "b", "", "model folder of side B (default: the same as A)")
+	fs.StringVar(&f.aFile, "a-file", "", "ONNX file of A relative to its folder (default MODEL_FILE, else model.onnx)")
+	fs.StringVar(&f.bFile, "b-file", "", "ONNX file of B relative to its folder, e.g. onnx/model_quantized.onnx (default MODEL_FILE, else model.onnx)")
+	fs.StringVar(&f.aDev, "a-device", "", "DEVICE for A: auto, cpu or cuda (default DEVICE)")
+	fs.StringVar(&f.bDev, "b-device", "", "DEVICE for B (default DEVICE)")
+	fs.StringVar(&f.aEnc, "a-pair-encoding", "", "PAIR_ENCODING for A: pair or joined (default PAIR_ENCODING)")
+	fs.StringVar(&f.bEnc, "b-pair-encoding", "", "PAIR_ENCODING for B, e.g. joined against A's pair on one model to see what moves (default PAIR_ENCODING)")
+	fs.StringVar(&f.in, "in", "", "TranscriptEvent JSONL sample (required)")
+	fs.IntVar(&f.limit, "limit", 0, "score at most this many transcripts of --in; 0 = all")
+	fs.Float64Var(&f.minAgree, "min-agreement", 0.99, "exit 1 when any label's decision agreement at THRESHOLD is below this (0 to 1)")
+	fs.IntVar(&f.flips, "flips", 5, "flipped sentences to list")
+	fs.BoolVar(&f.asJSON, "json", false, "print the report as JSON")
+}
+
 // Command is `scorer compare`: flags only; the work is in Score and
 // Compare. Each side is loaded, scored and closed before the next,
 // so two large models never share the memory.
-func Command(ctx context.Context, e service.Env, args []string) error {
-	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
-	fs.SetOutput(e.Stderr)
-	a := fs.String("a", "", "model folder of side A (default MODEL_DIR)")
-	b := fs.String("b", "", "model folder of side B (default: the same as A)")
-	aFile := fs.String("a-file", "", "ONNX file of A relative to its folder (default MODEL_FILE, else model.onnx)")
-	bFile := fs.String("b-file", "", "ONNX file of B relative to its folder, e.g. onnx/model_quantized.onnx (default MODEL_FILE, else model.onnx)")
-	aDev := fs.String("a-device", "", "DEVICE for A: auto, cpu or cuda (default DEVICE)")
-	bDev := fs.String("b-device", "", "DEVICE for B (default DEVICE)")
-	aEnc := fs.String("a-pair-encoding", "", "PAIR_ENCODING for A: pair or joined (default PAIR_ENCODING)")
-	bEnc := fs.String("b-pair-encoding", "", "PAIR_ENCODING for B, e.g. joined against A's pair on one model to see what moves (default PAIR_ENCODING)")
-	in := fs.String("in", "", "TranscriptEvent JSONL sample (required)")
-	limit := fs.Int("limit", 0, "score at most this many transcripts of --in; 0 = all")
-	minAgree := fs.Float64("min-agreement", 0.99, "exit 1 when any label's decision agreement at THRESHOLD is below this (0 to 1)")
-	flips := fs.Int("flips", 5, "flipped sentences to list")
-	asJSON := fs.Bool("json", false, "print the report as JSON")
-	cfg, err := service.LoadConfig(e.Getenv, fs, args)
-	if err != nil {
-		return service.UsageOr(err)
-	}
-	if *in == "" {
-		return service.UsageError{Msg: "compare: --in is required"}
-	}
-	if *limit < 0 || *flips < 0 || !(*minAgree >= 0 && *minAgree <= 1) {
-		return service.UsageError{Msg: "compare: --limit and --flips must be >= 0, --min-agreement in [0, 1]"}
-	}
-	log, err := service.NewLogger(e.Stderr, cfg.LogLevel, cfg.LogFormat)
+func Command(ctx context.Context, e cli.Env, args []string) error {
+	fs := Spec.FlagSet(e)
+	var f compareFlags
+	f.register(fs)
+	cfg, err := Spec.Load(e, fs, args)
 	if err != nil {
 		return err
 	}
-	sides := [2]service.Config{cfg, cfg}
-	for i, s := range []struct{ dir, file, dev, enc *string }{{a, aFile, aDev, aEnc}, {b, bFile, bDev, bEnc}} {
+	if f.in == "" {
+		return cli.UsageError{Msg: "compare: --in is required"}
+	}
+	if f.limit < 0 || f.flips < 0 || !(f.minAgree >= 0 && f.minAgree <= 1) {
+		return cli.UsageError{Msg: "compare: --limit and --flips must be >= 0, --min-agreement in [0, 1]"}
+	}
+	log, err := cli.NewLogger(e.Stderr, cfg.LogLevel, cfg.LogFormat)
+	if err != nil {
+		return err
+	}
+	sides := [2]config.Config{cfg, cfg}
+	for i, s := range []struct{ dir, file, dev, enc *string }{{&f.a, &f.aFile, &f.aDev, &f.aEnc}, {&f.b, &f.bFile, &f.bDev, &f.bEnc}} {
 		if *s.dir != "" {
 			sides[i].ModelDir = *s.dir
 		} else if i == 1 {
@@ -78,19 +104,17 @@ func Command(ctx context.Context, e service.Env, args []string) error {
 		}
 	}
 
-	f, err := os.Open(*in)
+	file, err := os.Open(f.in)
 	if err != nil {
 		return fmt.Errorf("compare: %w", err)
 	}
-	lim := schema.DefaultLimits()
-	lim.MaxMessageBytes, lim.MaxSentences, lim.MaxSentenceBytes = cfg.MaxMessageBytes, cfg.MaxSentences, cfg.MaxSentenceBytes
-	events, err := ReadEvents(f, lim, *limit)
-	f.Close()
+	events, err := ReadEvents(file, cfg.Limits(), f.limit)
+	file.Close()
 	if err != nil {
 		return err
 	}
 
-	shutdownORT, err := service.InitORT(cfg.ORTLib)
+	shutdownORT, err := scoring.InitORT(cfg.ORTLib)
 	if err != nil {
 		return err
 	}
@@ -100,18 +124,18 @@ func Command(ctx context.Context, e service.Env, args []string) error {
 	for i, sc := range sides {
 		if runs[i], err = compareSide(ctx, sc, log, events); err != nil {
 			if ctx.Err() != nil {
-				return fmt.Errorf("compare: %w", service.ErrInterrupted)
+				return fmt.Errorf("compare: %w", cli.ErrInterrupted)
 			}
 			return err
 		}
 		log.Info().Str("side", string(rune('A'+i))).Str("name", runs[i].Name).Int("pairs", runs[i].Pairs).
 			Float64("seconds", runs[i].Seconds).Msg("side scored")
 	}
-	rep, err := Compare(runs[0], runs[1], Options{Threshold: cfg.Threshold, MinAgreement: *minAgree, Flips: *flips})
+	rep, err := Compare(runs[0], runs[1], Options{Threshold: cfg.Threshold, MinAgreement: f.minAgree, Flips: f.flips})
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if f.asJSON {
 		enc := json.NewEncoder(e.Stdout)
 		enc.SetIndent("", "  ")
 		err = enc.Encode(rep)
@@ -129,19 +153,18 @@ func Command(ctx context.Context, e service.Env, args []string) error {
 
 // compareSide opens one side's scoring stack, scores the sample and closes
 // the stack again.
-func compareSide(ctx context.Context, cfg service.Config, log zerolog.Logger, events []schema.TranscriptEvent) (Run, error) {
-	m, err := service.LoadModel(cfg)
+func compareSide(ctx context.Context, cfg config.Config, log zerolog.Logger, events []schema.TranscriptEvent) (Run, error) {
+	m, err := scoring.LoadModel(cfg)
 	if err != nil {
 		return Run{}, err
 	}
-	pool, closeNVML, err := service.NewPool(ctx, cfg, m, log, nil, gpupool.SessionFactory(m, service.SessionConfig(cfg)))
+	pool, closeNVML, err := scoring.NewPool(ctx, cfg, m, log, nil, nil)
 	if err != nil {
 		return Run{}, err
 	}
 	defer closeNVML()
 	defer pool.Close(context.Background())
-	lc := model.LabelConfig{Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold}
-	ts, err := model.NewTranscriptScorer(m, lc, pool)
+	ts, err := model.NewTranscriptScorer(m, cfg.LabelConfig(), pool)
 	if err != nil {
 		return Run{}, err
 	}

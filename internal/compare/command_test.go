@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/testenv"
 )
 
@@ -71,9 +71,9 @@ func TestCommand(t *testing.T) {
 		}
 	}
 	stdout, stderr, err := runCLI(t, env, "", "compare", "--in", file, "--b", other, "--threshold", "0.5", "--min-agreement", "1")
-	if !errors.Is(err, ErrBelowAgreement) || service.ExitCode(err) != 1 {
+	if !errors.Is(err, ErrBelowAgreement) || cli.ExitCode(err) != 1 {
 		t.Errorf("%s against %s at --min-agreement 1: %v (exit %d), want exit 1\n%s", filepath.Base(env["MODEL_DIR"]), filepath.Base(other),
-			err, service.ExitCode(err), testenv.Tail(stderr, 2000))
+			err, cli.ExitCode(err), testenv.Tail(stderr, 2000))
 	}
 	if !strings.Contains(stdout, "FAIL") || !strings.Contains(stdout, "flipped") {
 		t.Errorf("text report of a failed gate:\n%s", stdout)
@@ -101,8 +101,8 @@ func TestCommand(t *testing.T) {
 		t.Errorf("--b-pair-encoding glued: %v, want an error naming PAIR_ENCODING", err)
 	}
 
-	if _, _, err := runCLI(t, env, "", "compare"); service.ExitCode(err) != 2 {
-		t.Errorf("no --in: %v (exit %d), want exit 2", err, service.ExitCode(err))
+	if _, _, err := runCLI(t, env, "", "compare"); cli.ExitCode(err) != 2 {
+		t.Errorf("no --in: %v (exit %d), want exit 2", err, cli.ExitCode(err))
 	}
 }
 
@@ -143,6 +143,6 @@ func runCLI(t *testing.T, env map[string]string, stdin string, args ...string) (
 		t.Fatalf("runCLI: %q is not a compare command line", args)
 	}
 	var out, errb bytes.Buffer
-	err = Command(context.Background(), service.Env{Getenv: func(k string) string { return env[k] }, Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb}, args[1:])
+	err = Command(context.Background(), cli.Env{Getenv: func(k string) string { return env[k] }, Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb}, args[1:])
 	return out.String(), errb.String(), err
 }

@@ -8,66 +8,76 @@ import (
 	"time"
 
 	"github.com/scorer/scorer/gpupool"
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/cli"
+	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/scoring"
 )
+
+// Spec is `scorer doctor` for its help and the docs.
+var Spec = cli.Spec{
+	Name: "doctor", Synopsis: "[--json] [flags]",
+	Summary: "check this host's GPU/CPU path for the configured DEVICE (docs/gpu.md)",
+	About: "Whether the configured DEVICE works on this host: ONNX Runtime's providers and the CUDA libraries, " +
+		"the driver and its GPUs as CUDA numbers them (MIG included), a CUDA session per GPU with CPU parity, the " +
+		"calibrated memory model, and a short throughput run on each device in the pools the service builds from " +
+		"the settings below; without a GPU, the CPU path and why. Exit 0 when DEVICE works as configured, 1 with " +
+		"the cause. docs/gpu.md explains every line.",
+	Settings: config.Doctor,
+	Flags:    func(fs *flag.FlagSet) { new(doctorFlags).register(fs) },
+}
+
+// doctorFlags are `scorer doctor`'s own flags.
+type doctorFlags struct {
+	asJSON   bool
+	duration time.Duration
+}
+
+func (f *doctorFlags) register(fs *flag.FlagSet) {
+	fs.BoolVar(&f.asJSON, "json", false, "print the report as JSON")
+	fs.DurationVar(&f.duration, "duration", 3*time.Second, "length of each device's throughput run")
+}
 
 // Command is `scorer doctor`: it parses the service's configuration plus
 // its own flags and hands the check to Run. It exits 0 when the
 // configured DEVICE works here as configured (auto on a CPU-only host
 // included) and 1, with the cause, when it does not.
-func Command(ctx context.Context, e service.Env, args []string) error {
-	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
-	fs.SetOutput(e.Stderr)
-	asJSON := fs.Bool("json", false, "print the report as JSON")
-	duration := fs.Duration("duration", 3*time.Second, "length of each device's throughput run")
-	cfg, err := service.LoadConfig(e.Getenv, fs, args)
-	if err != nil {
-		return service.UsageOr(err)
-	}
-	if *duration <= 0 {
-		return service.UsageError{Msg: "doctor: --duration must be > 0"}
-	}
-	// The pool's own lines would interleave with the report; warnings show.
-	log, err := service.NewLogger(e.Stderr, "warn", cfg.LogFormat)
+func Command(ctx context.Context, e cli.Env, args []string) error {
+	fs := Spec.FlagSet(e)
+	var f doctorFlags
+	f.register(fs)
+	cfg, err := Spec.Load(e, fs, args)
 	if err != nil {
 		return err
 	}
-	lib, err := service.ResolvePath(cfg.ORTLib)
+	if f.duration <= 0 {
+		return cli.UsageError{Msg: "doctor: --duration must be > 0"}
+	}
+	// The pool's own lines would interleave with the report; warnings
+	// show. LOG_LEVEL or --log-level asks for more.
+	level := "warn"
+	if e.Getenv("LOG_LEVEL") != "" || flagSet(fs, "log-level") {
+		level = cfg.LogLevel
+	}
+	log, err := cli.NewLogger(e.Stderr, level, cfg.LogFormat)
+	if err != nil {
+		return err
+	}
+	lib, err := config.ResolvePath(cfg.ORTLib)
 	if err != nil {
 		return fmt.Errorf("doctor: ORT_LIB: %w (run `make` to fetch ONNX Runtime, or point ORT_LIB at libonnxruntime.so.1)", err)
 	}
-	lo, err := service.ModelOptions(cfg)
-	if err != nil {
-		return fmt.Errorf("doctor: %w", err)
+	if cfg.Device != string(gpupool.ModeCPU) {
+		scoring.PCIBusOrder(log) // as the service does, so the mapping shown is the one it uses
 	}
-	devMode, err := gpupool.ParseDeviceMode(cfg.Device)
-	if err != nil {
-		return err
-	}
-	memLimit, err := gpupool.ParseMemLimit(cfg.GPUMemLimit)
-	if err != nil {
-		return fmt.Errorf("GPU_MEM_LIMIT: %w", err)
-	}
-	workers, threads := service.CPUPlan(cfg)
-	if devMode != gpupool.ModeCPU {
-		service.PCIBusOrder(log) // as the service does, so the mapping shown is the one it uses
-	}
-	rep, err := Run(ctx, Options{
-		ORTLib: lib, Model: lo, Device: devMode, GPUIDs: cfg.GPUIDs,
-		MemFraction: cfg.GPUMemFraction, MemLimit: memLimit, TF32: cfg.GPUTF32,
-		Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold,
-		MaxBatchTokens: cfg.MaxBatchTokens, MaxBatchRows: cfg.MaxBatchRows,
-		CPUWorkers: workers, CPUThreads: threads, Duration: *duration,
-		// CUDA reads the real environment, so the mapping must too.
-		LookupEnv: os.LookupEnv, Log: log,
-	})
+	// CUDA reads the real environment, so the mapping must too.
+	rep, err := Run(ctx, Options{Config: cfg, ORTLib: lib, Duration: f.duration, LookupEnv: os.LookupEnv, Log: log})
 	if err != nil {
 		return fmt.Errorf("doctor: %w", err)
 	}
 	if ctx.Err() != nil {
-		return service.ErrInterrupted
+		return cli.ErrInterrupted
 	}
-	if *asJSON {
+	if f.asJSON {
 		err = WriteJSON(e.Stdout, rep)
 	} else {
 		err = WriteText(e.Stdout, rep)
@@ -79,4 +89,10 @@ func Command(ctx context.Context, e service.Env, args []string) error {
 		return fmt.Errorf("%w: %s", ErrNotOK, rep.Verdict)
 	}
 	return nil
+}
+
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/scorer/scorer/gpupool"
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/testenv"
 )
 
@@ -27,7 +27,7 @@ func TestCommand(t *testing.T) {
 	doctorRun := func(device string, args ...string) (string, error) {
 		env["DEVICE"] = device
 		var out bytes.Buffer
-		err := Command(t.Context(), service.Env{Getenv: func(k string) string { return env[k] }, Stdin: strings.NewReader(""), Stdout: &out, Stderr: io.Discard},
+		err := Command(t.Context(), cli.Env{Getenv: func(k string) string { return env[k] }, Stdin: strings.NewReader(""), Stdout: &out, Stderr: io.Discard},
 			append([]string{"--duration", "100ms"}, args...))
 		return out.String(), err
 	}
@@ -41,8 +41,8 @@ func TestCommand(t *testing.T) {
 	}
 
 	out, err = doctorRun("cuda")
-	if !errors.Is(err, ErrNotOK) || service.ExitCode(err) != 1 || !strings.Contains(err.Error(), "no NVIDIA driver") {
-		t.Fatalf("DEVICE=cuda: err %v (exit %d), want exit 1 naming the cause\n%s", err, service.ExitCode(err), out)
+	if !errors.Is(err, ErrNotOK) || cli.ExitCode(err) != 1 || !strings.Contains(err.Error(), "no NVIDIA driver") {
+		t.Fatalf("DEVICE=cuda: err %v (exit %d), want exit 1 naming the cause\n%s", err, cli.ExitCode(err), out)
 	}
 	if !strings.Contains(out, "verdict        FAIL: DEVICE=cuda cannot work here") || !strings.Contains(out, "remedy: install an NVIDIA driver") {
 		t.Errorf("DEVICE=cuda report:\n%s", out)
@@ -61,7 +61,7 @@ func TestCommand(t *testing.T) {
 	}
 	delete(env, "PAIR_ENCODING")
 
-	if _, err := doctorRun("auto", "--duration", "0s"); service.ExitCode(err) != 2 {
+	if _, err := doctorRun("auto", "--duration", "0s"); cli.ExitCode(err) != 2 {
 		t.Errorf("--duration 0: err %v, want a usage error (exit 2)", err)
 	}
 }

@@ -22,41 +22,38 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
 )
 
-// Options is what the doctor checks: the service's own settings.
+// Options is what the doctor checks: the service's own configuration, from
+// which it builds its scorers as the service does (package config), with
+// its own overrides only where a check needs them.
 type Options struct {
-	// ORTLib is the ONNX Runtime core library (ORT_LIB), resolved.
+	// Config is the configuration under test: DEVICE, the model, labels,
+	// batch shapes, CPU plan and memory, GPU settings.
+	Config config.Config
+	// ORTLib is the ONNX Runtime core library, resolved (Config.ORTLib may
+	// be relative).
 	ORTLib string
-	// Model is how to load MODEL_DIR.
-	Model model.LoadOptions
-	// Device is the configured DEVICE; the verdict is about it.
-	Device gpupool.DeviceMode
-	// GPUIDs restricts the GPUs checked (GPU_IDS).
-	GPUIDs []string
-	// MemFraction, MemLimit and TF32 are GPU_MEM_FRACTION, GPU_MEM_LIMIT
-	// and GPU_TF32.
-	MemFraction float64
-	MemLimit    gpupool.MemLimit
-	TF32        bool
-	// Template, Labels and Threshold build the sample's hypotheses and
-	// decide agreement (HYPOTHESIS_TEMPLATE, LABELS, THRESHOLD).
-	Template  string
-	Labels    []string
-	Threshold float64
-	// MaxBatchTokens and MaxBatchRows are the batch limits in use.
-	MaxBatchTokens, MaxBatchRows int
-	// CPUWorkers and CPUThreads are the CPU plan in use (WORKERS,
-	// CPU_THREADS after defaults).
-	CPUWorkers, CPUThreads int
 	// Duration is each throughput run's length (default 3s).
 	Duration time.Duration
 	// LookupEnv reads CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER (default:
 	// none set).
 	LookupEnv func(string) (string, bool)
-	// Log receives the pool's own logs (default: none).
+	// Log receives the pools' own logs (default: none).
 	Log zerolog.Logger
+}
+
+// device is the configured DEVICE; "" reads as auto, as the service
+// reads it.
+func (o Options) device() gpupool.DeviceMode {
+	d, err := gpupool.ParseDeviceMode(o.Config.Device)
+	if err != nil {
+		return gpupool.ModeAuto
+	}
+	return d
 }
 
 // Problem is a diagnosed failure: one line of cause, one of remedy.
@@ -163,6 +160,13 @@ type DeviceCheck struct {
 	TF32MaxAbsDelta *float64 `json:"tf32_max_abs_delta,omitempty"`
 	// Memory is the calibrated model (GPU only).
 	Memory *MemoryModel `json:"memory,omitempty"`
+	// MaxBatchTokens and MaxBatchRows are the batch caps the pool planned
+	// under, Workers its workers on this device and IntraOpThreads each
+	// CPU worker's threads: the service's own, from the same settings.
+	MaxBatchTokens int `json:"max_batch_tokens,omitempty"`
+	MaxBatchRows   int `json:"max_batch_rows,omitempty"`
+	Workers        int `json:"workers,omitempty"`
+	IntraOpThreads int `json:"intra_op_threads,omitempty"`
 	// PairsPerSecond is the throughput of the short run, with its batch
 	// shapes.
 	PairsPerSecond float64 `json:"pairs_per_second"`
@@ -227,10 +231,8 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if o.LookupEnv == nil {
 		o.LookupEnv = func(string) (string, bool) { return "", false }
 	}
-	if o.Device == "" {
-		o.Device = gpupool.ModeAuto
-	}
-	rep := Report{Device: string(o.Device), Sample: SampleDescriptor{Threshold: o.Threshold}}
+	cfg := &o.Config
+	rep := Report{Device: string(o.device()), Sample: SampleDescriptor{Threshold: cfg.Threshold}}
 
 	// Before anything can load CUDA: its libraries may install signal
 	// handlers, and Go's must be the ones that stay.
@@ -256,7 +258,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		return rep, err
 	}
 	defer shutdown()
-	if o.Device != gpupool.ModeCPU {
+	if o.device() != gpupool.ModeCPU {
 		rep.CUDALibs = gpupool.FindCUDALibraries()
 	}
 	if !info.HasProvider("CUDAExecutionProvider") {
@@ -266,7 +268,11 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		restore()
 	}
 
-	m, err := model.Load(o.Model)
+	lo, err := cfg.ModelOptions()
+	if err != nil {
+		return rep, err
+	}
+	m, err := model.Load(lo)
 	if err != nil {
 		return rep, err
 	}
@@ -280,7 +286,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	rep.CPU = &cpu
 
 	var gpuProblem *Problem
-	if o.Device != gpupool.ModeCPU {
+	if o.device() != gpupool.ModeCPU {
 		gpuProblem = checkGPUs(ctx, m, o, pairs, cpuScores, &rep)
 		restore()
 		cudnnWarning(&rep)
@@ -308,7 +314,7 @@ func cudnnWarning(rep *Report) {
 // samplePairs encodes every sample sentence against every label's
 // hypothesis, as the service does (PAIR_ENCODING included).
 func samplePairs(m *model.Model, o Options) ([]model.Pair, error) {
-	labels := model.LabelConfig{Template: o.Template, Labels: o.Labels, Threshold: o.Threshold}
+	labels := o.Config.LabelConfig()
 	var pairs []model.Pair
 	for _, s := range sampleSentences {
 		for _, h := range labels.Hypotheses() {
@@ -322,19 +328,27 @@ func samplePairs(m *model.Model, o Options) ([]model.Pair, error) {
 	return pairs, nil
 }
 
-// checkCPU scores the sample on a CPU pool (the reference for parity) and
-// measures its throughput.
+// checkCPU scores the sample on the CPU pool the service builds with
+// DEVICE=cpu (the CPU batch shape, workers and threads, the memory budget:
+// scoring.NewPool from the same configuration), the reference for parity,
+// and measures its throughput.
 func checkCPU(ctx context.Context, m *model.Model, o Options, pairs []model.Pair) (DeviceCheck, []float32) {
 	c := DeviceCheck{Device: "cpu"}
-	threads := max(1, o.CPUThreads)
-	pool, err := gpupool.New(ctx, gpupool.SessionFactory(m, gpupool.SessionConfig{IntraOpThreads: threads}),
-		gpupool.Mode(gpupool.ModeCPU), gpupool.CPUWorkers(max(1, o.CPUWorkers)),
-		gpupool.MaxBatchTokens(o.MaxBatchTokens), gpupool.MaxBatchRows(o.MaxBatchRows), gpupool.Logger(o.Log))
+	cpu := o.Config
+	cpu.Device = string(gpupool.ModeCPU)
+	pool, closeNVML, err := scoring.NewPool(ctx, cpu, m, o.Log, nil, nil)
 	if err != nil {
 		c.Problem = problemOf(err)
 		return c, nil
 	}
+	defer closeNVML()
 	defer pool.Close(context.Background())
+	st := pool.Stats()
+	c.MaxBatchTokens, c.MaxBatchRows = pool.BatchShape()
+	if len(st.Devices) > 0 {
+		c.Workers = st.Devices[0].Workers
+	}
+	_, c.IntraOpThreads = cpu.CPUPlan(config.DetectHost())
 	scores, err := pool.ScorePairs(ctx, pairs)
 	if err != nil {
 		c.Problem = problemOf(err)
@@ -410,7 +424,7 @@ func checkGPUs(ctx context.Context, m *model.Model, o Options, pairs []model.Pai
 	}
 	var first *Problem
 	for _, d := range devs {
-		if len(o.GPUIDs) > 0 && !selected(o.GPUIDs, d) {
+		if ids := o.Config.GPUIDs; len(ids) > 0 && !selected(ids, d) {
 			continue
 		}
 		c := checkGPU(ctx, m, o, probe, d, pairs, cpuScores)
@@ -425,7 +439,7 @@ func checkGPUs(ctx context.Context, m *model.Model, o Options, pairs []model.Pai
 		}
 	}
 	if first == nil {
-		first = &Problem{Cause: fmt.Sprintf("GPU_IDS %v selects none of the %d GPUs", o.GPUIDs, len(devs)),
+		first = &Problem{Cause: fmt.Sprintf("GPU_IDS %v selects none of the %d GPUs", o.Config.GPUIDs, len(devs)),
 			Remedy: "fix GPU_IDS (CUDA indexes or UUIDs, as listed above)"}
 	}
 	return first
@@ -454,20 +468,28 @@ func envOr(lookup func(string) (string, bool), k string) string {
 func checkGPU(ctx context.Context, m *model.Model, o Options, probe gpupool.Probe, d gpupool.DeviceInfo, pairs []model.Pair, cpuScores []float32) DeviceCheck {
 	dev := gpupool.Device{Kind: gpupool.CUDA, Index: d.Index, UUID: d.UUID, Name: d.Name, TotalMemory: d.TotalMemory}
 	c := DeviceCheck{Device: dev.Label(), UUID: d.UUID}
-	scfg := gpupool.SessionConfig{GPUMemFraction: o.MemFraction, GPUMemMargin: gpupool.DefaultGPUMemMargin,
-		GPUMemBudget: o.MemLimit, TF32: o.TF32}
-	pool, err := gpupool.New(ctx, gpupool.SessionFactory(m, scfg), gpupool.Mode(gpupool.ModeCUDA), gpupool.WithProbe(probe),
-		gpupool.GPUIDs(d.UUID), gpupool.MemFraction(o.MemFraction), gpupool.GPUMemLimit(o.MemLimit),
-		gpupool.MaxBatchTokens(o.MaxBatchTokens), gpupool.MaxBatchRows(o.MaxBatchRows), gpupool.CPUFallback(false),
-		gpupool.Calibrate(gpupool.Calibration{MaxLen: m.MaxLength}), gpupool.Logger(o.Log))
+	host := config.DetectHost()
+	opts, err := o.Config.PoolOptions(host)
+	if err != nil {
+		c.Problem = problemOf(err)
+		return c
+	}
+	// The service's pool on this one GPU, without the CPU to fall back to.
+	scfg := o.Config.SessionConfig(host)
+	pool, err := gpupool.New(ctx, gpupool.SessionFactory(m, scfg), append(opts, gpupool.Mode(gpupool.ModeCUDA),
+		gpupool.WithProbe(probe), gpupool.GPUIDs(d.UUID), gpupool.CPUFallback(false),
+		gpupool.Calibrate(gpupool.Calibration{MaxLen: m.MaxLength}), gpupool.Logger(o.Log))...)
 	if err != nil {
 		c.Problem = problemOf(err)
 		return c
 	}
 	defer pool.Close(context.Background())
+	scoring.LogBuilt(o.Log, o.Config, host, pool)
+	c.MaxBatchTokens, c.MaxBatchRows = pool.BatchShape()
+	c.Workers = pool.Stats().Devices[0].Workers
 	st := pool.Stats().Devices[0]
-	budget := o.MemFraction * float64(d.TotalMemory)
-	if b := o.MemLimit.Of(d.TotalMemory); b > 0 {
+	budget := scfg.GPUMemFraction * float64(d.TotalMemory)
+	if b := scfg.GPUMemBudget.Of(d.TotalMemory); b > 0 {
 		budget = math.Min(budget, float64(b))
 	}
 	c.Memory = &MemoryModel{BaseBytes: st.EstimateBase, PerTokenBytes: st.EstimatePerToken, PerTokenLenBytes: st.EstimatePerTokenLen,
@@ -482,20 +504,21 @@ func checkGPU(ctx context.Context, m *model.Model, o Options, probe gpupool.Prob
 		return c
 	}
 	if cpuScores != nil {
-		delta, agree := compare(scores, cpuScores, o.Threshold)
+		threshold := o.Config.Threshold
+		delta, agree := compare(scores, cpuScores, threshold)
 		c.MaxAbsDelta, c.Agreement = &delta, &agree
 		alt := scfg
-		alt.TF32 = !o.TF32
+		alt.TF32 = !scfg.TF32
 		if eng, err := gpupool.SessionFactory(m, alt)(dev); err == nil {
 			if s, err := eng.ScorePairs(ctx, pairs); err == nil {
 				var d float64
-				if o.TF32 {
+				if scfg.TF32 {
 					d = delta // the configured run already has TF32 on
-					if dd, _ := compare(s, cpuScores, o.Threshold); dd > 0 {
+					if dd, _ := compare(s, cpuScores, threshold); dd > 0 {
 						c.MaxAbsDelta = &dd
 					}
 				} else {
-					d, _ = compare(s, cpuScores, o.Threshold)
+					d, _ = compare(s, cpuScores, threshold)
 				}
 				c.TF32MaxAbsDelta = &d
 			}
@@ -526,8 +549,8 @@ func compare(a, b []float32, threshold float64) (maxDelta, agreement float64) {
 // recommend suggests settings from what ran.
 func recommend(m *model.Model, o Options, rep *Report) {
 	r := &rep.Recommend
-	r.MaxBatchTokens = o.MaxBatchTokens
-	r.GPUMemLimit = o.MemLimit.String()
+	r.MaxBatchTokens = o.Config.MaxBatchTokens
+	r.GPUMemLimit = o.Config.SessionConfig(config.DetectHost()).GPUMemBudget.String()
 	var best *DeviceCheck
 	for i := range rep.GPUs {
 		if rep.GPUs[i].OK && (best == nil || rep.GPUs[i].PairsPerSecond > best.PairsPerSecond) {
@@ -561,14 +584,14 @@ func verdict(o Options, rep *Report, gpuProblem *Problem) {
 		gpuOK = gpuOK || g.OK
 	}
 	switch {
-	case o.Device == gpupool.ModeCPU:
+	case o.device() == gpupool.ModeCPU:
 		rep.Path, rep.OK = "cpu", cpuOK
 		if !cpuOK {
 			rep.Problem = rep.CPU.Problem
 		}
 	case gpuOK:
 		rep.Path, rep.OK = "cuda", true
-	case o.Device == gpupool.ModeCUDA:
+	case o.device() == gpupool.ModeCUDA:
 		rep.Path, rep.OK, rep.Problem = "none", false, gpuProblem
 	default: // auto without a GPU: the CPU path, with the reason
 		rep.Path, rep.OK, rep.Problem = "cpu", cpuOK, gpuProblem
@@ -581,13 +604,13 @@ func verdict(o Options, rep *Report, gpuProblem *Problem) {
 	}
 	switch {
 	case rep.OK && rep.Path == "cuda":
-		rep.Verdict = fmt.Sprintf("OK: DEVICE=%s scores on the GPU here", o.Device)
-	case rep.OK && o.Device == gpupool.ModeAuto:
+		rep.Verdict = fmt.Sprintf("OK: DEVICE=%s scores on the GPU here", o.device())
+	case rep.OK && o.device() == gpupool.ModeAuto:
 		rep.Verdict = "OK: DEVICE=auto scores on the CPU here (no usable GPU: " + rep.Problem.Cause + ")"
 	case rep.OK:
 		rep.Verdict = "OK: DEVICE=cpu scores on the CPU here"
 	default:
-		rep.Verdict = fmt.Sprintf("FAIL: DEVICE=%s cannot work here: %s", o.Device, rep.Problem.Cause)
+		rep.Verdict = fmt.Sprintf("FAIL: DEVICE=%s cannot work here: %s", o.device(), rep.Problem.Cause)
 	}
 }
 

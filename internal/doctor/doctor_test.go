@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/testenv"
 	"github.com/scorer/scorer/model"
 )
@@ -27,12 +28,13 @@ func noGPUHere(t *testing.T) {
 }
 
 func optionsFor(t *testing.T, device gpupool.DeviceMode, modelDir string) Options {
-	return Options{
-		ORTLib: testenv.ORTLib(t), Model: model.LoadOptions{Dir: modelDir},
-		Device: device, MemFraction: 0.8, Template: "This text is about {}.",
-		Labels: []string{"consumer strength", "consumer weakness"}, Threshold: 0.91,
-		MaxBatchTokens: 16384, MaxBatchRows: 256, CPUWorkers: 1, CPUThreads: 1, Duration: 100 * time.Millisecond,
+	cfg, err := config.FromEnv(func(k string) string {
+		return map[string]string{"DEVICE": string(device), "MODEL_DIR": modelDir, "LABELS": "consumer strength,consumer weakness"}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	return Options{Config: cfg, ORTLib: testenv.ORTLib(t), Duration: 100 * time.Millisecond}
 }
 
 // On a host without a GPU, the doctor runs the real model on the real
@@ -86,6 +88,11 @@ func TestDoctorWithoutGPU(t *testing.T) {
 			}
 			if rep.CPU == nil || !rep.CPU.OK || rep.CPU.PairsPerSecond <= 0 || rep.CPU.Batches == 0 || rep.Sample.Pairs != 24 {
 				t.Errorf("CPU check %+v (sample %d pairs): want a working session with a throughput", rep.CPU, rep.Sample.Pairs)
+			}
+			// The service's CPU batch shape (CPU_MAX_BATCH_ROWS=16 caps
+			// MAX_BATCH_ROWS=256), not the GPU's.
+			if c := rep.CPU; c != nil && (c.MaxBatchRows != 16 || c.MeanBatchRows > 16 || c.Workers < 1 || c.IntraOpThreads < 1) {
+				t.Errorf("CPU check ran %d-row batches (mean %.1f) on %d workers × %d threads, want the service's CPU shape of 16 rows", c.MaxBatchRows, c.MeanBatchRows, c.Workers, c.IntraOpThreads)
 			}
 			if tc.device != gpupool.ModeCPU {
 				if rep.Problem == nil || rep.Problem.Kind != gpupool.ProblemNoDriver || rep.Problem.Remedy == "" {
@@ -145,7 +152,7 @@ func TestVerdictAndRecommendationWithGPU(t *testing.T) {
 	m := &model.Model{MaxLength: 512}
 	for _, dev := range []gpupool.DeviceMode{gpupool.ModeAuto, gpupool.ModeCUDA} {
 		rep := Report{CPU: &DeviceCheck{Device: "cpu", OK: true}, GPUs: []DeviceCheck{{Device: "cuda:1"}, gpu}}
-		o := Options{Device: dev, MaxBatchTokens: 16384}
+		o := Options{Config: config.Config{Device: string(dev), MaxBatchTokens: 16384, GPUMemLimit: "0"}}
 		recommend(m, o, &rep)
 		verdict(o, &rep, nil)
 		if !rep.OK || rep.Path != "cuda" || !strings.HasPrefix(rep.Verdict, "OK") {
@@ -162,7 +169,7 @@ func TestVerdictAndRecommendationWithGPU(t *testing.T) {
 	}
 	// DEVICE=cpu ignores the GPU: the verdict is about the configured path.
 	rep := Report{CPU: &DeviceCheck{Device: "cpu", OK: true}}
-	verdict(Options{Device: gpupool.ModeCPU}, &rep, nil)
+	verdict(Options{Config: config.Config{Device: "cpu"}}, &rep, nil)
 	if !rep.OK || rep.Path != "cpu" {
 		t.Errorf("DEVICE=cpu: %+v", rep)
 	}

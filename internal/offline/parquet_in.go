@@ -51,7 +51,7 @@ type parquetSource struct {
 
 	i       int // current part
 	f       *os.File
-	rows    *parquet.Reader
+	rows    *parquet.GenericReader[any]
 	fields  []fieldReader
 	extra   []string // `"name":value` of partition columns the file lacks
 	numCols int
@@ -212,7 +212,7 @@ func (s *parquetSource) openPart() error {
 		return fmt.Errorf("%s: %w", part.name, err)
 	}
 	s.f, s.fields, s.numCols, s.row = f, fields, len(pf.Schema().Columns()), 0
-	s.rows = parquet.NewReader(pf)
+	s.rows = parquet.NewGenericReader[any](pf)
 	s.extra = s.extra[:0]
 	for _, kv := range part.partition {
 		if slices.Contains(names, kv[0]) {

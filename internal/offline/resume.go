@@ -20,7 +20,7 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
 )
@@ -58,7 +58,7 @@ type runIdentity struct {
 	GPUTF32            bool     `json:"gpu_tf32"`
 }
 
-func identityOf(m *model.Model, lc model.LabelConfig, cfg service.Config) (runIdentity, error) {
+func identityOf(m *model.Model, lc model.LabelConfig, cfg config.Config) (runIdentity, error) {
 	tok, err := os.ReadFile(filepath.Join(m.Dir, "tokenizer.json"))
 	if err != nil {
 		return runIdentity{}, fmt.Errorf("hashing the tokenizer: %w", err)

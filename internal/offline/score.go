@@ -1,7 +1,7 @@
 // Package offline is `scorer score`: TranscriptEvents in (JSONL, or
 // Parquet tables as the Spark job read them), ScoredTranscripts out (JSONL,
 // or Parquet rows for the table the job wrote), through the same model and
-// pool as the service (service.OpenScoring) but with no Kafka. It writes
+// pool as the service (scoring.Open) but with no Kafka. It writes
 // --out atomically, or resumably with --resume.
 package offline
 
@@ -21,71 +21,90 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/scorer/scorer/internal/service"
+	"github.com/rs/zerolog"
+	"github.com/scorer/scorer/internal/cli"
+	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/schema"
 )
 
-// Run is `scorer score`, the offline scorer: TranscriptEvents in,
+// Spec is `scorer score` for its help and the docs.
+var Spec = cli.Spec{
+	Name: "score", Synopsis: "[--in FILE] [--out FILE] [flags]",
+	Summary: "score a TranscriptEvent JSONL (or Parquet) file offline into ScoredTranscripts",
+	About: "The offline scorer: TranscriptEvents in (JSONL, or Parquet tables as the Spark job read them), " +
+		"ScoredTranscripts out in the same order (JSONL, or Parquet rows for the table the job wrote), through the " +
+		"service's model and pool, no Kafka. A file --out appears only when the run succeeds; --resume keeps " +
+		"finished transcripts so an interrupted backfill continues. SIGINT/SIGTERM stops at once, exit 130.",
+	Settings: config.Score,
+	Flags:    func(fs *flag.FlagSet) { new(scoreFlags).register(fs) },
+}
+
+// scoreFlags are `scorer score`'s own flags.
+type scoreFlags struct {
+	in, out, model, progress string
+	skipBad, resume          bool
+	chunk                    int
+}
+
+func (f *scoreFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.in, "in", "-", "TranscriptEvent JSONL file (- = stdin), or Parquet: a .parquet file or a directory of part files")
+	fs.StringVar(&f.out, "out", "-", "ScoredTranscript JSONL file (- = stdout), or a .parquet file of rows; written to a temporary file beside it and renamed over it only when the run succeeds")
+	fs.StringVar(&f.model, "model", "", "model folder (overrides MODEL_DIR / --model-dir)")
+	fs.BoolVar(&f.skipBad, "skip-bad", false, "report bad lines (or Parquet rows) on stderr as JSON and go on, instead of stopping")
+	fs.IntVar(&f.chunk, "chunk", 8, "transcripts per scoring call; two calls are in flight so reading overlaps scoring")
+	fs.StringVar(&f.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), on, or off")
+	fs.BoolVar(&f.resume, "resume", false, "keep completed transcripts in <out>.partial (durable as they complete) with the settings that scored them; a later --resume run with the same settings skips them and appends the rest, and makes --out at the end")
+}
+
+// Command is `scorer score`, the offline scorer: TranscriptEvents in,
 // ScoredTranscripts out, same order, through the same scoring stack as the
 // service. --in is JSONL (a file, or - for stdin) or Parquet (a .parquet
 // file, or a directory of part files as Spark writes them); --out is JSONL
 // (a file, or - for stdout) or, for a .parquet name, Parquet rows: one per
 // (call, section, sentence, label) with the rows topic's columns.
 // A file --out appears only when the whole run succeeds. When ctx ends (the
-// first SIGINT/SIGTERM) it stops at once with service.ErrInterrupted, even while
+// first SIGINT/SIGTERM) it stops at once with cli.ErrInterrupted, even while
 // waiting on stdin. With --resume, completed transcripts are kept in
 // <out>.partial (made durable as they complete) with a record of what
 // scored them, and a later --resume run under the same settings skips them
 // and appends the rest, so a long backfill never starts over.
-func Run(ctx context.Context, e service.Env, args []string) error {
-	fs := flag.NewFlagSet("score", flag.ContinueOnError)
-	fs.SetOutput(e.Stderr)
-	in := fs.String("in", "-", "TranscriptEvent JSONL file (- = stdin), or Parquet: a .parquet file or a directory of part files")
-	out := fs.String("out", "-", "ScoredTranscript JSONL file (- = stdout), or a .parquet file of rows; written to a temporary file beside it and renamed over it only when the run succeeds")
-	modelDir := fs.String("model", "", "model folder (overrides MODEL_DIR / --model-dir)")
-	skipBad := fs.Bool("skip-bad", false, "report bad lines (or Parquet rows) on stderr as JSON and go on, instead of stopping")
-	chunk := fs.Int("chunk", 8, "transcripts per scoring call; two calls are in flight so reading overlaps scoring")
-	progress := fs.String("progress", "auto", "progress bar on stderr: auto (when a terminal), on, off")
-	resume := fs.Bool("resume", false, "keep completed transcripts in <out>.partial (durable as they complete) with the settings that scored them; a later --resume run with the same settings skips them and appends the rest, and makes --out at the end")
-	cfg, err := service.LoadConfig(e.Getenv, fs, args)
+func Command(ctx context.Context, e cli.Env, args []string) error {
+	fs := Spec.FlagSet(e)
+	var f scoreFlags
+	f.register(fs)
+	cfg, err := Spec.Load(e, fs, args)
 	if err != nil {
-		return service.UsageOr(err)
+		return err
 	}
-	if *modelDir != "" {
-		cfg.ModelDir = *modelDir
+	if f.model != "" {
+		cfg.ModelDir = f.model
 	}
-	if *chunk <= 0 {
-		return errors.New("score: --chunk must be > 0")
+	if err := f.check(); err != nil {
+		return err
 	}
-	if *resume && *out == "-" {
-		return service.UsageError{Msg: "score: --resume needs --out FILE (the partial output is kept beside it)"}
-	}
-	if *in != "-" && *out != "-" && sameFile(*in, *out) {
-		return service.UsageError{Msg: fmt.Sprintf("score: --in and --out are the same file (%s): the output would overwrite the input", *out)}
-	}
-	outParquet := *out != "-" && strings.EqualFold(filepath.Ext(*out), ".parquet")
-	log, err := service.NewLogger(e.Stderr, cfg.LogLevel, cfg.LogFormat)
+	log, err := cli.NewLogger(e.Stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		return err
 	}
 
-	src, err := openSource(*in, e.Stdin)
+	src, err := openSource(f.in, e.Stdin)
 	if err != nil {
 		return fmt.Errorf("score: %w", err)
 	}
 	defer src.close()
 	var outFile *outputFile // a plain (not --resume) file --out
-	if *out != "-" && !*resume {
-		if outFile, err = createOutput(*out); err != nil {
+	if f.out != "-" && !f.resume {
+		if outFile, err = createOutput(f.out); err != nil {
 			return fmt.Errorf("score: %w", err)
 		}
 		defer outFile.abort() // a no-op after commit; covers every failure
 	}
 
-	stack, err := service.OpenScoring(ctx, cfg, log, nil)
+	stack, err := scoring.Open(ctx, cfg, log, nil)
 	if err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("score: %w", service.ErrInterrupted)
+			return fmt.Errorf("score: %w", cli.ErrInterrupted)
 		}
 		return err
 	}
@@ -94,46 +113,71 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("score: %w", err)
 	}
-
-	var snk sink
-	var part partialStore
-	switch {
-	case *resume:
-		if part, err = openPartial(*out, outParquet, id); err != nil {
-			return fmt.Errorf("score: --resume: %w", err)
-		}
-		snk = part
-		if n := len(part.done()); n > 0 {
-			log.Info().Str("partial", part.path()).Int("transcripts", n).Msg("resuming: these are kept and skipped")
-		}
-	case outParquet:
-		snk = newParquetSink(outFile.f, id.json())
-	case outFile != nil:
-		snk = newJSONLSink(outFile.f)
-	default:
-		snk = newJSONLSink(e.Stdout)
+	snk, part, err := f.openSink(outFile, id, e.Stdout, log)
+	if err != nil {
+		return err
 	}
 
-	sj := &scoreJob{stack: stack, src: src, out: snk, stderr: e.Stderr, skipBad: *skipBad, chunk: *chunk, started: time.Now()}
+	sj := &scoreJob{stack: stack, src: src, out: snk, stderr: e.Stderr, skipBad: f.skipBad, chunk: f.chunk, started: time.Now()}
 	if part != nil {
 		sj.resumeDone = part.done()
 	}
-	showProgress := *progress == "on" || (*progress == "auto" && isTerminal(e.Stderr))
-	var stopProgress func()
-	if showProgress {
-		stopProgress = sj.startProgress()
-	}
-	err = sj.run(ctx)
-	if stopProgress != nil {
-		stopProgress()
-	}
+	err = sj.runShowing(ctx, f.progress == "on" || (f.progress == "auto" && isTerminal(e.Stderr)))
 	if err != nil && ctx.Err() != nil {
-		err = fmt.Errorf("score: %w", service.ErrInterrupted)
+		err = fmt.Errorf("score: %w", cli.ErrInterrupted)
 	}
+	err = f.finish(err, snk, part, outFile, log)
+	log.Info().Int64("transcripts", sj.done.Load()).Int64("skipped", sj.skipped.Load()).Int64("pairs", sj.pairs.Load()).
+		Int64("bad_records", sj.bad.Load()).Dur("elapsed", time.Since(sj.started)).Msg("score finished")
+	return err
+}
+
+// check refuses flag combinations that cannot work.
+func (f *scoreFlags) check() error {
+	if f.chunk <= 0 {
+		return errors.New("score: --chunk must be > 0")
+	}
+	if f.resume && f.out == "-" {
+		return cli.UsageError{Msg: "score: --resume needs --out FILE (the partial output is kept beside it)"}
+	}
+	if f.in != "-" && f.out != "-" && sameFile(f.in, f.out) {
+		return cli.UsageError{Msg: fmt.Sprintf("score: --in and --out are the same file (%s): the output would overwrite the input", f.out)}
+	}
+	return nil
+}
+
+// openSink is where results go: the partial store under --resume (part,
+// with the transcripts it already holds), else Parquet rows or JSONL into
+// outFile, else JSONL on stdout.
+func (f *scoreFlags) openSink(outFile *outputFile, id runIdentity, stdout io.Writer, log zerolog.Logger) (sink, partialStore, error) {
+	outParquet := f.out != "-" && strings.EqualFold(filepath.Ext(f.out), ".parquet")
+	switch {
+	case f.resume:
+		part, err := openPartial(f.out, outParquet, id)
+		if err != nil {
+			return nil, nil, fmt.Errorf("score: --resume: %w", err)
+		}
+		if n := len(part.done()); n > 0 {
+			log.Info().Str("partial", part.path()).Int("transcripts", n).Msg("resuming: these are kept and skipped")
+		}
+		return part, part, nil
+	case outParquet:
+		return newParquetSink(outFile.f, id.json()), nil, nil
+	case outFile != nil:
+		return newJSONLSink(outFile.f), nil, nil
+	}
+	return newJSONLSink(stdout), nil, nil
+}
+
+// finish settles the output after a run that ended with err: under
+// --resume the partial becomes --out, or is kept for the next run; a file
+// --out appears only when everything succeeded; on stdout the lines scored
+// so far still go out.
+func (f *scoreFlags) finish(err error, snk sink, part partialStore, outFile *outputFile, log zerolog.Logger) error {
 	switch {
 	case part != nil && err == nil:
 		if cerr := part.commit(); cerr != nil {
-			err = fmt.Errorf("score: %s: %w", *out, cerr)
+			err = fmt.Errorf("score: %s: %w", f.out, cerr)
 		}
 	case part != nil:
 		if kerr := part.keep(); kerr == nil {
@@ -143,25 +187,22 @@ func Run(ctx context.Context, e service.Env, args []string) error {
 			log.Error().Err(kerr).Str("partial", part.path()).Msg("could not keep the completed transcripts")
 		}
 	default:
-		// On stdout the lines scored so far still go out; a file is all or nothing.
 		if ferr := snk.finish(); err == nil && ferr != nil {
 			err = fmt.Errorf("score: write: %w", ferr)
 		}
 		if outFile != nil && err == nil {
 			if cerr := outFile.commit(); cerr != nil {
-				err = fmt.Errorf("score: %s: %w", *out, cerr)
+				err = fmt.Errorf("score: %s: %w", f.out, cerr)
 			}
 		}
 	}
-	log.Info().Int64("transcripts", sj.done.Load()).Int64("skipped", sj.skipped.Load()).Int64("pairs", sj.pairs.Load()).
-		Int64("bad_records", sj.bad.Load()).Dur("elapsed", time.Since(sj.started)).Msg("score finished")
 	return err
 }
 
 // scoreJob is one `scorer score` run: a reader that decodes records into
 // chunks, up to two chunks scoring at once, and a writer that keeps order.
 type scoreJob struct {
-	stack   *service.ScoringStack
+	stack   *scoring.Stack
 	src     source
 	out     sink
 	stderr  io.Writer
@@ -188,6 +229,16 @@ type scoreChunk struct {
 type scoreResult struct {
 	scored []schema.ScoredTranscript
 	err    error
+}
+
+// runShowing is run, with a progress bar on stderr while it runs when show
+// is set.
+func (j *scoreJob) runShowing(ctx context.Context, show bool) error {
+	if show {
+		stop := j.startProgress()
+		defer stop()
+	}
+	return j.run(ctx)
 }
 
 // run returns as soon as ctx ends, even while the reader is blocked on a

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/testenv"
 	"github.com/scorer/scorer/schema"
 )
@@ -28,7 +28,7 @@ func runCLI(t *testing.T, env map[string]string, stdin string, args ...string) (
 		t.Fatalf("runCLI: %q is not a score command line", args)
 	}
 	var out, errb bytes.Buffer
-	err = Run(context.Background(), service.Env{Getenv: func(k string) string { return env[k] }, Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb}, args[1:])
+	err = Command(context.Background(), cli.Env{Getenv: func(k string) string { return env[k] }, Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb}, args[1:])
 	return out.String(), errb.String(), err
 }
 
@@ -172,8 +172,8 @@ func TestScoreOutputFile(t *testing.T) {
 		}
 		for _, out := range []string{in, filepath.Join(dir, ".", "sub", "..", "x.jsonl"), hard} {
 			_, stderr, err := runCLI(t, env, "", "score", "--in", in, "--out", out)
-			if err == nil || service.ExitCode(err) != 2 || !strings.Contains(err.Error(), "same file") {
-				t.Errorf("--out %s: err = %v (exit %d), want a same-file usage error (exit 2)\n%s", out, err, service.ExitCode(err), stderr)
+			if err == nil || cli.ExitCode(err) != 2 || !strings.Contains(err.Error(), "same file") {
+				t.Errorf("--out %s: err = %v (exit %d), want a same-file usage error (exit 2)\n%s", out, err, cli.ExitCode(err), stderr)
 			}
 		}
 		if b, _ := os.ReadFile(in); string(b) != good {
@@ -265,7 +265,7 @@ func TestScoreInterrupt(t *testing.T) {
 		done := make(chan error, 1)
 		var errb bytes.Buffer
 		go func() {
-			done <- Run(ctx, service.Env{Getenv: func(k string) string { return env[k] }, Stdin: pr, Stdout: io.Discard, Stderr: &errb}, []string{"--out", out})
+			done <- Command(ctx, cli.Env{Getenv: func(k string) string { return env[k] }, Stdin: pr, Stdout: io.Discard, Stderr: &errb}, []string{"--out", out})
 		}()
 		// The write returns once the scorer has read the line: it is now
 		// blocked on a stdin that never closes.
@@ -275,8 +275,8 @@ func TestScoreInterrupt(t *testing.T) {
 		cancel()
 		select {
 		case err := <-done:
-			if !errors.Is(err, service.ErrInterrupted) || service.ExitCode(err) != 130 {
-				t.Errorf("err = %v (exit %d), want interrupted (exit 130)", err, service.ExitCode(err))
+			if !errors.Is(err, cli.ErrInterrupted) || cli.ExitCode(err) != 130 {
+				t.Errorf("err = %v (exit %d), want interrupted (exit 130)", err, cli.ExitCode(err))
 			}
 		case <-time.After(20 * time.Second):
 			t.Fatal("score did not return within 20s of the cancel")
@@ -353,9 +353,9 @@ func TestScoreResume(t *testing.T) {
 		}
 	}()
 	var errb bytes.Buffer
-	err := Run(ctx, service.Env{Getenv: func(k string) string { return env[k] }, Stdout: io.Discard, Stderr: &errb},
+	err := Command(ctx, cli.Env{Getenv: func(k string) string { return env[k] }, Stdout: io.Discard, Stderr: &errb},
 		[]string{"--in", in, "--out", out, "--resume", "--chunk", "1"})
-	if !errors.Is(err, service.ErrInterrupted) {
+	if !errors.Is(err, cli.ErrInterrupted) {
 		t.Fatalf("interrupted run: %v, want interrupted\n%s", err, errb.String())
 	}
 	if _, err := os.Stat(out); !errors.Is(err, os.ErrNotExist) {
@@ -422,8 +422,8 @@ func TestScoreResume(t *testing.T) {
 	})
 
 	t.Run("--resume needs a file --out", func(t *testing.T) {
-		if _, _, err := runCLI(t, env, "", "score", "--in", in, "--resume"); service.ExitCode(err) != 2 {
-			t.Errorf("--resume to stdout: %v (exit %d), want exit 2", err, service.ExitCode(err))
+		if _, _, err := runCLI(t, env, "", "score", "--in", in, "--resume"); cli.ExitCode(err) != 2 {
+			t.Errorf("--resume to stdout: %v (exit %d), want exit 2", err, cli.ExitCode(err))
 		}
 	})
 }

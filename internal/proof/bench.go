@@ -30,14 +30,49 @@ import (
 	"time"
 
 	"github.com/scorer/scorer/gpupool"
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/cli"
+	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
 )
 
+// Spec is `scorer gpu-proof` for its help and the docs.
+var Spec = cli.Spec{
+	Name: "gpu-proof", Synopsis: "bench|share|report [flags]",
+	Summary: "the GPU measurements of make gpu-proof: bench, share, report (docs/gpu.md)",
+	About: "The measurements `make gpu-proof` (scripts/gpu-proof.sh) takes on a GPU host, each in its own " +
+		"process, and the report it writes (docs/gpu.md). Without a GPU each measuring subcommand stops at once " +
+		"with the doctor's cause.",
+	Settings: config.Set{Command: "gpu-proof"},
+	Sub:      []cli.Spec{benchSpec, shareSpec, reportSpec},
+}
+
+var (
+	benchSpec = cli.Spec{
+		Name: "gpu-proof bench", Synopsis: "--out FILE [flags]",
+		Summary:  "one model on GPU 0: pairs/s and device memory at batch shapes across lengths, the calibrated memory model against the measured peaks",
+		Settings: config.GPUProof, Flags: func(fs *flag.FlagSet) { new(benchFlags).register(fs) },
+	}
+	shareSpec = cli.Spec{
+		Name: "gpu-proof share", Synopsis: "--in FILE --out FILE [flags]",
+		Summary:  "one scorer of several sharing a GPU: real transcripts through the service's pool, with its OOM retries, refusals and the device's peak",
+		Settings: config.GPUProof, Flags: func(fs *flag.FlagSet) { new(shareFlags).register(fs) },
+	}
+	reportSpec = cli.Spec{
+		Name: "gpu-proof report", Synopsis: "--dir DIR [flags]",
+		Summary:  "the JSON and Markdown report from a results folder (doctor, compare, bench and share files)",
+		Settings: config.Set{Command: "gpu-proof report"}, Flags: func(fs *flag.FlagSet) { new(reportFlags).register(fs) },
+	}
+)
+
 // Command dispatches `scorer gpu-proof <bench|share|report>`.
-func Command(ctx context.Context, e service.Env, args []string) error {
+func Command(ctx context.Context, e cli.Env, args []string) error {
+	if len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+		Spec.Help(e.Stderr)
+		return cli.ErrUsage
+	}
 	if len(args) == 0 {
-		return service.UsageError{Msg: "gpu-proof: want a subcommand: bench, share or report (see docs/gpu.md)"}
+		return cli.UsageError{Msg: "gpu-proof: want a subcommand: bench, share or report (see docs/gpu.md)"}
 	}
 	switch args[0] {
 	case "bench":
@@ -47,7 +82,7 @@ func Command(ctx context.Context, e service.Env, args []string) error {
 	case "report":
 		return reportCommand(e, args[1:])
 	}
-	return service.UsageError{Msg: fmt.Sprintf("gpu-proof: unknown subcommand %q (bench, share or report)", args[0])}
+	return cli.UsageError{Msg: fmt.Sprintf("gpu-proof: unknown subcommand %q (bench, share or report)", args[0])}
 }
 
 // Shape is one measured batch shape.
@@ -177,25 +212,36 @@ func (s modelShape) flopsPerPair(length int) float64 {
 	return f
 }
 
-func benchCommand(ctx context.Context, e service.Env, args []string) error {
-	fs := flag.NewFlagSet("gpu-proof bench", flag.ContinueOnError)
-	fs.SetOutput(e.Stderr)
-	out := fs.String("out", "", "write the JSON result here (required)")
-	lengths := fs.String("lengths", "32,48,64,128,256,512", "pair lengths to measure, in tokens")
-	budgets := fs.String("tokens", "8192,32768,131072", "rows × length budgets per batch; rows = budget / length")
-	maxRows := fs.Int("max-rows", 2048, "cap on rows per batch")
-	seconds := fs.Duration("time", 2*time.Second, "timed runs per shape")
-	cfg, err := service.LoadConfig(e.Getenv, fs, args)
+// benchFlags are `scorer gpu-proof bench`'s own flags.
+type benchFlags struct {
+	out, lengths, budgets string
+	maxRows               int
+	seconds               time.Duration
+}
+
+func (f *benchFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.out, "out", "", "write the JSON result here (required)")
+	fs.StringVar(&f.lengths, "lengths", "32,48,64,128,256,512", "pair lengths to measure, in tokens")
+	fs.StringVar(&f.budgets, "tokens", "8192,32768,131072", "rows × length budgets per batch; rows = budget / length")
+	fs.IntVar(&f.maxRows, "max-rows", 2048, "cap on rows per batch")
+	fs.DurationVar(&f.seconds, "time", 2*time.Second, "timed runs per shape")
+}
+
+func benchCommand(ctx context.Context, e cli.Env, args []string) error {
+	fs := benchSpec.FlagSet(e)
+	var f benchFlags
+	f.register(fs)
+	cfg, err := benchSpec.Load(e, fs, args)
 	if err != nil {
-		return service.UsageOr(err)
+		return err
 	}
-	if *out == "" {
-		return service.UsageError{Msg: "gpu-proof bench: --out is required"}
+	if f.out == "" {
+		return cli.UsageError{Msg: "gpu-proof bench: --out is required"}
 	}
-	lens, err1 := ints(*lengths)
-	toks, err2 := ints(*budgets)
+	lens, err1 := ints(f.lengths)
+	toks, err2 := ints(f.budgets)
 	if err := errors.Join(err1, err2); err != nil {
-		return service.UsageError{Msg: "gpu-proof bench: " + err.Error()}
+		return cli.UsageError{Msg: "gpu-proof bench: " + err.Error()}
 	}
 	guard, err := gpupool.SaveSignals()
 	if err != nil {
@@ -227,8 +273,18 @@ func benchCommand(ctx context.Context, e service.Env, args []string) error {
 	}
 	mem := memReader(probe, d.Index, &b.MemoryReading)
 
+	// The configured sessions and pool, allowed 0.95 of the GPU and no
+	// per-process budget: the shapes probe how far memory goes, not what a
+	// tenant may take.
+	host := config.DetectHost()
+	scfg := cfg.SessionConfig(host)
+	scfg.GPUMemFraction, scfg.GPUMemBudget = 0.95, gpupool.MemLimit{}
+	poolOpts, err := cfg.PoolOptions(host)
+	if err != nil {
+		return err
+	}
 	dev := gpupool.Device{Kind: gpupool.CUDA, Index: d.Index, UUID: d.UUID, Name: d.Name, TotalMemory: d.TotalMemory}
-	eng, err := gpupool.SessionFactory(m, gpupool.SessionConfig{GPUMemFraction: 0.95, GPUMemMargin: gpupool.DefaultGPUMemMargin, TF32: cfg.GPUTF32})(dev)
+	eng, err := gpupool.SessionFactory(m, scfg)(dev)
 	guard.RestoreChanged()
 	if err != nil {
 		return fmt.Errorf("gpu-proof: %w", err)
@@ -253,7 +309,7 @@ func benchCommand(ctx context.Context, e service.Env, args []string) error {
 			continue
 		}
 		for _, t := range toks {
-			rows := max(1, min(*maxRows, t/l))
+			rows := max(1, min(f.maxRows, t/l))
 			if seen[[2]int{rows, l}] {
 				continue
 			}
@@ -262,7 +318,7 @@ func benchCommand(ctx context.Context, e service.Env, args []string) error {
 			if err := s.ReleaseArena(ctx); err != nil {
 				return fmt.Errorf("gpu-proof: %w", err)
 			}
-			sh.PairsPerSecond, sh.MsPerBatch, err = timeShape(ctx, run, rows, l, *seconds)
+			sh.PairsPerSecond, sh.MsPerBatch, err = timeShape(ctx, run, rows, l, f.seconds)
 			guard.RestoreChanged()
 			if err != nil {
 				sh.OOM = errors.Is(err, model.ErrOutOfMemory)
@@ -282,9 +338,9 @@ func benchCommand(ctx context.Context, e service.Env, args []string) error {
 	_ = s.ReleaseArena(ctx)
 
 	// The service's own calibration on the same GPU, against the shapes.
-	pool, err := gpupool.New(ctx, gpupool.SessionFactory(m, gpupool.SessionConfig{GPUMemFraction: 0.95, GPUMemMargin: gpupool.DefaultGPUMemMargin, TF32: cfg.GPUTF32}),
-		gpupool.Mode(gpupool.ModeCUDA), gpupool.WithProbe(probe), gpupool.GPUIDs(d.UUID), gpupool.MemFraction(0.95), gpupool.CPUFallback(false),
-		gpupool.MaxBatchTokens(cfg.MaxBatchTokens), gpupool.Calibrate(gpupool.Calibration{MaxLen: m.MaxLength}))
+	pool, err := gpupool.New(ctx, gpupool.SessionFactory(m, scfg), append(poolOpts,
+		gpupool.Mode(gpupool.ModeCUDA), gpupool.WithProbe(probe), gpupool.GPUIDs(d.UUID), gpupool.MemFraction(0.95), gpupool.GPUMemLimit(gpupool.MemLimit{}),
+		gpupool.CPUFallback(false), gpupool.Calibrate(gpupool.Calibration{MaxLen: m.MaxLength}))...)
 	guard.RestoreChanged()
 	if err != nil {
 		b.Calibrated.Error = err.Error()
@@ -302,17 +358,17 @@ func benchCommand(ctx context.Context, e service.Env, args []string) error {
 		}
 	}
 	_ = s.Close()
-	return writeJSON(*out, b)
+	return writeJSON(f.out, b)
 }
 
 // open starts ONNX Runtime, loads the configured model and opens NVML;
 // closeAll undoes all three.
-func open(ctx context.Context, cfg service.Config) (*model.Model, gpupool.Probe, func(), error) {
-	shutdown, err := service.InitORT(cfg.ORTLib)
+func open(ctx context.Context, cfg config.Config) (*model.Model, gpupool.Probe, func(), error) {
+	shutdown, err := scoring.InitORT(cfg.ORTLib)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	m, err := service.LoadModel(cfg)
+	m, err := scoring.LoadModel(cfg)
 	if err != nil {
 		shutdown()
 		return nil, nil, nil, err

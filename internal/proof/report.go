@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/compare"
 	"github.com/scorer/scorer/internal/doctor"
-	"github.com/scorer/scorer/internal/service"
 )
 
 // Target is the issue's aim for deberta-v3-large in fp16 on one H100 with
@@ -40,32 +40,39 @@ type Parity struct {
 	compare.Report
 }
 
-func reportCommand(e service.Env, args []string) error {
-	fs := flag.NewFlagSet("gpu-proof report", flag.ContinueOnError)
-	fs.SetOutput(e.Stderr)
-	dir := fs.String("dir", "", "results folder: doctor.json, compare-*.json, bench-*.json, share-*.json (required)")
-	outJSON := fs.String("json", "", "report JSON (default DIR/gpu-proof.json)")
-	outMD := fs.String("md", "", "report Markdown (default DIR/gpu-proof.md)")
-	if err := fs.Parse(args); err != nil {
-		return service.UsageOr(err)
+// reportFlags are `scorer gpu-proof report`'s flags.
+type reportFlags struct{ dir, outJSON, outMD string }
+
+func (f *reportFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.dir, "dir", "", "results folder: doctor.json, compare-*.json, bench-*.json, share-*.json (required)")
+	fs.StringVar(&f.outJSON, "json", "", "report JSON (default DIR/gpu-proof.json)")
+	fs.StringVar(&f.outMD, "md", "", "report Markdown (default DIR/gpu-proof.md)")
+}
+
+func reportCommand(e cli.Env, args []string) error {
+	fs := reportSpec.FlagSet(e)
+	var f reportFlags
+	f.register(fs)
+	if err := reportSpec.Parse(fs, args); err != nil {
+		return err
 	}
-	if *dir == "" {
-		return service.UsageError{Msg: "gpu-proof report: --dir is required"}
+	if f.dir == "" {
+		return cli.UsageError{Msg: "gpu-proof report: --dir is required"}
 	}
-	r, err := Collect(*dir)
+	r, err := Collect(f.dir)
 	if err != nil {
 		return err
 	}
-	if *outJSON == "" {
-		*outJSON = filepath.Join(*dir, "gpu-proof.json")
+	if f.outJSON == "" {
+		f.outJSON = filepath.Join(f.dir, "gpu-proof.json")
 	}
-	if *outMD == "" {
-		*outMD = filepath.Join(*dir, "gpu-proof.md")
+	if f.outMD == "" {
+		f.outMD = filepath.Join(f.dir, "gpu-proof.md")
 	}
-	if err := writeJSON(*outJSON, r); err != nil {
+	if err := writeJSON(f.outJSON, r); err != nil {
 		return err
 	}
-	if err := os.WriteFile(*outMD, []byte(r.Markdown()), 0o644); err != nil {
+	if err := os.WriteFile(f.outMD, []byte(r.Markdown()), 0o644); err != nil {
 		return fmt.Errorf("gpu-proof: %w", err)
 	}
 	fmt.Fprint(e.Stdout, r.Markdown())

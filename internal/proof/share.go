@@ -11,11 +11,10 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/compare"
-	"github.com/scorer/scorer/internal/service"
+	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
-	"github.com/scorer/scorer/schema"
 )
 
 // Share is one scorer's run while another shares its GPU.
@@ -44,26 +43,36 @@ type Share struct {
 // (DEVICE, GPU_MEM_LIMIT, MAX_BATCH_TOKENS… as configured) and records what
 // shows whether it coexisted with another scorer: OOM retries, admission
 // refusals, CPU fallbacks, and the device's peak.
-func shareCommand(ctx context.Context, e service.Env, args []string) error {
-	fs := flag.NewFlagSet("gpu-proof share", flag.ContinueOnError)
-	fs.SetOutput(e.Stderr)
-	out := fs.String("out", "", "write the JSON result here (required)")
-	in := fs.String("in", "", "TranscriptEvent JSONL (required)")
-	limit := fs.Int("limit", 50, "transcripts to score")
-	name := fs.String("name", "scorer", "this scorer's name in the report")
-	cfg, err := service.LoadConfig(e.Getenv, fs, args)
+// shareFlags are `scorer gpu-proof share`'s own flags.
+type shareFlags struct {
+	out, in, name string
+	limit         int
+}
+
+func (f *shareFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.out, "out", "", "write the JSON result here (required)")
+	fs.StringVar(&f.in, "in", "", "TranscriptEvent JSONL (required)")
+	fs.IntVar(&f.limit, "limit", 50, "transcripts to score")
+	fs.StringVar(&f.name, "name", "scorer", "this scorer's name in the report")
+}
+
+func shareCommand(ctx context.Context, e cli.Env, args []string) error {
+	fs := shareSpec.FlagSet(e)
+	var f shareFlags
+	f.register(fs)
+	cfg, err := shareSpec.Load(e, fs, args)
 	if err != nil {
-		return service.UsageOr(err)
+		return err
 	}
-	if *out == "" || *in == "" {
-		return service.UsageError{Msg: "gpu-proof share: --out and --in are required"}
+	if f.out == "" || f.in == "" {
+		return cli.UsageError{Msg: "gpu-proof share: --out and --in are required"}
 	}
-	f, err := os.Open(*in)
+	file, err := os.Open(f.in)
 	if err != nil {
 		return fmt.Errorf("gpu-proof: %w", err)
 	}
-	events, err := compare.ReadEvents(f, schema.DefaultLimits(), *limit)
-	f.Close()
+	events, err := compare.ReadEvents(file, cfg.Limits(), f.limit)
+	file.Close()
 	if err != nil {
 		return err
 	}
@@ -72,7 +81,7 @@ func shareCommand(ctx context.Context, e service.Env, args []string) error {
 		return err
 	}
 	defer closeAll()
-	res := Share{Name: *name, Model: m.Name + " " + m.SHA256[:12], GPUMemLimit: cfg.GPUMemLimit, Transcripts: len(events)}
+	res := Share{Name: f.name, Model: m.Name + " " + m.SHA256[:12], GPUMemLimit: cfg.GPUMemLimit, Transcripts: len(events)}
 	// Device-wide peak, polled: it is the neighbour's and ours together.
 	var peak atomic.Uint64
 	stop := make(chan struct{})
@@ -93,16 +102,15 @@ func shareCommand(ctx context.Context, e service.Env, args []string) error {
 			}
 		}
 	})
-	log := zerolog.New(e.Stderr).With().Timestamp().Str("scorer", *name).Logger().Level(zerolog.WarnLevel)
-	pool, closePool, err := service.NewPool(ctx, cfg, m, log, nil, gpupool.SessionFactory(m, service.SessionConfig(cfg)))
+	log := zerolog.New(e.Stderr).With().Timestamp().Str("scorer", f.name).Logger().Level(zerolog.WarnLevel)
+	pool, closePool, err := scoring.NewPool(ctx, cfg, m, log, nil, nil)
 	if err != nil {
 		close(stop)
 		wg.Wait()
 		return err
 	}
 	defer closePool()
-	lc := model.LabelConfig{Template: cfg.HypothesisTemplate, Labels: cfg.Labels, Threshold: cfg.Threshold}
-	ts, err := model.NewTranscriptScorer(m, lc, pool)
+	ts, err := model.NewTranscriptScorer(m, cfg.LabelConfig(), pool)
 	if err != nil {
 		return err
 	}
@@ -123,7 +131,7 @@ func shareCommand(ctx context.Context, e service.Env, args []string) error {
 	}
 	res.Padding = st.PaddingEfficiency()
 	res.DevicePeakUsed = peak.Load()
-	if werr := writeJSON(*out, res); werr != nil {
+	if werr := writeJSON(f.out, res); werr != nil {
 		return werr
 	}
 	if err != nil {

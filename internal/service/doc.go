@@ -1,9 +1,12 @@
-// Package service is `scorer run`'s wiring, top to bottom: configuration
-// (config.go) → model and pool (stack.go) → Kafka consumer and producer
-// (run.go, kafkaconn.go) → HTTP health and metrics (server.go, liveness.go).
-// It also holds what the other subcommands share with the service: the
-// process environment (Env), usage errors, the logger, and the development
-// helpers `scorer run` itself starts (the in-memory broker, the demo
-// loader, `scorer produce`). The benchmark harness and the offline scorer
-// import this package; it imports neither.
+// Package service is `scorer run`, the streaming scorer, and nothing else:
+// Command starts one component per step in dependency order (steps.go:
+// HTTP health and metrics, the in-memory broker when asked, the Kafka
+// topics, the scoring stack, producer, consumer, the demo), each step
+// registering its closer, then serves until the signal and closes them in
+// reverse under SHUTDOWN_TIMEOUT (run.go). server.go and liveness.go are
+// /readyz and /healthz, topics.go sizes the topics from the input limits.
+// What the other subcommands share lives in internal/cli (the kit),
+// internal/config (the settings), internal/scoring (the scoring stack) and
+// internal/broker and internal/produce (the development Kafka tools); no
+// package imports this one but the binary's main.
 package service

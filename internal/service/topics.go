@@ -7,8 +7,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/producer"
-	"github.com/scorer/scorer/schema"
 )
 
 // topicPlan is what `scorer run` needs of its topics: the specs to create
@@ -27,7 +27,7 @@ type topicPlan struct {
 // the scorer creates gets a max.message.bytes that fits its largest record
 // (the input topic: the largest record the scorer accepts). rf is the
 // replication factor of created topics.
-func planTopics(cfg Config, pc producer.Config, rf int) (topicPlan, error) {
+func planTopics(cfg config.Config, pc producer.Config, rf int) (topicPlan, error) {
 	p := topicPlan{shape: producer.OutputShape{Limits: cfg.Limits(), Labels: cfg.Labels, Template: cfg.HypothesisTemplate,
 		ScoreMode: cfg.ScoreMode, SourceTopic: cfg.InputTopic}}
 	if err := pc.Validate(); err != nil {
@@ -62,7 +62,7 @@ func planTopics(cfg Config, pc producer.Config, rf int) (topicPlan, error) {
 // sides and both remedies, since otherwise the largest transcripts would
 // be dead-lettered as output_too_large. A DLQ topic too small only costs
 // the largest dead letters their value, which is logged.
-func checkTopicLimits(cfg Config, pc producer.Config, p topicPlan, limits map[string]int64, log zerolog.Logger) error {
+func checkTopicLimits(cfg config.Config, pc producer.Config, p topicPlan, limits map[string]int64, log zerolog.Logger) error {
 	var errs []string
 	if have := limits[cfg.OutputTopic]; pc.RecordLimit(have) < p.result {
 		msg := fmt.Sprintf("KAFKA_OUTPUT_TOPIC %s has max.message.bytes %d, but a transcript within MAX_MESSAGE_BYTES=%d and MAX_SENTENCES=%d scores, with %d labels in OUTPUT_FORMAT=%s, to a record of up to %s, which needs max.message.bytes >= %d: raise the topic's max.message.bytes to that (kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config max.message.bytes=%d), or lower MAX_MESSAGE_BYTES",
@@ -97,7 +97,7 @@ func checkTopicLimits(cfg Config, pc producer.Config, p topicPlan, limits map[st
 
 // fittingMessageBytes is the largest MAX_MESSAGE_BYTES whose largest result
 // fits a record limit at cfg's other settings; 0 when none does.
-func fittingMessageBytes(cfg Config, pc producer.Config, shape producer.OutputShape, limit int64) int {
+func fittingMessageBytes(cfg config.Config, pc producer.Config, shape producer.OutputShape, limit int64) int {
 	fits := func(m int) bool {
 		shape.Limits.MaxMessageBytes = m
 		n, err := pc.MaxResultBytes(shape)
@@ -115,14 +115,4 @@ func fittingMessageBytes(cfg Config, pc producer.Config, shape producer.OutputSh
 		return lo
 	}
 	return 0
-}
-
-// Limits is the input limits of Config as schema.Limits, the one place
-// they are built (the scorer's decoder and the topic sizes use them).
-func (c *Config) Limits() schema.Limits {
-	l := schema.DefaultLimits()
-	l.MaxMessageBytes = c.MaxMessageBytes
-	l.MaxSentences = c.MaxSentences
-	l.MaxSentenceBytes = c.MaxSentenceBytes
-	return l
 }

@@ -1,4 +1,4 @@
-package service
+package produce
 
 import (
 	"bufio"
@@ -18,6 +18,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -26,10 +28,19 @@ import (
 type demoOptions struct {
 	file  string
 	limit int
-	cfg   Config
-	sec   KafkaSecurity
+	cfg   config.Config
+	sec   config.KafkaSecurity
 	out   io.Writer
-	stack *ScoringStack
+	stack *scoring.Stack
+}
+
+// RunDemo is `scorer run --demo-file`: it loads up to limit transcripts of
+// file (0 = all) into cfg's input topic, follows the output topic until
+// every record is handled (scored or dead-lettered) and prints a summary
+// to out. It logs its own failure; run it in its own goroutine, ended by
+// ctx.
+func RunDemo(ctx context.Context, file string, limit int, cfg config.Config, sec config.KafkaSecurity, out io.Writer, stack *scoring.Stack, log zerolog.Logger) {
+	runDemo(ctx, demoOptions{file: file, limit: limit, cfg: cfg, sec: sec, out: out, stack: stack}, log)
 }
 
 func runDemo(ctx context.Context, o demoOptions, log zerolog.Logger) {
@@ -264,7 +275,7 @@ func (s *demoSummary) add(st *schema.ScoredTranscript) {
 	}
 }
 
-func (s *demoSummary) print(w io.Writer, elapsed time.Duration, broker string, stack *ScoringStack) {
+func (s *demoSummary) print(w io.Writer, elapsed time.Duration, broker string, stack *scoring.Stack) {
 	fmt.Fprintf(w, "\n=== scorer demo summary ===\n")
 	fmt.Fprintf(w, "model        %s (sha256 %s…)\n", stack.Model.Name, stack.Model.SHA256[:12])
 	if note, ok := standInNote(stack.Model.Dir); ok {

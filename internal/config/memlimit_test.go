@@ -1,10 +1,12 @@
-package service
+package config
 
 import (
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/scorer/scorer/gpupool"
 )
 
 // fakeRoot writes files (path relative to root → content) into a temp dir.
@@ -65,20 +67,24 @@ func TestDetectMemoryLimit(t *testing.T) {
 	}
 }
 
+func cpuMemory(c Config, h Host) (*gpupool.CPUMemoryConfig, MemoryLimit, error) {
+	return c.CPUMemory(h)
+}
+
 // TestCPUMemoryConfig checks how CPU_MEM_LIMIT and CPU_MAX_BATCH_BYTES
 // become the pool's budget: the reserve counts the score cache, in-flight
 // input and a tenth of the limit.
 func TestCPUMemoryConfig(t *testing.T) {
-	detect := func() MemoryLimit { return MemoryLimit{8 << 30, "cgroup v2 memory.max"} }
+	host := Host{Cores: 2, Memory: MemoryLimit{8 << 30, "cgroup v2 memory.max"}}
 	base := func(set func(*Config)) Config {
-		c, err := ConfigFromEnv(func(string) string { return "" })
+		c, err := FromEnv(func(string) string { return "" })
 		if err != nil {
 			t.Fatal(err)
 		}
 		set(&c)
 		return c
 	}
-	c, lim, err := CPUMemory(base(func(*Config) {}), detect)
+	c, lim, err := cpuMemory(base(func(*Config) {}), host)
 	if err != nil || c == nil || lim.Source != "cgroup v2 memory.max" || c.Limit != 8<<30 || c.BatchBytes != 0 || c.RefLen != 128 {
 		t.Fatalf("defaults: %+v %+v %v", c, lim, err)
 	}
@@ -86,13 +92,13 @@ func TestCPUMemoryConfig(t *testing.T) {
 	if c.Reserve != want {
 		t.Errorf("reserve %d, want cache + 2 × in-flight input + limit/10 = %d", c.Reserve, want)
 	}
-	if c, _, err := CPUMemory(base(func(c *Config) { c.CPUMemLimit = "0.5" }), detect); err != nil || c.Limit != 4<<30 {
+	if c, _, err := cpuMemory(base(func(c *Config) { c.CPUMemLimit = "0.5" }), host); err != nil || c.Limit != 4<<30 {
 		t.Errorf("fraction: %+v %v", c, err)
 	}
-	if c, _, err := CPUMemory(base(func(c *Config) { c.CPUMemLimit = "0"; c.CPUMaxBatchBytes = "512MiB" }), detect); err != nil || c.Limit != 0 || c.Reserve != 0 || c.BatchBytes != 512<<20 {
+	if c, _, err := cpuMemory(base(func(c *Config) { c.CPUMemLimit = "0"; c.CPUMaxBatchBytes = "512MiB" }), host); err != nil || c.Limit != 0 || c.Reserve != 0 || c.BatchBytes != 512<<20 {
 		t.Errorf("no limit, explicit batch bytes: %+v %v", c, err)
 	}
-	if c, _, err := CPUMemory(base(func(c *Config) { c.CPUMaxBatchBytes = "off" }), detect); err != nil || c != nil {
+	if c, _, err := cpuMemory(base(func(c *Config) { c.CPUMaxBatchBytes = "off" }), host); err != nil || c != nil {
 		t.Errorf("off: %+v %v", c, err)
 	}
 	userCache, err := os.UserCacheDir()
@@ -105,7 +111,7 @@ func TestCPUMemoryConfig(t *testing.T) {
 		"OFF":               "",
 		"/var/cache/scorer": "/var/cache/scorer",
 	} {
-		if c, _, err := CPUMemory(base(func(c *Config) { c.CPUCalibrationCache = setting }), detect); err != nil || c.CacheDir != dir {
+		if c, _, err := cpuMemory(base(func(c *Config) { c.CPUCalibrationCache = setting }), host); err != nil || c.CacheDir != dir {
 			t.Errorf("CPU_CALIBRATION_CACHE=%s: cache dir %q, %v; want %q", setting, c.CacheDir, err, dir)
 		}
 	}
@@ -114,7 +120,7 @@ func TestCPUMemoryConfig(t *testing.T) {
 		func(c *Config) { c.CPUMaxBatchBytes = "0.5" },
 		func(c *Config) { c.CPUMemLimit = "100MiB" }, // below the score cache alone
 	} {
-		if _, _, err := CPUMemory(base(bad), detect); err == nil || !strings.Contains(err.Error(), "CPU_M") {
+		if _, _, err := cpuMemory(base(bad), host); err == nil || !strings.Contains(err.Error(), "CPU_M") {
 			t.Errorf("bad setting accepted or unclear: %v", err)
 		}
 	}

@@ -1,4 +1,4 @@
-package service
+package produce
 
 import (
 	"os"

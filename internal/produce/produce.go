@@ -1,4 +1,4 @@
-package service
+package produce
 
 import (
 	"bufio"
@@ -12,48 +12,65 @@ import (
 	"os"
 	"time"
 
+	"github.com/scorer/scorer/internal/cli"
+	"github.com/scorer/scorer/internal/config"
 	"github.com/segmentio/kafka-go"
 )
 
-// RunProduce is `scorer produce`: load a TranscriptEvent JSONL file into a
-// topic, over TLS and SASL when the KAFKA_TLS* and KAFKA_SASL* variables
-// say so.
-func RunProduce(ctx context.Context, e Env, args []string) error {
-	fs := flag.NewFlagSet("produce", flag.ContinueOnError)
-	fs.SetOutput(e.Stderr)
-	brokers := fs.String("brokers", e.Getenv("KAFKA_BROKERS"), "comma-separated brokers (env KAFKA_BROKERS)")
-	topic := fs.String("topic", envOr(e.Getenv, "KAFKA_INPUT_TOPIC", "transcripts"), "topic (env KAFKA_INPUT_TOPIC)")
-	file := fs.String("file", "-", "TranscriptEvent JSONL file; - = stdin")
-	limit := fs.Int("limit", 0, "produce at most this many lines; 0 = all")
-	rate := fs.Float64("rate", 0, "records per second; 0 = as fast as the broker takes them")
-	if err := fs.Parse(args); err != nil {
-		return ErrUsage
+// Spec is `scorer produce` for its help and the docs.
+var Spec = cli.Spec{
+	Name: "produce", Synopsis: "--brokers ADDR --file FILE [flags]",
+	Summary: "load a TranscriptEvent JSONL file into a topic, keyed by call_id",
+	About: "Load a TranscriptEvent JSONL file into a topic, one record per line, keyed by call_id, unvalidated " +
+		"(the scorer decides what is bad input). It connects as `scorer run` does: the Kafka client and security " +
+		"settings below (TLS, SASL) are the service's.",
+	Settings: config.Produce,
+	Flags:    func(fs *flag.FlagSet) { new(produceFlags).register(fs, func(string) string { return "" }) },
+}
+
+// produceFlags are `scorer produce`'s own flags; --brokers and --topic
+// default to the service's KAFKA_BROKERS and KAFKA_INPUT_TOPIC.
+type produceFlags struct {
+	brokers, topic, file string
+	limit                int
+	rate                 float64
+}
+
+func (f *produceFlags) register(fs *flag.FlagSet, getenv func(string) string) {
+	fs.StringVar(&f.brokers, "brokers", getenv("KAFKA_BROKERS"), "comma-separated brokers (env KAFKA_BROKERS)")
+	fs.StringVar(&f.topic, "topic", envOr(getenv, "KAFKA_INPUT_TOPIC", "transcripts"), "topic (env KAFKA_INPUT_TOPIC)")
+	fs.StringVar(&f.file, "file", "-", "TranscriptEvent JSONL file; - = stdin")
+	fs.IntVar(&f.limit, "limit", 0, "produce at most this many lines; 0 = all")
+	fs.Float64Var(&f.rate, "rate", 0, "records per second; 0 = as fast as the broker takes them")
+}
+
+// Command is `scorer produce`: load a TranscriptEvent JSONL file into a
+// topic, over TLS and SASL when the KAFKA_TLS* and KAFKA_SASL* settings say
+// so, as `scorer run` would connect.
+func Command(ctx context.Context, e cli.Env, args []string) error {
+	fs := Spec.FlagSet(e)
+	var f produceFlags
+	f.register(fs, e.Getenv)
+	cfg, err := Spec.Load(e, fs, args)
+	if err != nil {
+		return err
 	}
-	if *brokers == "" {
+	if f.brokers == "" {
 		return errors.New("produce: --brokers (or KAFKA_BROKERS) is required")
 	}
-	// TLS and SASL come from the same KAFKA_TLS* and KAFKA_SASL* variables
-	// as `scorer run`, so a secured cluster is loaded with the scorer's env.
-	cfg, err := ConfigFromEnv(e.Getenv)
+	sec, err := config.NewKafkaSecurity(&cfg)
 	if err != nil {
 		return fmt.Errorf("produce: %w", err)
 	}
-	if err := errors.Join(cfg.kafkaSecurityErrors()...); err != nil {
-		return fmt.Errorf("produce: config: %w", err)
-	}
-	sec, err := NewKafkaSecurity(&cfg)
-	if err != nil {
-		return fmt.Errorf("produce: %w", err)
-	}
-	in, _, closeIn, err := OpenInput(*file, e.Stdin)
+	in, _, closeIn, err := OpenInput(f.file, e.Stdin)
 	if err != nil {
 		return fmt.Errorf("produce: %w", err)
 	}
 	defer closeIn()
-	w := NewInputWriter(SplitList(*brokers, ","), *topic, sec.Transport(cfg.ClientID+"-produce"))
+	w := NewInputWriter(config.SplitList(f.brokers, ","), f.topic, sec.Transport(cfg.ClientID+"-produce"))
 	defer w.Close()
-	n, err := ProduceLines(ctx, w, in, *limit, *rate)
-	fmt.Fprintf(e.Stdout, "produced %d records to %s\n", n, *topic)
+	n, err := ProduceLines(ctx, w, in, f.limit, f.rate)
+	fmt.Fprintf(e.Stdout, "produced %d records to %s\n", n, f.topic)
 	return err
 }
 

@@ -1,4 +1,4 @@
-package service
+package config
 
 import (
 	"bufio"
@@ -118,8 +118,9 @@ func physicalMemory(meminfo string) uint64 {
 const cpuBatchRefLen = 128
 
 // CPUMemory is the CPU memory budget the pool plans batches against
-// (gpupool.CPUMemoryConfig), from CPU_MEM_LIMIT and CPU_MAX_BATCH_BYTES;
-// nil when CPU_MAX_BATCH_BYTES=off. limit says where the limit came from.
+// (gpupool.CPUMemoryConfig), from CPU_MEM_LIMIT and CPU_MAX_BATCH_BYTES
+// over h's memory; nil when CPU_MAX_BATCH_BYTES=off. The MemoryLimit says
+// where the limit came from.
 //
 // The budget: CPU_MEM_LIMIT (auto: the container's cgroup limit, else
 // physical memory) less a reserve for what the process holds besides the
@@ -130,52 +131,52 @@ const cpuBatchRefLen = 128
 // CPU workers; and no batch above CPU_MAX_BATCH_BYTES (auto: what
 // CPU_MAX_BATCH_ROWS pairs of 128 tokens need on this model). The measured
 // cost is kept in CPU_CALIBRATION_CACHE (gpupool.CPUMemoryConfig.CacheDir).
-func CPUMemory(cfg Config, detect func() MemoryLimit) (*gpupool.CPUMemoryConfig, MemoryLimit, error) {
-	batch := strings.TrimSpace(strings.ToLower(cfg.CPUMaxBatchBytes))
+func (c *Config) CPUMemory(h Host) (*gpupool.CPUMemoryConfig, MemoryLimit, error) {
+	batch := strings.TrimSpace(strings.ToLower(c.CPUMaxBatchBytes))
 	if batch == "off" {
 		return nil, MemoryLimit{}, nil
 	}
-	c := &gpupool.CPUMemoryConfig{RefLen: cpuBatchRefLen}
+	m := &gpupool.CPUMemoryConfig{RefLen: cpuBatchRefLen}
 	if batch != "auto" && batch != "" {
 		b, err := gpupool.ParseMemLimit(batch)
 		if err != nil || b.Fraction > 0 || b.Bytes == 0 {
-			return nil, MemoryLimit{}, fmt.Errorf("CPU_MAX_BATCH_BYTES %q: want auto, off or bytes (512MiB)", cfg.CPUMaxBatchBytes)
+			return nil, MemoryLimit{}, fmt.Errorf("CPU_MAX_BATCH_BYTES %q: want auto, off or bytes (512MiB)", c.CPUMaxBatchBytes)
 		}
-		c.BatchBytes = b.Bytes
+		m.BatchBytes = b.Bytes
 	}
 	lim := MemoryLimit{}
-	switch s := strings.TrimSpace(strings.ToLower(cfg.CPUMemLimit)); s {
+	switch s := strings.TrimSpace(strings.ToLower(c.CPUMemLimit)); s {
 	case "auto", "":
-		lim = detect()
+		lim = h.Memory
 	case "0":
 	default:
 		l, err := gpupool.ParseMemLimit(s)
 		if err != nil {
-			return nil, MemoryLimit{}, fmt.Errorf("CPU_MEM_LIMIT %q: want auto, 0, bytes (6GiB) or a fraction of auto (0.8)", cfg.CPUMemLimit)
+			return nil, MemoryLimit{}, fmt.Errorf("CPU_MEM_LIMIT %q: want auto, 0, bytes (6GiB) or a fraction of auto (0.8)", c.CPUMemLimit)
 		}
 		if l.Bytes > 0 {
 			lim = MemoryLimit{Bytes: l.Bytes, Source: "CPU_MEM_LIMIT"}
 		} else {
-			auto := detect()
+			auto := h.Memory
 			lim = MemoryLimit{Bytes: l.Of(auto.Bytes), Source: fmt.Sprintf("CPU_MEM_LIMIT %s of %s", s, auto.Source)}
 		}
 	}
-	switch d := strings.TrimSpace(cfg.CPUCalibrationCache); strings.ToLower(d) {
+	switch d := strings.TrimSpace(c.CPUCalibrationCache); strings.ToLower(d) {
 	case "off":
 	case "auto", "":
 		// No cache directory (no HOME): measure at every start.
 		if base, err := os.UserCacheDir(); err == nil {
-			c.CacheDir = filepath.Join(base, "scorer", "cpu-calibration")
+			m.CacheDir = filepath.Join(base, "scorer", "cpu-calibration")
 		}
 	default:
-		c.CacheDir = d
+		m.CacheDir = d
 	}
-	c.Limit = lim.Bytes
-	if c.Limit > 0 {
-		c.Reserve = uint64(max(cfg.ScoreCacheBytes, 0)) + 2*uint64(max(cfg.MaxInflightBatches, 0)*max(cfg.BatchMaxBytes, 0)) + c.Limit/10
-		if c.Reserve >= c.Limit {
-			return nil, lim, fmt.Errorf("CPU_MEM_LIMIT %d bytes (%s) is below what the process sets aside besides the model (%d: SCORE_CACHE_BYTES, in-flight input, a tenth for the heap)", c.Limit, lim.Source, c.Reserve)
+	m.Limit = lim.Bytes
+	if m.Limit > 0 {
+		m.Reserve = uint64(max(c.ScoreCacheBytes, 0)) + 2*uint64(max(c.MaxInflightBatches, 0)*max(c.BatchMaxBytes, 0)) + m.Limit/10
+		if m.Reserve >= m.Limit {
+			return nil, lim, fmt.Errorf("CPU_MEM_LIMIT %d bytes (%s) is below what the process sets aside besides the model (%d: SCORE_CACHE_BYTES, in-flight input, a tenth for the heap)", m.Limit, lim.Source, m.Reserve)
 		}
 	}
-	return c, lim, nil
+	return m, lim, nil
 }

@@ -1,4 +1,4 @@
-package service
+package broker
 
 import (
 	"context"
@@ -10,13 +10,15 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/scorer/scorer/internal/cli"
+	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/producer"
 )
 
-// BrokerOptions describes an in-memory Kafka-protocol broker (franz-go's
+// Options describes an in-memory Kafka-protocol broker (franz-go's
 // kfake): real Kafka wire protocol, consumer groups and offsets, no
 // durability unless DataDir is set.
-type BrokerOptions struct {
+type Options struct {
 	Addr       string // host:port to listen on; port 0 picks a free one
 	Partitions int
 	// Topics are created at start, with max.message.bytes set to
@@ -30,8 +32,8 @@ type BrokerOptions struct {
 	MaxMessageBytes int
 }
 
-// StartBroker starts the broker and returns it with its listen address.
-func StartBroker(o BrokerOptions) (*kfake.Cluster, string, error) {
+// Start starts the broker and returns it with its listen address.
+func Start(o Options) (*kfake.Cluster, string, error) {
 	host, portStr, err := net.SplitHostPort(o.Addr)
 	if err != nil {
 		return nil, "", fmt.Errorf("broker: address %q: %w", o.Addr, err)
@@ -82,25 +84,46 @@ func StartBroker(o BrokerOptions) (*kfake.Cluster, string, error) {
 	return c, addrs[0], nil
 }
 
-// RunBroker is `scorer broker`: an in-memory Kafka-protocol broker (not
+// Spec is `scorer broker` for its help and the docs.
+var Spec = cli.Spec{
+	Name: "broker", Synopsis: "[--addr 127.0.0.1:9092] [flags]",
+	Summary: "run an in-memory Kafka-protocol broker (not durable) for development and tests",
+	About: "An in-memory Kafka-protocol broker (franz-go's kfake): the real wire protocol, consumer groups and " +
+		"offsets, nothing durable unless --data-dir is set. It prints \"broker listening on ADDR\" on stdout once " +
+		"it listens and serves until SIGINT/SIGTERM. For development, tests and crash drills; reads no settings.",
+	Settings: config.Broker,
+	Flags:    func(fs *flag.FlagSet) { new(brokerFlags).register(fs) },
+}
+
+// brokerFlags are `scorer broker`'s flags.
+type brokerFlags struct {
+	addr, topics, dataDir, logLevel string
+	partitions, maxMessage          int
+}
+
+func (f *brokerFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.addr, "addr", "127.0.0.1:9092", "listen address (port 0 = any free port)")
+	fs.IntVar(&f.partitions, "partitions", 6, "partitions of the topics it creates, at start and on first use")
+	fs.StringVar(&f.topics, "topics", "transcripts,transcripts.scored,transcripts.dlq", "comma-separated topics to create at start (others are created on first use)")
+	fs.StringVar(&f.dataDir, "data-dir", "", "persist the log to this folder (kept across restarts); empty = memory only")
+	fs.IntVar(&f.maxMessage, "max-message-bytes", 128<<20, "the broker's message.max.bytes, and max.message.bytes of the --topics it creates (the scorer needs about 71 MB on its output topic at its default limits)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "least level logged: debug, info, warn or error")
+}
+
+// Command is `scorer broker`: an in-memory Kafka-protocol broker (not
 // durable) that serves until ctx is cancelled, for development and tests.
-func RunBroker(ctx context.Context, e Env, args []string) error {
-	fs := flag.NewFlagSet("broker", flag.ContinueOnError)
-	fs.SetOutput(e.Stderr)
-	addr := fs.String("addr", "127.0.0.1:9092", "listen address (port 0 = any free port)")
-	partitions := fs.Int("partitions", 6, "partitions of the seeded and auto-created topics")
-	topics := fs.String("topics", "transcripts,transcripts.scored,transcripts.dlq", "comma-separated topics to create at start")
-	dataDir := fs.String("data-dir", "", "persist the log to this folder (kept across restarts); empty = memory only")
-	maxMessage := fs.Int("max-message-bytes", 128<<20, "the broker's message.max.bytes, and max.message.bytes of the --topics it creates (the scorer needs about 71 MB on its output topic at its default limits)")
-	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
-		return ErrUsage
+func Command(ctx context.Context, e cli.Env, args []string) error {
+	fs := Spec.FlagSet(e)
+	var f brokerFlags
+	f.register(fs)
+	if err := Spec.Parse(fs, args); err != nil {
+		return err
 	}
-	log, err := NewLogger(e.Stderr, *logLevel, "auto")
+	log, err := cli.NewLogger(e.Stderr, f.logLevel, "auto")
 	if err != nil {
 		return err
 	}
-	c, listen, err := StartBroker(BrokerOptions{Addr: *addr, Partitions: *partitions, Topics: SplitList(*topics, ","), DataDir: *dataDir, MaxMessageBytes: *maxMessage})
+	c, listen, err := Start(Options{Addr: f.addr, Partitions: f.partitions, Topics: config.SplitList(f.topics, ","), DataDir: f.dataDir, MaxMessageBytes: f.maxMessage})
 	if err != nil {
 		return err
 	}
@@ -108,11 +131,11 @@ func RunBroker(ctx context.Context, e Env, args []string) error {
 	// One plain line on stdout, for scripts and tests to read the address.
 	fmt.Fprintf(e.Stdout, "broker listening on %s\n", listen)
 	durability := "in memory only: data is lost when this process exits"
-	if *dataDir != "" {
-		durability = "persisted to " + *dataDir
+	if f.dataDir != "" {
+		durability = "persisted to " + f.dataDir
 	}
-	log.Info().Str("addr", listen).Str("topics", strings.Join(SplitList(*topics, ","), ",")).
-		Int("partitions", *partitions).Str("durability", durability).
+	log.Info().Str("addr", listen).Str("topics", strings.Join(config.SplitList(f.topics, ","), ",")).
+		Int("partitions", f.partitions).Str("durability", durability).
 		Msgf("in-memory Kafka broker ready; try: kcat -b %s -L", listen)
 	<-ctx.Done()
 	log.Info().Msg("broker stopping")

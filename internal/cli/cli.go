@@ -1,9 +1,12 @@
-package service
+package cli
 
 import (
 	"errors"
 	"flag"
 	"io"
+	"runtime/debug"
+
+	"github.com/scorer/scorer/internal/config"
 )
 
 // ErrUsage marks errors already reported as usage text: the binary's main
@@ -29,10 +32,12 @@ type Env struct {
 	Stderr io.Writer
 }
 
-// UsageOr maps flag parsing errors (already printed by the flag package) to
-// ErrUsage and passes other errors through.
+// UsageOr maps flag parsing errors, which the flag package has printed
+// with the usage already (-h included), to ErrUsage and passes other
+// errors through.
 func UsageOr(err error) error {
-	if errors.Is(err, flag.ErrHelp) {
+	var fe config.FlagError
+	if errors.Is(err, flag.ErrHelp) || errors.As(err, &fe) {
 		return ErrUsage
 	}
 	return err
@@ -51,4 +56,19 @@ func ExitCode(err error) int {
 		return 130
 	}
 	return 1
+}
+
+// Version is the VCS revision (12 hex digits) or module version the binary
+// was built from; "unknown" without build information.
+func Version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			return s.Value[:12]
+		}
+	}
+	return bi.Main.Version
 }

@@ -1,4 +1,4 @@
-package service
+package config
 
 import (
 	"flag"
@@ -6,22 +6,19 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/scorer/scorer/internal/testenv"
-	"github.com/scorer/scorer/producer"
 )
 
 func parseConfig(t *testing.T, environ map[string]string, args ...string) (Config, error) {
 	t.Helper()
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	return LoadConfig(func(k string) string { return environ[k] }, fs, args)
+	return Load(All, func(k string) string { return environ[k] }, fs, args)
 }
 
 func TestConfigDefaults(t *testing.T) {
@@ -169,37 +166,49 @@ func TestConfigListsTrimmed(t *testing.T) {
 	}
 }
 
-// TestReadmeDocumentsEveryVariable keeps README.md's configuration table in
-// step with Config: every variable, with its default.
-func TestReadmeDocumentsEveryVariable(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := reflect.TypeFor[Config]()
-	for i := range rt.NumField() {
-		f := rt.Field(i)
+// TestTagsAreEnforced: what the reference says a setting may be (its enum
+// and min tags) is what Validate accepts: every listed value and the least
+// one pass, anything else fails naming the variable.
+func TestTagsAreEnforced(t *testing.T) {
+	ft := reflect.TypeFor[Config]()
+	n := 0
+	for i := range ft.NumField() {
+		f := ft.Field(i)
 		name := f.Tag.Get("env")
-		row := ""
-		for _, line := range strings.Split(string(readme), "\n") {
-			if strings.HasPrefix(line, "| `"+name+"` |") {
-				row = line
+		var good, bad []string
+		if e := f.Tag.Get("enum"); e != "" {
+			good, bad = strings.Split(e, ","), []string{"bogus", ""}
+		}
+		if m := f.Tag.Get("min"); m != "" {
+			if f.Type == reflect.TypeFor[time.Duration]() {
+				d, _ := time.ParseDuration(m)
+				good, bad = []string{m, (d + time.Second).String()}, []string{(d - time.Nanosecond).String()}
+			} else {
+				least, _ := strconv.Atoi(m)
+				good, bad = []string{m, strconv.Itoa(least + 7)}, []string{strconv.Itoa(least - 1)}
 			}
 		}
-		if row == "" {
-			t.Errorf("README.md has no configuration row for %s", name)
-			continue
+		for _, v := range good {
+			if _, err := parseConfig(t, nil, "--"+flagName(name)+"="+v); err != nil {
+				t.Errorf("%s=%q refused: %v", name, v, err)
+			}
 		}
-		if def, ok := f.Tag.Lookup("envDefault"); ok && !strings.Contains(row, "`"+def+"`") {
-			t.Errorf("README.md row for %s does not show its default %q: %s", name, def, row)
+		for _, v := range bad {
+			n++
+			if _, err := parseConfig(t, nil, "--"+flagName(name)+"="+v); err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("%s=%q: err = %v, want one naming %s", name, v, err, name)
+			}
 		}
+	}
+	if n < 20 {
+		t.Errorf("only %d refusals tried; the tags are not being read", n)
 	}
 }
 
 func TestSecretsAreRedactedInFlagDefaults(t *testing.T) {
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	_, err := LoadConfig(func(k string) string {
+	_, err := Load(All, func(k string) string {
 		if k == "KAFKA_SASL_PASSWORD" {
 			return "hunter2"
 		}
@@ -217,7 +226,7 @@ func TestSecretsAreRedactedInFlagDefaults(t *testing.T) {
 }
 
 func TestCPUPlanSplitsCores(t *testing.T) {
-	n := runtime.GOMAXPROCS(0)
+	const n = 6
 	for _, tc := range []struct {
 		workers, threads         int
 		wantWorkers, wantThreads int
@@ -227,7 +236,8 @@ func TestCPUPlanSplitsCores(t *testing.T) {
 		{1, 0, 1, n},
 		{3, 5, 3, 5},
 	} {
-		w, th := CPUPlan(Config{Workers: tc.workers, CPUThreads: tc.threads})
+		c := Config{Workers: tc.workers, CPUThreads: tc.threads}
+		w, th := c.CPUPlan(Host{Cores: n})
 		if w != tc.wantWorkers || th != tc.wantThreads {
 			t.Errorf("CPUPlan(WORKERS=%d, CPU_THREADS=%d) = %d workers × %d threads, want %d × %d",
 				tc.workers, tc.threads, w, th, tc.wantWorkers, tc.wantThreads)
@@ -271,9 +281,6 @@ func TestDefaultORTLibIgnoresWorkingDirectory(t *testing.T) {
 			t.Fatalf("the default ORT_LIB resolved to %s, the working directory's planted file", lib)
 		}
 	}
-	if _, err := InitORT(cfg.ORTLib); err == nil || !strings.Contains(err.Error(), "ORT_LIB") {
-		t.Errorf("InitORT(default) = %v, want an ORT_LIB error (nothing beside the test binary)", err)
-	}
 }
 
 // TestConfigModelFileStaysInModelDir: MODEL_FILE names a graph inside
@@ -288,35 +295,6 @@ func TestConfigModelFileStaysInModelDir(t *testing.T) {
 	for _, good := range []string{"model.onnx", "onnx/model_quantized.onnx", "./onnx/../model.onnx"} {
 		if _, err := parseConfig(t, map[string]string{"MODEL_FILE": good}); err != nil {
 			t.Errorf("MODEL_FILE=%s: %v", good, err)
-		}
-	}
-}
-
-// TestTopicPlanFitsKafkaDefault: the limits docs/operating.md suggests for
-// a cluster that keeps Kafka's default max.message.bytes pass the start-up
-// check; the defaults do not, and say what would.
-func TestTopicPlanFitsKafkaDefault(t *testing.T) {
-	const kafkaDefault = 1048588
-	for _, tc := range []struct {
-		env  map[string]string
-		fits bool
-	}{
-		{map[string]string{"MAX_MESSAGE_BYTES": "65536", "MAX_SENTENCES": "2000"}, true},
-		{nil, false},
-	} {
-		cfg, err := parseConfig(t, tc.env)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pc := producer.Config{Brokers: []string{"b"}, Topic: cfg.OutputTopic, DLQTopic: cfg.DLQTopic, Format: cfg.OutputFormat}
-		plan, err := planTopics(cfg, pc, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		limits := map[string]int64{cfg.OutputTopic: kafkaDefault, cfg.DLQTopic: kafkaDefault}
-		err = checkTopicLimits(cfg, pc, plan, limits, zerolog.Nop())
-		if (err == nil) != tc.fits {
-			t.Errorf("%v on 1 MiB topics: %v, want fits=%v", tc.env, err, tc.fits)
 		}
 	}
 }

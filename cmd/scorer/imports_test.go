@@ -1,0 +1,111 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/scorer/scorer/internal/testenv"
+)
+
+const module = "github.com/scorer/scorer/"
+
+// TestImportsRunOneWay: cmd → internal/* → consumer, producer, gpupool →
+// model → schema. consumer and producer know only schema, gpupool only
+// model and schema, model only schema (and its own subpackages); nothing
+// outside internal/ imports it but the binary and its tools; only the
+// binary imports internal/service (`scorer run`), and no package under
+// internal/ calls another subcommand's entry point (Command) or takes its
+// Spec: what subcommands share lives in cli, config, scoring, broker and
+// produce's libraries.
+func TestImportsRunOneWay(t *testing.T) {
+	cmd := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "./...")
+	cmd.Dir = testenv.RepoRoot()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	allowed := map[string][]string{ // package prefix → module packages it may import (prefixes)
+		"schema":   {},
+		"model":    {"schema", "model/"},
+		"gpupool":  {"model", "schema"},
+		"consumer": {"schema"},
+		"producer": {"schema"},
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		pkg := strings.TrimPrefix(f[0], module)
+		for _, imp := range f[1:] {
+			if !strings.HasPrefix(imp, module) {
+				continue
+			}
+			imp = strings.TrimPrefix(imp, module)
+			for layer, ok := range allowed {
+				if pkg != layer && !strings.HasPrefix(pkg, layer+"/") {
+					continue
+				}
+				if !hasPrefix(imp, ok) {
+					t.Errorf("%s imports %s; it may import only %v", pkg, imp, ok)
+				}
+			}
+			internalPkg := strings.HasPrefix(imp, "internal/")
+			if internalPkg && !strings.HasPrefix(pkg, "internal/") && !strings.HasPrefix(pkg, "cmd/") && !strings.HasPrefix(pkg, "tools/") {
+				t.Errorf("%s imports %s: only the binary, its tools and internal/ may", pkg, imp)
+			}
+			if imp == "internal/service" && pkg != "cmd/scorer" {
+				t.Errorf("%s imports internal/service, which is `scorer run` alone", pkg)
+			}
+		}
+	}
+
+	// No internal package refers to a sibling's Command or Spec.
+	files, err := filepath.Glob(filepath.Join(testenv.RepoRoot(), "internal", "*", "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, file := range files {
+		if strings.HasSuffix(file, "_test.go") {
+			continue
+		}
+		af, err := parser.ParseFile(fset, file, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		siblings := map[string]bool{}
+		for _, im := range af.Imports {
+			path := strings.Trim(im.Path.Value, `"`)
+			if strings.HasPrefix(path, module+"internal/") {
+				name := filepath.Base(path)
+				if im.Name != nil {
+					name = im.Name.Name
+				}
+				siblings[name] = true
+			}
+		}
+		ast.Inspect(af, func(n ast.Node) bool {
+			if sel, ok := n.(*ast.SelectorExpr); ok {
+				if id, ok := sel.X.(*ast.Ident); ok && siblings[id.Name] && id.Name != "cli" && (sel.Sel.Name == "Command" || sel.Sel.Name == "Spec") {
+					t.Errorf("%s: %s.%s: a subcommand's entry point belongs to the binary alone", fset.Position(sel.Pos()), id.Name, sel.Sel.Name)
+				}
+			}
+			return true
+		})
+	}
+}
+
+func hasPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if s == p || strings.HasSuffix(p, "/") && strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,86 @@
+package config
+
+import (
+	"context"
+	"maps"
+	"strings"
+	"testing"
+
+	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/model"
+	"github.com/scorer/scorer/model/scorecache"
+)
+
+// TestPerfSettings covers the settings this issue added: the score cache's
+// size and the CPU batch shapes, their checks and how a pool's shape is
+// chosen.
+func TestPerfSettings(t *testing.T) {
+	cfg, err := parseConfig(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ScoreCacheBytes != 256<<20 || cfg.CPUMaxBatchRows <= 0 || cfg.CPUMaxBatchRows >= cfg.MaxBatchRows {
+		t.Errorf("defaults: cache %d, CPU rows %d, rows %d", cfg.ScoreCacheBytes, cfg.CPUMaxBatchRows, cfg.MaxBatchRows)
+	}
+	for env, want := range map[string]string{
+		"SCORE_CACHE_BYTES=-1":    "SCORE_CACHE_BYTES",
+		"SCORE_CACHE_BYTES=100":   "SCORE_CACHE_BYTES",
+		"CPU_MAX_BATCH_ROWS=0":    "CPU_MAX_BATCH_ROWS",
+		"CPU_MAX_BATCH_TOKENS=-5": "CPU_MAX_BATCH_TOKENS",
+	} {
+		k, v, _ := strings.Cut(env, "=")
+		if _, err := parseConfig(t, map[string]string{k: v}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v", env, err)
+		}
+	}
+	for _, v := range []string{"0", "3072", "1048576"} {
+		if _, err := parseConfig(t, map[string]string{"SCORE_CACHE_BYTES": v}); err != nil {
+			t.Errorf("SCORE_CACHE_BYTES=%s: %v", v, err)
+		}
+	}
+	if scorecache.MinBytes != 3072 {
+		t.Errorf("scorecache.MinBytes = %d; the README and this test say 3072", scorecache.MinBytes)
+	}
+
+}
+
+// oneEngine is the least gpupool.Engine: a score of 0 for every pair.
+type oneEngine struct{}
+
+func (oneEngine) ScorePairs(_ context.Context, pairs []model.Pair) ([]float32, error) {
+	return make([]float32, len(pairs)), nil
+}
+func (oneEngine) Close() error { return nil }
+
+// TestPoolOptionsBatchShape: the pool PoolOptions builds takes MAX_BATCH_*
+// capped by CPU_MAX_BATCH_* on a CPU pool, the smaller value winning, so an
+// explicit MAX_BATCH_ROWS=8 still counts there.
+func TestPoolOptionsBatchShape(t *testing.T) {
+	for _, tc := range []struct {
+		env                  map[string]string
+		wantTokens, wantRows int
+	}{
+		{map[string]string{"CPU_MAX_BATCH_TOKENS": "8192", "CPU_MAX_BATCH_ROWS": "16"}, 8192, 16},
+		{map[string]string{"CPU_MAX_BATCH_TOKENS": "8192", "MAX_BATCH_ROWS": "8", "MAX_BATCH_TOKENS": "2048"}, 2048, 8},
+	} {
+		env := map[string]string{"DEVICE": "cpu", "CPU_MAX_BATCH_BYTES": "off"}
+		maps.Copy(env, tc.env)
+		cfg, err := parseConfig(t, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts, err := cfg.PoolOptions(Host{Cores: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool, err := gpupool.New(t.Context(), func(gpupool.Device) (gpupool.Engine, error) { return oneEngine{}, nil }, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens, rows := pool.BatchShape()
+		_ = pool.Close(t.Context())
+		if tokens != tc.wantTokens || rows != tc.wantRows {
+			t.Errorf("%v: CPU pool shape %d tokens, %d rows, want %d, %d", tc.env, tokens, rows, tc.wantTokens, tc.wantRows)
+		}
+	}
+}
