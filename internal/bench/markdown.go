@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -345,13 +344,6 @@ func replaceBlock(doc, begin, end, text string) (string, bool) {
 	j += i
 	return doc[:i+len(begin)+1] + text + doc[j:], true
 }
-
-// mdBlockRe finds the generated blocks of a Markdown file and the JSON each
-// names.
-var (
-	mdBlockRe = regexp.MustCompile(`(?s)<!-- bench:([a-z0-9]+):begin -->\n(.*?)<!-- bench:([a-z0-9]+):end -->`)
-	mdJSONRe  = regexp.MustCompile("JSON: `([^`]+)`")
-)
 
 // readReport loads a JSON report that `scorer bench --out` wrote.
 func readReport(path string) (*benchReport, error) {
