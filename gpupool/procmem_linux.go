@@ -13,7 +13,11 @@ import (
 type procSelf struct{}
 
 // resetPeak writes 5 to clear_refs, which sets VmHWM to the current
-// resident size (Linux 4.0+).
+// resident size (Linux 4.0+). The reset is process-wide: afterwards VmHWM,
+// and the ru_maxrss that wait4 and /usr/bin/time report, no longer show the
+// session's load transient, the process's real peak on a large model. So
+// measure a scorer's peak by polling VmRSS or VmHWM while it runs, as the
+// bench does.
 func (procSelf) resetPeak() error {
 	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
 		return fmt.Errorf("resetting the peak resident size: %w", err)
