@@ -81,8 +81,8 @@ type cpuBudget struct {
 	// room is the most modelled memory one batch may take.
 	room float64
 	// baseline is the resident memory once the engine was open and
-	// calibrated; limit and reserve are the config's.
-	baseline, limit, reserve uint64
+	// calibrated.
+	baseline uint64
 }
 
 // defaultCPUShapes is one row at 32, 64, 128, 256 and 512 tokens and at
@@ -155,7 +155,7 @@ func (p *Pool) calibrateCPU(ctx context.Context, eng Engine, mem processMemory, 
 	if err != nil {
 		return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
 	}
-	bud := &cpuBudget{baseline: rss, limit: c.Limit, reserve: c.Reserve}
+	bud := &cpuBudget{baseline: rss}
 	bud.room = float64(c.BatchBytes)
 	if bud.room == 0 {
 		bud.room = est.bytes(p.cfg.maxBatchRows, refLen)

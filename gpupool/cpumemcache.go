@@ -75,11 +75,15 @@ func (p *Pool) cpuFitCache(eng Engine, shapes []Shape, adaptive bool, refLen int
 		return nil
 	}
 	k, ok := eng.(interface{ MemoryKey() string })
-	if !ok || k.MemoryKey() == "" {
+	if !ok {
+		return nil
+	}
+	memKey := k.MemoryKey()
+	if memKey == "" {
 		return nil
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "v=%d %s", cpuFitCacheVersion, k.MemoryKey())
+	fmt.Fprintf(&b, "v=%d %s", cpuFitCacheVersion, memKey)
 	fmt.Fprintf(&b, " shapes=%v adaptive=%t ref_len=%d token_id=%d", shapes, adaptive, refLen, p.cfg.calibration.TokenID)
 	fmt.Fprintf(&b, " os=%s/%s cpu=%q thp=%q", runtime.GOOS, runtime.GOARCH, cpuIdentity(), firstLine("/sys/kernel/mm/transparent_hugepage/enabled"))
 	key := b.String()

@@ -83,7 +83,6 @@ type cfg struct {
 	maxBatchRows      int
 	cpuBatchTokens    int // 0: no CPU cap
 	cpuBatchRows      int // 0: no CPU cap
-	batchOverhead     int // what the planner counts one more batch as costing, in padded tokens; set by New
 	workersPerDevice  int
 	cpuWorkers        int
 	queueCapacity     int

@@ -248,10 +248,6 @@ func New(ctx context.Context, factory EngineFactory, opts ...Option) (*Pool, err
 		p.abort()
 		return nil, err
 	}
-	// The planner counts one more batch as costing a 32nd of the token
-	// budget in padding, of the shape the pool runs: it then cuts each
-	// call's length-sorted pairs into few, nearly unpadded batches.
-	p.cfg.batchOverhead = max(1, p.cfg.maxBatchTokens/32)
 	for _, d := range p.devices {
 		if n := engineMaxLength(d.engine); n > 0 && (p.maxPairLen == 0 || n < p.maxPairLen) {
 			p.maxPairLen = n
@@ -340,8 +336,8 @@ func (p *Pool) openCPU(ctx context.Context, fallback bool) error {
 		}
 		if bud != nil {
 			p.log.Info().Float64("estimate_base_bytes", est.base).Float64("estimate_bytes_per_token", est.perToken).
-				Float64("estimate_bytes_per_token_len", est.perTokenLen).Uint64("limit_bytes", bud.limit).
-				Uint64("baseline_bytes", bud.baseline).Uint64("reserve_bytes", bud.reserve).
+				Float64("estimate_bytes_per_token_len", est.perTokenLen).Uint64("limit_bytes", p.cfg.cpuMem.Limit).
+				Uint64("baseline_bytes", bud.baseline).Uint64("reserve_bytes", p.cfg.cpuMem.Reserve).
 				Int("workers", p.workersFor(dev)).Float64("batch_bytes", bud.room).Dur("took", time.Since(t0)).
 				Msg("gpupool: cpu: memory calibrated; batches are cut to batch_bytes each")
 		}
@@ -559,7 +555,11 @@ func (p *Pool) ScorePairs(ctx context.Context, pairs []model.Pair) ([]float32, e
 		return []float32{}, nil
 	}
 	req := &request{ctx: ctx, pairs: pairs, out: make([]float32, len(pairs)), remaining: len(pairs), done: make(chan struct{})}
-	for _, idx := range planBatches(pairs, p.cfg.maxBatchTokens, p.cfg.maxBatchRows, p.cfg.batchOverhead, p.rowCapFunc()) {
+	// The planner counts one more batch as costing a 32nd of the token
+	// budget in padding, of the shape the pool runs: it then cuts each
+	// call's length-sorted pairs into few, nearly unpadded batches.
+	overhead := max(1, p.cfg.maxBatchTokens/32)
+	for _, idx := range planBatches(pairs, p.cfg.maxBatchTokens, p.cfg.maxBatchRows, overhead, p.rowCapFunc()) {
 		if err := p.enqueue(req, &batch{req: req, idx: idx}); err != nil {
 			return nil, err
 		}

@@ -20,10 +20,9 @@ import (
 	"github.com/scorer/scorer/model"
 )
 
-// realModel starts ONNX Runtime for the test (stopped at its end, after
-// any pool the test closes) and loads a shared model folder; it skips in
-// -short runs.
-func realModel(t *testing.T, name string) *model.Model {
+// startRuntime starts ONNX Runtime for the test, stopped at its end (after
+// any pool the test closes); it skips in -short runs.
+func startRuntime(t *testing.T) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("real ONNX Runtime model test")
@@ -37,6 +36,13 @@ func realModel(t *testing.T, name string) *model.Model {
 			t.Error(err)
 		}
 	})
+}
+
+// realModel starts ONNX Runtime for the test (startRuntime) and loads a
+// shared model folder.
+func realModel(t *testing.T, name string) *model.Model {
+	t.Helper()
+	startRuntime(t)
 	m, err := model.Load(model.LoadOptions{Dir: testenv.ModelDir(t, name)})
 	if err != nil {
 		t.Fatal(err)
@@ -100,18 +106,7 @@ func realPairs(t *testing.T, m *model.Model, sentences int) []model.Pair {
 // the real model and ONNX Runtime: batching, sorting and scattering back
 // must not change a score.
 func TestPoolMatchesSessionOnRealModel(t *testing.T) {
-	if testing.Short() {
-		t.Skip("real ONNX Runtime model test")
-	}
-	shutdown, err := model.InitRuntime(testenv.ORTLib(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := shutdown(); err != nil {
-			t.Error(err)
-		}
-	})
+	startRuntime(t)
 	for _, dir := range testenv.ModelDirs(t) {
 		t.Run(filepath.Base(dir), func(t *testing.T) { poolMatchesSession(t, dir) })
 	}

@@ -427,7 +427,7 @@ func (m *Model) readGraph() error {
 		default:
 			return fmt.Errorf("model: graph %s has input %q; only %s, %s and %s can be fed", m.ONNXPath, in.name, inputIDs, inputMask, inputTypeIDs)
 		}
-		if in.elemType != onnxElemInt64 {
+		if in.elemType != onnxInt64 {
 			return fmt.Errorf("model: graph input %q is %s, want int64", in.name, ort.TensorElementDataType(in.elemType))
 		}
 		have[in.name] = true

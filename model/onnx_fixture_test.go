@@ -12,12 +12,6 @@ import (
 // tooling is available to the tests, so the protobuf is written by hand from
 // onnx.proto's field numbers; ORT then parses it like any other model.
 
-// ONNX tensor element types (onnx.proto TensorProto.DataType).
-const (
-	onnxFloat = 1
-	onnxInt64 = 7
-)
-
 type pb []byte
 
 func (b pb) varint(field int, v uint64) pb {

@@ -16,10 +16,11 @@ type graphValue struct {
 	dims     []int64
 }
 
-// ONNX tensor element types this package reads or feeds.
+// ONNX tensor element types (onnx.proto TensorProto.DataType) that this
+// package and its test fixtures name.
 const (
-	onnxElemFloat = 1
-	onnxElemInt64 = 7
+	onnxFloat = 1
+	onnxInt64 = 7
 )
 
 // readGraphIO returns the inputs a session must be fed (graph inputs that

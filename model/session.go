@@ -38,10 +38,9 @@ type SessionOptions struct {
 // tensors. Create one per device and keep it for the life of the process;
 // ORT does not return a destroyed session's memory reliably.
 type Session struct {
-	m      *Model
-	sess   *ort.DynamicAdvancedSession
-	opts   SessionOptions
-	shrink string // ShrinkArenas
+	m    *Model
+	sess *ort.DynamicAdvancedSession
+	opts SessionOptions
 
 	// mu is read-held by every Run and write-held by Close, so Close waits
 	// for calls in flight and no call starts on a destroyed session.
@@ -89,7 +88,7 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 	// Loading held the file's protobuf beside the weights; that memory is
 	// free now but stays resident until trimmed.
 	trimMalloc()
-	return &Session{m: m, sess: sess, opts: opts, shrink: opts.ShrinkArenas}, nil
+	return &Session{m: m, sess: sess, opts: opts}, nil
 }
 
 // MemoryKey names what the memory of this session's runs depends on besides
@@ -118,12 +117,12 @@ var ErrNoArenaShrink = errors.New("model: session has no arena to shrink")
 // measured from an empty arena, not on top of the previous shape's
 // high-water mark.
 func (s *Session) ReleaseArena(ctx context.Context) error {
-	if s.shrink == "" {
+	if s.opts.ShrinkArenas == "" {
 		return ErrNoArenaShrink
 	}
 	pairs := []Pair{{IDs: []int32{int32(s.m.Tokenizer.PadID())}, TypeIDs: []int32{0}}}
 	if _, err := s.ScorePairsReleasingArena(ctx, pairs); err != nil {
-		return fmt.Errorf("model: releasing arena (%s): %w", s.shrink, err)
+		return fmt.Errorf("model: releasing arena (%s): %w", s.opts.ShrinkArenas, err)
 	}
 	return nil
 }
@@ -149,10 +148,10 @@ func (s *Session) ScorePairs(ctx context.Context, pairs []Pair) ([]float32, erro
 // weight is read even for one token). ErrNoArenaShrink without
 // SessionOptions.ShrinkArenas.
 func (s *Session) ScorePairsReleasingArena(ctx context.Context, pairs []Pair) ([]float32, error) {
-	if s.shrink == "" {
+	if s.opts.ShrinkArenas == "" {
 		return nil, ErrNoArenaShrink
 	}
-	logits, err := s.logits(ctx, pairs, map[string]string{"memory.enable_memory_arena_shrinkage": s.shrink})
+	logits, err := s.logits(ctx, pairs, map[string]string{"memory.enable_memory_arena_shrinkage": s.opts.ShrinkArenas})
 	if err != nil {
 		return nil, err
 	}

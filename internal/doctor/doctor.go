@@ -264,8 +264,8 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if !info.HasProvider("CUDAExecutionProvider") {
 		rep.ORT.CUDA = problemOf(fmt.Errorf("CUDA execution provider is not enabled in this build (%s lists %v)", o.ORTLib, info.Providers))
 	} else {
+		// CheckCUDA restores any signal handler the provider replaced.
 		rep.ORT.CUDA = problemOf(gpupool.CheckCUDA(gpupool.Device{Kind: gpupool.CUDA}, gpupool.SessionConfig{}))
-		restore()
 	}
 
 	lo, err := cfg.ModelOptions()
