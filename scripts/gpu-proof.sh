@@ -79,15 +79,15 @@ if has doctor; then
 	say "doctor (DEVICE=cuda, MODEL_DIR=$small)"
 	rc=0
 	DEVICE=cuda MODEL_DIR=$small "$scorer" doctor --json --duration 2s >"$out/doctor.json" 2>"$out/doctor.log" || rc=$?
+	verdict=$(sed -n 's/^  "verdict": "\(.*\)",\{0,1\}$/\1/p' "$out/doctor.json" | head -1)
 	if ((rc != 0)); then
-		verdict=$(sed -n 's/^  "verdict": "\(.*\)",\{0,1\}$/\1/p' "$out/doctor.json" | head -1)
 		remedy=$(sed -n 's/^    "remedy": "\(.*\)",\{0,1\}$/\1/p' "$out/doctor.json" | tail -1)
 		say "stopped: no GPU path here. ${verdict:-the doctor failed (exit $rc): $(tail -3 "$out/doctor.log")}"
 		[[ -n $remedy ]] && say "remedy: $remedy"
 		say "the doctor's report: $out/doctor.json"
 		exit 1
 	fi
-	say "$(sed -n 's/^  "verdict": "\(.*\)",\{0,1\}$/\1/p' "$out/doctor.json" | head -1)"
+	say "$verdict"
 fi
 
 if has models; then

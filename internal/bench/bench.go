@@ -144,13 +144,8 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	// The pool's and consumer's info lines would bury the table; warnings
-	// still show. LOG_LEVEL or --log-level asks for more.
-	level := "warn"
-	if e.Getenv("LOG_LEVEL") != "" || flagSet(fs, "log-level") {
-		level = cfg.LogLevel
-	}
-	log, err := cli.NewLogger(e.Stderr, level, cfg.LogFormat)
+	// The pool's and consumer's info lines would bury the table.
+	log, err := cli.ReportLogger(e, fs, e.Stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		return err
 	}
@@ -532,12 +527,6 @@ func scalingEvents(sample []corpusLine, pairs, labels int) []schema.TranscriptEv
 
 func progress(e cli.Env, format string, args ...any) {
 	fmt.Fprintf(e.Stderr, "bench: "+format+"\n", args...)
-}
-
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
 }
 
 func intList(s string) ([]int, error) {

@@ -111,11 +111,9 @@ func machineBusySeconds() float64 {
 // ownCPUSeconds is this process's CPU time plus its reaped children's (the
 // broker, scorer and raw-loop processes the sections start and wait for).
 func ownCPUSeconds() float64 {
-	var self, children syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+	var children syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children)
-	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
-	return tv(self.Utime) + tv(self.Stime) + tv(children.Utime) + tv(children.Stime)
+	return cpuTime().Seconds() + time.Duration(children.Utime.Nano()+children.Stime.Nano()).Seconds()
 }
 
 // ranSections lists, in order, the sections with figures in r: those the

@@ -39,6 +39,38 @@ func (t *tailLog) String() string {
 	return string(t.buf)
 }
 
+// watchPeak polls process pid's peak resident set (VmHWM) every interval
+// until stop is called; stop reads it once more, where the process still
+// exists, and returns the largest reading in KiB (0 when none succeeded).
+// A rise in the process's last interval before it exits can be missed.
+func watchPeak(pid int, every time.Duration) (stop func() int64) {
+	peak := make(chan int64, 1)
+	done := make(chan struct{})
+	go func() {
+		var hwm int64
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			if m, err := readProcMemory(pid); err == nil {
+				hwm = max(hwm, m.HWMKiB)
+			}
+			select {
+			case <-done:
+				if m, err := readProcMemory(pid); err == nil {
+					hwm = max(hwm, m.HWMKiB)
+				}
+				peak <- hwm
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() int64 {
+		close(done)
+		return <-peak
+	}
+}
+
 // child is a scorer subcommand running as its own process.
 type child struct {
 	cmd  *exec.Cmd

@@ -45,24 +45,24 @@ func benchWholeProcess(ctx context.Context, e cli.Env, cfg config.Config, bf ben
 		return err
 	}
 	type job struct {
-		dir      string
-		graphs   []string
-		inputs   []string
-		rounds   int
-		sents    int
-		long     int
-		startup  bool
-		isProdDM bool
+		dir     string
+		graphs  []string
+		inputs  []string
+		rounds  int
+		sents   int
+		long    int
+		startup bool
+		section string // wholeproc or production
 	}
 	var jobs []job
 	if small {
 		for _, d := range dirs {
-			jobs = append(jobs, job{dir: d, inputs: []string{"typical"}, rounds: bf.wholeRounds, sents: bf.wholeSentences, long: 1})
+			jobs = append(jobs, job{dir: d, inputs: []string{"typical"}, rounds: bf.wholeRounds, sents: bf.wholeSentences, long: 1, section: "wholeproc"})
 		}
 	}
 	if prod {
 		jobs = append(jobs, job{dir: bf.prodModel, graphs: []string{"model.onnx", int8File}, inputs: []string{"typical", "long"},
-			rounds: bf.prodRounds, sents: bf.prodSentences, long: bf.prodLong, startup: true, isProdDM: true})
+			rounds: bf.prodRounds, sents: bf.prodSentences, long: bf.prodLong, startup: true, section: "production"})
 	}
 	for i, j := range jobs {
 		dir, err := config.ResolvePath(j.dir)
@@ -96,15 +96,11 @@ func benchWholeProcess(ctx context.Context, e cli.Env, cfg config.Config, bf ben
 				progress(e, "%s: no %s, skipped", filepath.Base(dir), g)
 				continue
 			}
-			section := "wholeproc"
-			if j.isProdDM {
-				section = "production"
-			}
-			end := mt.begin(section)
+			end := mt.begin(j.section)
 			rows, sp, err := runWholeProcess(ctx, e, wholeProcOpts{
 				dir: dir, graph: g, inputs: j.inputs, files: map[string]string{"typical": typical, "long": long},
 				rounds: j.rounds, rawLoop: rawLoop, rawNote: rawNote, startup: j.startup, startupInput: one,
-				workDir: wd, cfg: c, m: m, progressLabel: filepath.Base(dir),
+				workDir: wd, cfg: c, m: m,
 			})
 			end()
 			if err != nil {
@@ -121,7 +117,7 @@ func benchWholeProcess(ctx context.Context, e cli.Env, cfg config.Config, bf ben
 			}
 			rep.WholeProcess = append(rep.WholeProcess, rows...)
 		}
-		if j.isProdDM {
+		if j.section == "production" {
 			rep.Production = productionChecks(filepath.Base(dir), rep.WholeProcess, rep.Startup)
 		}
 	}
@@ -218,18 +214,14 @@ func printWholeTable(w io.Writer, r *benchReport, want func(section string) bool
 		fmt.Fprintf(tw, "%s %s %s\t%d (%.0f/%d)\t%.2f%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t%d\n", x.Model, x.Graph, x.Input, x.Pairs,
 			x.MeanPairTokens, x.MaxPairTokens, x.ScorerPairsPerSec, net, x.ScorerPeakRSSMiB, raw, rawRSS, sp, cpu, rss, x.Rounds)
 	}
-	for _, s := range r.Startup {
-		if !want("production") {
-			break
+	if want("production") {
+		for _, s := range r.Startup {
+			fmt.Fprintf(tw, "start-up %s %s (scorer score, one sentence)\t%.1f s, peak RSS %.0f MiB; calibration kept: %.1f s, %.0f MiB\n",
+				s.Model, s.Graph, s.Seconds, s.PeakRSSMiB, s.CachedSeconds, s.CachedPeakRSSMiB)
 		}
-		fmt.Fprintf(tw, "start-up %s %s (scorer score, one sentence)\t%.1f s, peak RSS %.0f MiB; calibration kept: %.1f s, %.0f MiB\n",
-			s.Model, s.Graph, s.Seconds, s.PeakRSSMiB, s.CachedSeconds, s.CachedPeakRSSMiB)
-	}
-	for _, c := range r.Production {
-		if !want("production") {
-			break
+		for _, c := range r.Production {
+			fmt.Fprintf(tw, "check: %s\t%.3f\t%s %s\n", c.Name, c.Value, c.Target, mark(c.OK))
 		}
-		fmt.Fprintf(tw, "check: %s\t%.3f\t%s %s\n", c.Name, c.Value, c.Target, mark(c.OK))
 	}
 	tw.Flush()
 }

@@ -328,10 +328,7 @@ func printPerfTable(w io.Writer, ps []perfReport, want func(section string) bool
 			return f(p.Revision)
 		}
 	}
-	if !want("revision") || !slices.ContainsFunc(ps, func(p perfReport) bool { return p.Revision != nil }) {
-		rev = nil
-	}
-	if rev != nil {
+	if want("revision") && slices.ContainsFunc(ps, func(p perfReport) bool { return p.Revision != nil }) {
 		printRevisionRows(row, rev)
 	}
 	i8 := func(f func(r *int8Result) string) func(p *perfReport) string {

@@ -168,32 +168,24 @@ func runMemory(ctx context.Context, cfg config.Config, modelDir string, corpus [
 		return mp, err
 	}
 	defer sc.stop(5 * time.Second)
-	pid := sc.cmd.Process.Pid
 	t0 := time.Now()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for time.Since(t0) < d {
-		select {
-		case <-ctx.Done():
-			return mp, ctx.Err()
-		case <-sc.done:
-			return mp, fmt.Errorf("bench: scorer exited early: %s", sc.log.String())
-		case <-tick.C:
-		}
-		pm, err := readProcMemory(pid)
-		if err == nil {
-			mp.PeakRSSMiB = max(mp.PeakRSSMiB, float64(pm.HWMKiB)/1024)
-		}
+	stopPeak := watchPeak(sc.cmd.Process.Pid, 100*time.Millisecond)
+	select {
+	case <-ctx.Done():
+		stopPeak()
+		return mp, ctx.Err()
+	case <-sc.done:
+		stopPeak()
+		return mp, fmt.Errorf("bench: scorer exited early: %s", sc.log.String())
+	case <-time.After(d):
 	}
 	mp.Seconds = time.Since(t0).Seconds()
 	if text, err := httpGet(ctx, "http://"+metricsAddr+"/metrics"); err == nil {
 		mp.Fetched = int(scrapeMetric(text, "scorer_messages_in_total"))
 		mp.Scored = int(scrapeMetric(text, "scorer_messages_out_total"))
 	}
-	// VmHWM once more right before stopping: it only ever grows.
-	if pm, err := readProcMemory(pid); err == nil {
-		mp.PeakRSSMiB = max(mp.PeakRSSMiB, float64(pm.HWMKiB)/1024)
-	}
+	// The last reading right before stopping: VmHWM only ever grows.
+	mp.PeakRSSMiB = float64(stopPeak()) / 1024
 	return mp, nil
 }
 

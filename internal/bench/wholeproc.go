@@ -76,8 +76,8 @@ type startupPoint struct {
 	CachedPeakRSSMiB float64 `json:"cached_peak_rss_mib,omitempty"`
 }
 
-// procResult is one child's wall time and peak resident set (getrusage of
-// the reaped child: ru_maxrss, the kernel's high-water mark).
+// procResult is one child's wall time, CPU time (getrusage of the reaped
+// child) and peak resident set (its VmHWM, polled while it runs).
 type procResult struct {
 	seconds, cpuSeconds float64
 	peakRSSMiB          float64
@@ -88,8 +88,9 @@ type procResult struct {
 func runProc(ctx context.Context, env []string, name string, args ...string) (procResult, error) {
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = append(os.Environ(), env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &tailWriter{buf: &errb}
+	var out bytes.Buffer
+	errb := &tailLog{}
+	cmd.Stdout, cmd.Stderr = &out, errb
 	t0 := time.Now()
 	if err := cmd.Start(); err != nil {
 		return procResult{}, fmt.Errorf("%s: %w", filepath.Base(name), err)
@@ -100,28 +101,10 @@ func runProc(ctx context.Context, env []string, name string, args ...string) (pr
 	// vfork, and Linux carries the parent's high-water mark across exec
 	// into ru_maxrss, so every child smaller than this process reported
 	// this process's peak.
-	peak := make(chan int64, 1)
-	stop := make(chan struct{})
-	go func() {
-		var hwm int64
-		tick := time.NewTicker(peakPoll)
-		defer tick.Stop()
-		for {
-			if m, err := readProcMemory(cmd.Process.Pid); err == nil {
-				hwm = max(hwm, m.HWMKiB)
-			}
-			select {
-			case <-stop:
-				peak <- hwm
-				return
-			case <-tick.C:
-			}
-		}
-	}()
+	stopPeak := watchPeak(cmd.Process.Pid, peakPoll)
 	err := cmd.Wait()
 	d := time.Since(t0)
-	close(stop)
-	hwmKiB := <-peak
+	hwmKiB := stopPeak()
 	if err != nil {
 		return procResult{}, fmt.Errorf("%s %s: %w: %s", filepath.Base(name), strings.Join(args, " "), err, errb.String())
 	}
@@ -135,17 +118,6 @@ func runProc(ctx context.Context, env []string, name string, args ...string) (pr
 // peakPoll is how often runProc reads a child's peak resident set; a rise
 // in the child's last peakPoll before it exits can be missed.
 const peakPoll = 20 * time.Millisecond
-
-// tailWriter keeps the last 4 KiB written, for error messages.
-type tailWriter struct{ buf *bytes.Buffer }
-
-func (t *tailWriter) Write(p []byte) (int, error) {
-	t.buf.Write(p)
-	if over := t.buf.Len() - 4096; over > 0 {
-		t.buf.Next(over)
-	}
-	return len(p), nil
-}
 
 // wholeProcInputs writes the typical and long inputs for one model folder
 // into dir: typical is real transcript sentences (the first sentences of
@@ -255,18 +227,17 @@ func inputStats(path string, m *model.Model, labels model.LabelConfig) (pairs in
 
 // wholeProcOpts are the whole-process comparison's settings for one folder.
 type wholeProcOpts struct {
-	dir, graph    string
-	inputs        []string // "typical", "long"
-	files         map[string]string
-	rounds        int
-	rawLoop       string // tools/rawloop/rawloop.mjs; empty: no raw loop
-	rawNote       string
-	startup       bool
-	startupInput  string
-	workDir       string
-	cfg           config.Config
-	m             *model.Model
-	progressLabel string
+	dir, graph   string
+	inputs       []string // "typical", "long"
+	files        map[string]string
+	rounds       int
+	rawLoop      string // tools/rawloop/rawloop.mjs; empty: no raw loop
+	rawNote      string
+	startup      bool
+	startupInput string
+	workDir      string
+	cfg          config.Config
+	m            *model.Model
 }
 
 // runWholeProcess measures `scorer score` (this binary, with the bench's
@@ -296,7 +267,7 @@ func runWholeProcess(ctx context.Context, e cli.Env, o wholeProcOpts) ([]wholePr
 	labels := o.cfg.LabelConfig()
 	var sp *startupPoint
 	if o.startup {
-		progress(e, "%s: start-up, %s on one sentence", o.progressLabel, o.graph)
+		progress(e, "%s: start-up, %s on one sentence", filepath.Base(o.dir), o.graph)
 		r, err := scorer(o.startupInput)
 		if err != nil {
 			return nil, nil, err
@@ -307,6 +278,17 @@ func runWholeProcess(ctx context.Context, e cli.Env, o wholeProcOpts) ([]wholePr
 		}
 		sp.CachedSeconds, sp.CachedPeakRSSMiB = r.seconds, r.peakRSSMiB
 	}
+	// keep folds one round's run into a side's figures: its best wall and
+	// CPU time, its worst peak.
+	keep := func(round int, secs, cpu, rss *float64, r procResult) {
+		if round == 0 || r.seconds < *secs {
+			*secs = r.seconds
+		}
+		if round == 0 || r.cpuSeconds < *cpu {
+			*cpu = r.cpuSeconds
+		}
+		*rss = max(*rss, r.peakRSSMiB)
+	}
 	var rows []wholeProcess
 	for _, input := range o.inputs {
 		in := o.files[input]
@@ -315,22 +297,16 @@ func runWholeProcess(ctx context.Context, e cli.Env, o wholeProcOpts) ([]wholePr
 			return nil, nil, err
 		}
 		for round := range o.rounds {
-			progress(e, "%s: %s, %s input (%d pairs), round %d/%d: scorer score", o.progressLabel, o.graph, input, w.Pairs, round+1, o.rounds)
+			progress(e, "%s: %s, %s input (%d pairs), round %d/%d: scorer score", filepath.Base(o.dir), o.graph, input, w.Pairs, round+1, o.rounds)
 			r, err := scorer(in)
 			if err != nil {
 				return nil, nil, err
 			}
-			if round == 0 || r.seconds < w.ScorerSeconds {
-				w.ScorerSeconds = r.seconds
-			}
-			if round == 0 || r.cpuSeconds < w.ScorerCPUSeconds {
-				w.ScorerCPUSeconds = r.cpuSeconds
-			}
-			w.ScorerPeakRSSMiB = max(w.ScorerPeakRSSMiB, r.peakRSSMiB)
+			keep(round, &w.ScorerSeconds, &w.ScorerCPUSeconds, &w.ScorerPeakRSSMiB, r)
 			if o.rawLoop == "" {
 				continue
 			}
-			progress(e, "%s: %s, %s input, round %d/%d: raw loop", o.progressLabel, o.graph, input, round+1, o.rounds)
+			progress(e, "%s: %s, %s input, round %d/%d: raw loop", filepath.Base(o.dir), o.graph, input, round+1, o.rounds)
 			r, err = runProc(ctx, nil, "node", o.rawLoop, "--model", o.dir, "--model-file", o.graph, "--in", in,
 				"--labels", strings.Join(o.cfg.Labels, ","), "--template", o.cfg.HypothesisTemplate)
 			if err != nil {
@@ -342,13 +318,7 @@ func runWholeProcess(ctx context.Context, e cli.Env, o wholeProcOpts) ([]wholePr
 			if err := json.Unmarshal(bytes.TrimSpace(r.stdout), &rr); err != nil || rr.Pairs != w.Pairs {
 				return nil, nil, fmt.Errorf("bench: the raw loop scored %d pairs of %s, we count %d (%v)", rr.Pairs, in, w.Pairs, err)
 			}
-			if round == 0 || r.seconds < w.RawSeconds {
-				w.RawSeconds = r.seconds
-			}
-			if round == 0 || r.cpuSeconds < w.RawCPUSeconds {
-				w.RawCPUSeconds = r.cpuSeconds
-			}
-			w.RawPeakRSSMiB = max(w.RawPeakRSSMiB, r.peakRSSMiB)
+			keep(round, &w.RawSeconds, &w.RawCPUSeconds, &w.RawPeakRSSMiB, r)
 		}
 		w.ScorerPairsPerSec = float64(w.Pairs) / w.ScorerSeconds
 		if w.RawSeconds > 0 {

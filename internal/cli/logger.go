@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -29,4 +30,17 @@ func NewLogger(w io.Writer, level, format string) (zerolog.Logger, error) {
 		return zerolog.Nop(), fmt.Errorf("config: LOG_FORMAT %q: want json, console or auto", format)
 	}
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+// ReportLogger is NewLogger for a command whose output is a report on
+// stdout (bench, doctor): its components' info lines would bury the report,
+// so it logs warnings only unless LOG_LEVEL or --log-level (on fs, already
+// parsed) asks for a level, which then applies as given in level.
+func ReportLogger(e Env, fs *flag.FlagSet, w io.Writer, level, format string) (zerolog.Logger, error) {
+	asked := e.Getenv("LOG_LEVEL") != ""
+	fs.Visit(func(f *flag.Flag) { asked = asked || f.Name == "log-level" })
+	if !asked {
+		level = "warn"
+	}
+	return NewLogger(w, level, format)
 }

@@ -52,13 +52,8 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	if f.duration <= 0 {
 		return cli.UsageError{Msg: "doctor: --duration must be > 0"}
 	}
-	// The pool's own lines would interleave with the report; warnings
-	// show. LOG_LEVEL or --log-level asks for more.
-	level := "warn"
-	if e.Getenv("LOG_LEVEL") != "" || flagSet(fs, "log-level") {
-		level = cfg.LogLevel
-	}
-	log, err := cli.NewLogger(e.Stderr, level, cfg.LogFormat)
+	// The pool's own lines would interleave with the report.
+	log, err := cli.ReportLogger(e, fs, e.Stderr, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		return err
 	}
@@ -89,10 +84,4 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 		return fmt.Errorf("%w: %s", ErrNotOK, rep.Verdict)
 	}
 	return nil
-}
-
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
 }

@@ -486,8 +486,8 @@ func checkGPU(ctx context.Context, m *model.Model, o Options, probe gpupool.Prob
 	defer pool.Close(context.Background())
 	scoring.LogBuilt(o.Log, o.Config, host, pool)
 	c.MaxBatchTokens, c.MaxBatchRows = pool.BatchShape()
-	c.Workers = pool.Stats().Devices[0].Workers
 	st := pool.Stats().Devices[0]
+	c.Workers = st.Workers
 	budget := scfg.GPUMemFraction * float64(d.TotalMemory)
 	if b := scfg.GPUMemBudget.Of(d.TotalMemory); b > 0 {
 		budget = math.Min(budget, float64(b))

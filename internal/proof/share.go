@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -39,10 +38,6 @@ type Share struct {
 	Error          string `json:"error,omitempty"`
 }
 
-// shareCommand scores real transcripts through the service's own pool
-// (DEVICE, GPU_MEM_LIMIT, MAX_BATCH_TOKENS… as configured) and records what
-// shows whether it coexisted with another scorer: OOM retries, admission
-// refusals, CPU fallbacks, and the device's peak.
 // shareFlags are `scorer gpu-proof share`'s own flags.
 type shareFlags struct {
 	out, in, name string
@@ -56,6 +51,10 @@ func (f *shareFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.name, "name", "scorer", "this scorer's name in the report")
 }
 
+// shareCommand scores real transcripts through the service's own pool
+// (DEVICE, GPU_MEM_LIMIT, MAX_BATCH_TOKENS… as configured) and records what
+// shows whether it coexisted with another scorer: OOM retries, admission
+// refusals, CPU fallbacks, and the device's peak.
 func shareCommand(ctx context.Context, e cli.Env, args []string) error {
 	fs := shareSpec.FlagSet(e)
 	var f shareFlags
@@ -83,17 +82,23 @@ func shareCommand(ctx context.Context, e cli.Env, args []string) error {
 	defer closeAll()
 	res := Share{Name: f.name, Model: m.Name + " " + m.SHA256[:12], GPUMemLimit: cfg.GPUMemLimit, Transcripts: len(events)}
 	// Device-wide peak, polled: it is the neighbour's and ours together.
-	var peak atomic.Uint64
+	// Only the poller writes peak and res.DeviceTotal; they are read after
+	// stopPoll has waited for it.
+	var peak uint64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	stopPoll := sync.OnceFunc(func() {
+		close(stop)
+		wg.Wait()
+	})
+	defer stopPoll()
 	wg.Go(func() {
 		t := time.NewTicker(20 * time.Millisecond)
 		defer t.Stop()
 		for {
 			if _, used, total, err := probe.MemoryInfo(0); err == nil {
 				res.DeviceTotal = total
-				for p := peak.Load(); used > p && !peak.CompareAndSwap(p, used); p = peak.Load() {
-				}
+				peak = max(peak, used)
 			}
 			select {
 			case <-stop:
@@ -105,8 +110,6 @@ func shareCommand(ctx context.Context, e cli.Env, args []string) error {
 	log := zerolog.New(e.Stderr).With().Timestamp().Str("scorer", f.name).Logger().Level(zerolog.WarnLevel)
 	pool, closePool, err := scoring.NewPool(ctx, cfg, m, log, nil, nil)
 	if err != nil {
-		close(stop)
-		wg.Wait()
 		return err
 	}
 	defer closePool()
@@ -117,8 +120,7 @@ func shareCommand(ctx context.Context, e cli.Env, args []string) error {
 	start := time.Now()
 	_, err = ts.Score(ctx, events)
 	res.Seconds = time.Since(start).Seconds()
-	close(stop)
-	wg.Wait()
+	stopPoll()
 	if err != nil {
 		res.Error = err.Error()
 	}
@@ -130,7 +132,7 @@ func shareCommand(ctx context.Context, e cli.Env, args []string) error {
 		res.MeanBatchRows = float64(st.Pairs) / float64(st.Batches)
 	}
 	res.Padding = st.PaddingEfficiency()
-	res.DevicePeakUsed = peak.Load()
+	res.DevicePeakUsed = peak
 	if werr := writeJSON(f.out, res); werr != nil {
 		return werr
 	}
