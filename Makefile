@@ -161,8 +161,10 @@ $(DEBERTA_DIR)/onnx/model_quantized.onnx:
 	./scripts/make-deberta.sh $(SHARED) $(DEBERTA_DIR)
 
 # The independent raw loop `make bench` compares `scorer score` with (HF tokenizers + onnxruntime-node).
-rawloop:
-	cd tools/rawloop && ./../../scripts/retry.sh 3 npm install --ignore-scripts --no-audit --no-fund >/dev/null
+RAWLOOP_DIR := tools/rawloop
+rawloop: $(RAWLOOP_DIR)/node_modules/.package-lock.json
+$(RAWLOOP_DIR)/node_modules/.package-lock.json: $(RAWLOOP_DIR)/package-lock.json $(RAWLOOP_DIR)/package.json
+	cd $(RAWLOOP_DIR) && ../../scripts/retry.sh 3 npm ci --ignore-scripts --no-audit --no-fund >/dev/null
 
 # Regenerates the golden token IDs and scores from the Hugging Face reference implementations (npm).
 golden:

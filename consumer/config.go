@@ -19,7 +19,7 @@ const (
 	DefaultBatchMaxMessages   = 16
 	DefaultBatchMaxBytes      = 8 << 20
 	DefaultBatchMaxWait       = 200 * time.Millisecond
-	DefaultMaxMessageBytes    = 8 << 20
+	DefaultMaxMessageBytes    = schema.DefaultMaxMessageBytes
 	DefaultMaxInflightBatches = 2
 	DefaultMaxUncommitted     = 1000
 	DefaultCommitInterval     = time.Second

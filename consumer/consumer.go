@@ -702,7 +702,7 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 		MinBytes:  1,
 		// Room for one record of the largest size we accept (plus
 		// framing) so an oversized record reaches the DLQ path.
-		MaxBytes:       c.cfg.MaxMessageBytes + 64<<10,
+		MaxBytes:       c.cfg.MaxMessageBytes + schema.FetchSlack,
 		MaxWait:        c.cfg.FetchMaxWait,
 		QueueCapacity:  fetchQueueCapacity,
 		ReadBackoffMin: c.cfg.RetryBackoff,

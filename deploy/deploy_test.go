@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -61,25 +60,9 @@ var (
 
 func readDesign(t *testing.T) design {
 	t.Helper()
-	data, err := os.ReadFile(designDoc)
-	if err != nil {
-		t.Fatalf("read design doc: %v", err)
-	}
 	d := design{vars: map[string]bool{}, metrics: map[string]bool{}}
-	section := ""
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.HasPrefix(line, "## ") {
-			section = strings.ToLower(strings.TrimPrefix(line, "## "))
-			continue
-		}
-		switch {
-		case strings.HasPrefix(section, "metrics"):
-			for _, m := range metricRe.FindAllString(line, -1) {
-				d.metrics[m] = true
-			}
-		}
+	for m := range designMetrics(t) {
+		d.metrics[m] = true
 	}
 	// The variables: the generated reference's tables, one row each.
 	ref, err := os.ReadFile(configDoc)
@@ -1023,7 +1006,7 @@ func configVars(t *testing.T, d design) map[string]bool {
 		return vars
 	}
 	var undocumented []string
-	for _, m := range regexp.MustCompile(`env:"([A-Z][A-Z0-9_]*)"`).FindAllSubmatch(src, -1) {
+	for _, m := range envTagRe.FindAllSubmatch(src, -1) {
 		if !vars[string(m[1])] {
 			undocumented = append(undocumented, string(m[1]))
 		}
@@ -1042,7 +1025,7 @@ func checkRendered(t *testing.T, vars map[string]bool, objs map[string]object, i
 			t.Fatalf("no %s rendered", kind)
 		}
 	}
-	cm, _ := get(objs["ConfigMap"], "data").(map[string]any)
+	cm := configMapData(objs)
 	for k := range cm {
 		if !vars[k] && k != "CUDA_DEVICE_ORDER" {
 			t.Errorf("ConfigMap key %s is neither documented in %s nor read by %s", k, configDoc, cmdConfig)

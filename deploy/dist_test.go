@@ -27,10 +27,7 @@ import (
 // cause.
 func TestBundle(t *testing.T) {
 	root := testenv.RepoRoot()
-	ortDir := os.Getenv("ORT_CUDA_DIR")
-	if ortDir == "" {
-		ortDir = filepath.Join(root, ".deps", "ort-cuda")
-	}
+	ortDir := testenv.ORTCUDADir(t)
 	work := t.TempDir()
 	bin := buildScorer(t)
 	archive, err := dist.Build(dist.Options{Version: "test", Binary: bin, ORTDir: ortDir,

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,14 +35,42 @@ func podman(ctx context.Context, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, "podman", args...)
 }
 
-// buildScorer builds ./cmd/scorer for the host-side broker and producer.
+// scorerBin is ./cmd/scorer built once for the package's tests (the image
+// test's host-side broker and producer, the bundle, gpu-proof), in binDir,
+// which TestMain removes.
+var (
+	binDir    string
+	scorerBin = sync.OnceValues(func() (string, error) {
+		dir, err := os.MkdirTemp("", "deploy-scorer-")
+		if err != nil {
+			return "", err
+		}
+		binDir = dir
+		bin := filepath.Join(dir, "scorer")
+		build := exec.Command("go", "build", "-o", bin, "../cmd/scorer")
+		build.Env = append(os.Environ(), "CGO_ENABLED=1")
+		if out, err := build.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("go build: %v\n%s", err, out)
+		}
+		return bin, nil
+	})
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// buildScorer returns the scorer binary, built on first use; tests must
+// not change it.
 func buildScorer(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "scorer")
-	build := exec.Command("go", "build", "-o", bin, "../cmd/scorer")
-	build.Env = append(os.Environ(), "CGO_ENABLED=1")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	bin, err := scorerBin()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }

@@ -49,10 +49,6 @@ const (
 	// headers of a dead letter (the message can list the call_ids of a
 	// batch).
 	maxErrorHeaders = 256 << 10
-	// fetchSlack is what the consumer fetches beyond MAX_MESSAGE_BYTES of
-	// a record (its key and headers), and so what a dead letter's key and
-	// original headers can add to its value.
-	fetchSlack = 64 << 10
 )
 
 // worstScore is a score whose JSON form is as long as a float32 in [0, 1]
@@ -230,7 +226,7 @@ func (c Config) MaxRowBytes(s OutputShape) (int64, error) {
 // headers. A DLQ topic that fits it keeps every dead letter's value; with
 // less, values over its limit are dropped (HeaderDLQValueDropped).
 func MaxDeadLetterBytes(maxInput int) int64 {
-	return int64(maxInput) + fetchSlack + maxErrorHeaders
+	return int64(maxInput) + schema.FetchSlack + maxErrorHeaders
 }
 
 // SizeHint turns a byte count into a short human form for messages.

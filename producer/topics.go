@@ -74,13 +74,6 @@ func (e *SetupError) Error() string   { return e.Err.Error() }
 func (e *SetupError) Unwrap() error   { return e.Err }
 func (e *SetupError) Permanent() bool { return true }
 
-// ensureTopics is EnsureTopics with the attempt timeout as a parameter, so
-// tests need not wait for the real one.
-func ensureTopics(ctx context.Context, timeout time.Duration, brokers []string, dialer *kafka.Dialer, topics ...TopicSpec) error {
-	_, err := prepareTopics(ctx, timeout, brokers, dialer, true, topics...)
-	return err
-}
-
 // prepareTopics is PrepareTopics with the attempt timeout as a parameter.
 func prepareTopics(ctx context.Context, timeout time.Duration, brokers []string, dialer *kafka.Dialer, create bool, topics ...TopicSpec) (map[string]int64, error) {
 	if len(topics) == 0 {
@@ -292,7 +285,7 @@ func permanentSetup(err error) bool {
 		errors.As(err, &verify) || errors.As(err, &header)
 }
 
-// dial connects to addr with ctx's deadline (which ensureTopics always sets)
+// dial connects to addr with ctx's deadline (which prepareTopics always sets)
 // as the connection's I/O deadline, and closes the connection when ctx ends,
 // which unblocks a request waiting on a silent broker. The close is released
 // by the connection's own Close.

@@ -181,18 +181,18 @@ func ConnectEnvelope(v any) ([]byte, error) {
 }
 
 func envelope(s *ConnectSchema, v any) ([]byte, error) {
-	b, err := json.Marshal(connectEnvelope{Schema: s, Payload: v})
-	if err != nil {
-		return nil, fmt.Errorf("schema: connect envelope: %w", err)
-	}
-	return b, nil
+	return envelopeWith(json.Marshal, s, v)
 }
 
 // valueEnvelope is envelope for record values, encoded as MarshalValue
 // does. (Keys keep json.Marshal's form: a key's bytes are its identity in a
 // compacted topic, so they must not change between releases.)
 func valueEnvelope(s *ConnectSchema, v any) ([]byte, error) {
-	b, err := MarshalValue(connectEnvelope{Schema: s, Payload: v})
+	return envelopeWith(MarshalValue, s, v)
+}
+
+func envelopeWith(marshal func(any) ([]byte, error), s *ConnectSchema, v any) ([]byte, error) {
+	b, err := marshal(connectEnvelope{Schema: s, Payload: v})
 	if err != nil {
 		return nil, fmt.Errorf("schema: connect envelope: %w", err)
 	}

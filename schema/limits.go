@@ -43,6 +43,13 @@ const (
 	DefaultMaxSections      = 64
 )
 
+// FetchSlack is what a consumer fetches beyond MaxMessageBytes of one
+// record, room for its key, headers and framing, so that an oversized
+// record still arrives and reaches the DLQ path. The producer sizes dead
+// letters by it: a dead letter's key and original headers can add this
+// much to its value.
+const FetchSlack = 64 << 10
+
 // DefaultLimits returns the limits scorer runs with unless configured
 // otherwise; see the Default* constants for the reasoning.
 func DefaultLimits() Limits {

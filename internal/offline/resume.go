@@ -92,11 +92,8 @@ func (id runIdentity) diff(now runIdentity) []string {
 
 // show is v as compact JSON, without HTML escapes ("</s></s>" stays so).
 func show(v any) string {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
-	return strings.TrimSuffix(b.String(), "\n")
+	b, _ := schema.MarshalValue(v)
+	return string(b)
 }
 
 // doneTranscript is a transcript the partial output already holds: its

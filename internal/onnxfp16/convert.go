@@ -93,7 +93,7 @@ func Convert(m *onnxpb.ModelProto, o Options) (Stats, error) {
 	if g == nil {
 		return Stats{}, errors.New("model has no graph")
 	}
-	c := &converter{g: g, types: map[string]int32{}, consumers: map[string][]int{}, producer: map[string]int{}}
+	c := &converter{g: g, types: map[string]int32{}, consumers: map[string][]int{}}
 	if err := c.index(); err != nil {
 		return Stats{}, err
 	}
@@ -112,7 +112,6 @@ type converter struct {
 	g         *onnxpb.GraphProto
 	types     map[string]int32 // element type of every tensor we could type
 	consumers map[string][]int // node indexes reading a tensor
-	producer  map[string]int   // node index writing a tensor
 	outputs   map[string]bool  // graph outputs
 	inits     map[string]*onnxpb.TensorProto
 	keep      []bool // per node: stays float32 (index arithmetic)
@@ -147,9 +146,6 @@ func (c *converter) index() error {
 			if in != "" {
 				c.consumers[in] = append(c.consumers[in], i)
 			}
-		}
-		for _, out := range n.GetOutput() {
-			c.producer[out] = i
 		}
 	}
 	return nil
