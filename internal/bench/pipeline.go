@@ -177,15 +177,16 @@ func (s *ackSink) DeadLetter(ctx context.Context, dls []schema.DeadLetter) error
 // newBenchPool builds the pool through the same NewPool and session config
 // as Open, except that each engine is wrapped to record its batches.
 func newBenchPool(ctx context.Context, cfg config.Config, m *model.Model, log zerolog.Logger, reg prometheus.Registerer, rec *batchRecorder) (*gpupool.Pool, func(), error) {
-	inner := scoring.SessionFactory(cfg, m)
-	factory := func(d gpupool.Device) (gpupool.Engine, error) {
-		e, err := inner(d)
-		if err != nil || rec == nil {
-			return e, err
+	record := func(inner gpupool.EngineFactory) gpupool.EngineFactory {
+		return func(d gpupool.Device) (gpupool.Engine, error) {
+			e, err := inner(d)
+			if err != nil || rec == nil {
+				return e, err
+			}
+			return recordingEngine{Engine: e, rec: rec, maxLength: m.MaxLength}, nil
 		}
-		return recordingEngine{Engine: e, rec: rec, maxLength: m.MaxLength}, nil
 	}
-	return scoring.NewPool(ctx, cfg, m, log, reg, factory)
+	return scoring.NewPool(ctx, cfg, m, log, reg, record)
 }
 
 // pipelineOpts says what one pipeline run produces and how.

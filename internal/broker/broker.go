@@ -123,7 +123,8 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	c, listen, err := Start(Options{Addr: f.addr, Partitions: f.partitions, Topics: config.SplitList(f.topics, ","), DataDir: f.dataDir, MaxMessageBytes: f.maxMessage})
+	topics := config.SplitList(f.topics, ",")
+	c, listen, err := Start(Options{Addr: f.addr, Partitions: f.partitions, Topics: topics, DataDir: f.dataDir, MaxMessageBytes: f.maxMessage})
 	if err != nil {
 		return err
 	}
@@ -134,7 +135,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	if f.dataDir != "" {
 		durability = "persisted to " + f.dataDir
 	}
-	log.Info().Str("addr", listen).Str("topics", strings.Join(config.SplitList(f.topics, ","), ",")).
+	log.Info().Str("addr", listen).Str("topics", strings.Join(topics, ",")).
 		Int("partitions", f.partitions).Str("durability", durability).
 		Msgf("in-memory Kafka broker ready; try: kcat -b %s -L", listen)
 	<-ctx.Done()

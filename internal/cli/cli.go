@@ -2,11 +2,8 @@ package cli
 
 import (
 	"errors"
-	"flag"
 	"io"
 	"runtime/debug"
-
-	"github.com/scorer/scorer/internal/config"
 )
 
 // ErrUsage marks errors already reported as usage text: the binary's main
@@ -30,17 +27,6 @@ type Env struct {
 	Stdin  io.Reader
 	Stdout io.Writer
 	Stderr io.Writer
-}
-
-// UsageOr maps flag parsing errors, which the flag package has printed
-// with the usage already (-h included), to ErrUsage and passes other
-// errors through.
-func UsageOr(err error) error {
-	var fe config.FlagError
-	if errors.Is(err, flag.ErrHelp) || errors.As(err, &fe) {
-		return ErrUsage
-	}
-	return err
 }
 
 // ExitCode is the process exit status for a subcommand's error: 2 for a

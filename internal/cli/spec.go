@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -46,8 +47,12 @@ func (s Spec) FlagSet(e Env) *flag.FlagSet {
 // them.
 func (s Spec) Load(e Env, fs *flag.FlagSet, args []string) (config.Config, error) {
 	cfg, err := config.Load(s.Settings, e.Getenv, fs, args)
+	var fe config.FlagError
+	if errors.Is(err, flag.ErrHelp) || errors.As(err, &fe) {
+		return config.Config{}, ErrUsage
+	}
 	if err != nil {
-		return config.Config{}, UsageOr(err)
+		return config.Config{}, err
 	}
 	return cfg, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -56,7 +57,7 @@ func DetectMemoryLimit(root string) MemoryLimit {
 					break
 				}
 			}
-		case hasController(parts[1], "memory"):
+		case slices.Contains(strings.Split(parts[1], ","), "memory"):
 			for _, dir := range []string{filepath.Clean("/" + parts[2]), "/"} {
 				if n, ok := readLimit(filepath.Join(root, "sys/fs/cgroup/memory", dir, "memory.limit_in_bytes")); ok {
 					take(n, "cgroup v1 memory.limit_in_bytes")
@@ -71,15 +72,6 @@ func DetectMemoryLimit(root string) MemoryLimit {
 		return MemoryLimit{Bytes: phys, Source: "physical memory"}
 	}
 	return MemoryLimit{}
-}
-
-func hasController(list, name string) bool {
-	for _, c := range strings.Split(list, ",") {
-		if c == name {
-			return true
-		}
-	}
-	return false
 }
 
 // readLimit reads a cgroup limit file: a byte count, or "max" (none).

@@ -272,17 +272,6 @@ func (s Set) bindFlags(fs *flag.FlagSet, cfg *Config) {
 	}
 }
 
-// IsSetting reports whether a flag named name is one of the settings (as
-// opposed to a subcommand's own flag).
-func IsSetting(name string) bool {
-	for _, st := range Settings() {
-		if st.Flag == name {
-			return true
-		}
-	}
-	return false
-}
-
 // tagErrors checks what Config's enum and min tags say of each setting.
 func (c *Config) tagErrors() []error {
 	var errs []error

@@ -40,10 +40,7 @@ type demoOptions struct {
 // to out. It logs its own failure; run it in its own goroutine, ended by
 // ctx.
 func RunDemo(ctx context.Context, file string, limit int, cfg config.Config, sec config.KafkaSecurity, out io.Writer, stack *scoring.Stack, log zerolog.Logger) {
-	runDemo(ctx, demoOptions{file: file, limit: limit, cfg: cfg, sec: sec, out: out, stack: stack}, log)
-}
-
-func runDemo(ctx context.Context, o demoOptions, log zerolog.Logger) {
+	o := demoOptions{file: file, limit: limit, cfg: cfg, sec: sec, out: out, stack: stack}
 	if err := demo(ctx, o, log); err != nil && ctx.Err() == nil {
 		log.Error().Err(err).Msg("demo failed")
 	}

@@ -22,19 +22,20 @@ func SessionFactory(cfg config.Config, m *model.Model) gpupool.EngineFactory {
 // NewPool starts NVML (unless DEVICE=cpu) and the device pool for m: the
 // options cfg.PoolOptions gives, then what is wiring rather than
 // configuration (the logger, reg, NVML, calibration up to m's maximum
-// length), then extra, the caller's overrides, which win. factory nil means
-// SessionFactory(cfg, m); the bench passes one that records batches around
-// it. The returned func shuts NVML down after the pool is closed. The
-// settings the pool was built with are logged at debug level ("scorer
-// built"), the same line for every subcommand.
-func NewPool(ctx context.Context, cfg config.Config, m *model.Model, log zerolog.Logger, reg prometheus.Registerer, factory gpupool.EngineFactory, extra ...gpupool.Option) (*gpupool.Pool, func(), error) {
+// length). Its engines are m's sessions with cfg's session settings;
+// wrap, when not nil, wraps that factory (the stack waits for the model's
+// load in it, the bench records batches). The returned func shuts NVML down
+// after the pool is closed. The settings the pool was built with are logged
+// at debug level ("scorer built"), the same line for every subcommand.
+func NewPool(ctx context.Context, cfg config.Config, m *model.Model, log zerolog.Logger, reg prometheus.Registerer, wrap func(gpupool.EngineFactory) gpupool.EngineFactory) (*gpupool.Pool, func(), error) {
 	host := config.DetectHost()
 	opts, err := cfg.PoolOptions(host)
 	if err != nil {
 		return nil, nil, err
 	}
-	if factory == nil {
-		factory = gpupool.SessionFactory(m, cfg.SessionConfig(host))
+	factory := gpupool.SessionFactory(m, cfg.SessionConfig(host))
+	if wrap != nil {
+		factory = wrap(factory)
 	}
 	opts = append(opts,
 		// Calibration pairs longer than the model's maximum would be
@@ -55,7 +56,7 @@ func NewPool(ctx context.Context, cfg config.Config, m *model.Model, log zerolog
 		log.Info().Uint64("cpu_mem_limit_bytes", lim.Bytes).Str("source", lim.Source).Uint64("reserve_bytes", mem.Reserve).
 			Msg("CPU memory budget")
 	}
-	pool, err := gpupool.New(ctx, factory, append(opts, extra...)...)
+	pool, err := gpupool.New(ctx, factory, opts...)
 	if err != nil {
 		closeNVML()
 		return nil, nil, err

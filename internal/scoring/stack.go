@@ -92,7 +92,8 @@ func (s *Stack) openModel(_ context.Context, cfg config.Config, _ zerolog.Logger
 // the process, which is exiting anyway.
 func (s *Stack) openPool(ctx context.Context, cfg config.Config, log zerolog.Logger, reg prometheus.Registerer) error {
 	m := s.loading.Model()
-	pool, closeNVML, err := NewPool(ctx, cfg, m, log, reg, afterLoad(s.loading, SessionFactory(cfg, m)))
+	wait := func(f gpupool.EngineFactory) gpupool.EngineFactory { return afterLoad(s.loading, f) }
+	pool, closeNVML, err := NewPool(ctx, cfg, m, log, reg, wait)
 	if err != nil {
 		if _, lerr := s.loading.Wait(); lerr != nil {
 			return lerr // why no engine opened

@@ -46,7 +46,7 @@ func planTopics(cfg config.Config, pc producer.Config, rf int) (topicPlan, error
 			Configs: map[string]string{"max.message.bytes": strconv.FormatInt(pc.TopicBytes(record), 10)}}
 	}
 	p.specs = []producer.TopicSpec{
-		sized(cfg.InputTopic, cfg.InputPartitions, producer.MaxDeadLetterBytes(cfg.MaxMessageBytes)),
+		sized(cfg.InputTopic, cfg.InputPartitions, p.dlq),
 		sized(cfg.OutputTopic, cfg.InputPartitions, p.result),
 		sized(cfg.DLQTopic, 1, p.dlq),
 	}
