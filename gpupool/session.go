@@ -139,9 +139,12 @@ func CheckCUDA(dev Device, cfg SessionConfig) error {
 	return appendCUDA(so, cudaProviderOptions(dev, cfg))
 }
 
-// DefaultGPUMemMargin is the least GPUMemMargin: 512 MiB covers a CUDA
-// context and the cuBLAS/cuDNN workspaces on current GPUs.
-const DefaultGPUMemMargin = 512 << 20
+// DefaultGPUMemMargin is the least GPUMemMargin, and what the pool's
+// admission counts beside the weights and the arena until it has measured
+// it: the first GPU run (H200, ORT 1.29, CUDA 13) measured the CUDA context
+// and workspaces of two workers at 667 MiB (fp16) and 764 MiB (fp32), past
+// the 512 MiB this used to be.
+const DefaultGPUMemMargin = 768 << 20
 
 // cudaProviderOptions builds the CUDA execution provider's key/value options
 // for dev. device_id is dev.Index, the CUDA ordinal (the probe maps it
