@@ -139,3 +139,33 @@ func TestCPUMemoryCalibrationCache(t *testing.T) {
 		}
 	})
 }
+
+// With CachedOnly, a start takes a kept fit as any start would, and without
+// one runs no calibration batch at all: the pool starts with CPU batches
+// bounded by rows and tokens only (no batch budget).
+func TestCPUMemoryCachedOnly(t *testing.T) {
+	dir := t.TempDir()
+	start := func(t *testing.T, key string, cachedOnly bool) (DeviceStats, int) {
+		t.Helper()
+		fake := &fakeEngine{maxLength: 512}
+		mem := &fakeMemory{rss: 2 << 30, cost: debertaCPU}
+		fake.onRun = func(rows, maxLen int) { mem.run(rows, maxLen) }
+		eng := keyedEngine{fakeEngine: fake, key: key}
+		p, err := New(testCtx(t), func(Device) (Engine, error) { return eng, nil }, Mode(ModeCPU), CPUWorkers(2), MaxBatchRows(16),
+			MaxBatchTokens(16384), withProcessMemory(mem), CPUMemory(CPUMemoryConfig{CacheDir: dir, CachedOnly: cachedOnly}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close(testCtx(t)) })
+		fake.mu.Lock()
+		defer fake.mu.Unlock()
+		return p.Stats().Devices[0], fake.calls
+	}
+	if st, runs := start(t, "model=a", true); runs != 0 || st.BatchBytes != 0 {
+		t.Errorf("nothing kept: %d calibration runs, batch budget %.0f bytes; want none and none", runs, st.BatchBytes)
+	}
+	measured, _ := start(t, "model=a", false)
+	if st, runs := start(t, "model=a", true); runs != 0 || st.BatchBytes != measured.BatchBytes || st.BatchBytes <= 0 {
+		t.Errorf("kept fit: %d calibration runs, batch budget %.0f bytes; want none and the measured %.0f", runs, st.BatchBytes, measured.BatchBytes)
+	}
+}

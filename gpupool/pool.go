@@ -220,6 +220,10 @@ type DeviceStats struct {
 // beyond the weights and BesideArenaBytes.
 func (s DeviceStats) EstimateBytes(rows, length int) float64 { return s.est.bytes(rows, length) }
 
+// MaxRows is the most rows of length tokens whose EstimateBytes fits in
+// room bytes (0: not one).
+func (s DeviceStats) MaxRows(length int, room float64) int { return s.est.maxRows(length, room) }
+
 // PaddingEfficiency is RealTokens / PaddedTokens: 1 means no padding.
 func (s Stats) PaddingEfficiency() float64 {
 	if s.PaddedTokens == 0 {
