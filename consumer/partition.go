@@ -1,0 +1,259 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/scorer/scorer/schema"
+)
+
+type partState struct {
+	partition int
+	wm        *Watermark
+	// committed is the last committed offset (negative: none yet); written
+	// by the manager, read by the fetcher for the span limit.
+	committed atomic.Int64
+	// first is the first offset fetched (-1: none yet), the base of the
+	// uncommitted span while nothing is committed.
+	first atomic.Int64
+	// logEnd is the log end offset (high water mark) seen by the last fetch
+	// (-1: none yet).
+	logEnd atomic.Int64
+	// tail is the turn of the last batch dispatched with records of this
+	// partition, the one the next batch acknowledges after; touched by the
+	// batch loop only.
+	tail <-chan struct{}
+}
+
+func newPartState(partition int, committed int64) *partState {
+	ps := &partState{partition: partition, wm: NewWatermark(), tail: closedChan()}
+	ps.committed.Store(committed)
+	ps.first.Store(-1)
+	ps.logEnd.Store(-1)
+	return ps
+}
+
+// base is the offset the uncommitted span starts from: the committed offset,
+// or the first fetched one while nothing is committed; -1 if neither.
+func (ps *partState) base() int64 {
+	if c := ps.committed.Load(); c >= 0 {
+		return c
+	}
+	return ps.first.Load()
+}
+
+// fetch reads one partition from offset and hands records to the batch
+// loop until ctx ends; stopped is called once it hands over no more
+// records, before its reader is closed. It never returns early on errors:
+// the partition would silently stop being read.
+func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset int64, stopped func()) {
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:   c.cfg.Brokers,
+		Topic:     c.cfg.Topic,
+		Partition: ps.partition,
+		Dialer:    c.cfg.Dialer,
+		MinBytes:  1,
+		// Room for one record of the largest size we accept (plus
+		// framing) so an oversized record reaches the DLQ path.
+		MaxBytes:       c.cfg.MaxMessageBytes + schema.FetchSlack,
+		MaxWait:        c.cfg.FetchMaxWait,
+		QueueCapacity:  fetchQueueCapacity,
+		ReadBackoffMin: c.cfg.RetryBackoff,
+		ReadBackoffMax: c.cfg.RetryBackoffMax,
+		Logger: kafka.LoggerFunc(func(f string, a ...any) {
+			c.log.Debug().Int("partition", ps.partition).Msgf("kafka-go: "+f, a...)
+		}),
+		ErrorLogger: kafka.LoggerFunc(func(f string, a ...any) { c.readerError(ps, f, a...) }),
+	})
+	defer func() {
+		// Reader.Close can block for MaxWait or longer (kafka-go #428).
+		done := make(chan struct{})
+		go func() { _ = r.Close(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(c.cfg.FetchMaxWait + 5*time.Second):
+			c.log.Warn().Int("partition", ps.partition).Msg("reader close timed out")
+		}
+	}()
+	defer stopped() // runs before the reader is closed
+	offset = c.checkOffset(ctx, ps, offset)
+	if err := r.SetOffset(offset); err != nil {
+		c.log.Error().Err(err).Int("partition", ps.partition).Msg("set offset")
+		<-ctx.Done()
+		return
+	}
+	partLabel := strconv.Itoa(ps.partition)
+	backoff := c.cfg.RetryBackoff
+	for {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			c.brokerOK.Store(false)
+			c.log.Warn().Err(err).Int("partition", ps.partition).Msg("fetch failed; retrying")
+			if !sleepCtx(ctx, backoff) {
+				return
+			}
+			backoff = min(backoff*2, c.cfg.RetryBackoffMax)
+			continue
+		}
+		backoff = c.cfg.RetryBackoff
+		c.brokerOK.Store(true)
+		c.messagesIn.Add(1)
+		c.m.messagesIn.WithLabelValues(c.cfg.Topic).Inc()
+		c.m.lag.WithLabelValues(c.cfg.Topic, partLabel).Set(float64(max(m.HighWaterMark-m.Offset-1, 0)))
+		ps.logEnd.Store(m.HighWaterMark)
+		ps.first.CompareAndSwap(-1, m.Offset)
+		if !c.waitSpan(ctx, ps, m.Offset) {
+			return
+		}
+		done, err := ps.wm.Track(m.Offset)
+		if err != nil {
+			// A stale buffered message (kafka-go #1398): already tracked.
+			c.log.Debug().Err(err).Int("partition", ps.partition).Int64("offset", m.Offset).Msg("skipping repeated offset")
+			continue
+		}
+		rec := &record{msg: m, gen: g, ps: ps, done: done}
+		c.addInflight(1)
+		g.pending.Add(1)
+		select {
+		case c.in <- rec:
+		case <-ctx.Done():
+			// Never handed over: it stays unresolved, so the commit stops
+			// before it and the next owner reads it again.
+			c.addInflight(-1)
+			g.pending.Add(-1)
+			return
+		}
+	}
+}
+
+// readerError logs what a partition reader reports through kafka-go's
+// ErrorLogger. One of its lines is a silent offset reset (the reader was
+// behind the log start, retention deleted what it was about to read, and
+// it skips forward): that one is counted in scorer_offset_resets_total
+// and logged at error level, since records were lost to retention.
+func (c *Consumer) readerError(ps *partState, format string, args ...any) {
+	if strings.HasPrefix(format, "the kafka reader is reading before the first offset") {
+		c.offsetReset(ps, fmt.Sprintf(format, args...))
+		return
+	}
+	c.log.Warn().Int("partition", ps.partition).Msgf("kafka-go: "+format, args...)
+}
+
+// offsetReset counts and logs a reset of the partition's read position.
+func (c *Consumer) offsetReset(ps *partState, what string) {
+	c.offsetResets.Add(1)
+	c.m.offsetResets.WithLabelValues(c.cfg.Topic, strconv.Itoa(ps.partition)).Inc()
+	c.log.Error().Int("partition", ps.partition).Str("reset", what).
+		Msg("offset reset: the position was outside the partition's log (retention passed it, or the topic was re-created)")
+}
+
+// offsetCheckTimeout bounds the log-range lookup of checkOffset.
+const offsetCheckTimeout = 10 * time.Second
+
+// checkOffset returns where to start reading the partition: offset, unless
+// it lies outside the partition's log. kafka-go moves an offset before the
+// log start to the start without a word, and retries one past the log end
+// forever (the partition then silently stops being read). Both are reset
+// here instead, counted and logged: before the start to the start, past
+// the end to StartOffset's end. If the log range cannot be read, offset is
+// returned as is.
+func (c *Consumer) checkOffset(ctx context.Context, ps *partState, offset int64) int64 {
+	if offset < 0 { // FirstOffset or LastOffset: kafka-go resolves them
+		return offset
+	}
+	ctx, cancel := context.WithTimeout(ctx, offsetCheckTimeout)
+	defer cancel()
+	// Any bootstrap broker finds the leader; a dead one is skipped.
+	var conn *kafka.Conn
+	var err error
+	for _, b := range c.cfg.Brokers {
+		if conn, err = c.cfg.Dialer.DialLeader(ctx, "tcp", b, c.cfg.Topic, ps.partition); err == nil || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		c.log.Warn().Err(err).Int("partition", ps.partition).Msg("could not check the committed offset against the log; reading from it")
+		return offset
+	}
+	defer conn.Close()
+	first, last, err := conn.ReadOffsets()
+	if err != nil {
+		c.log.Warn().Err(err).Int("partition", ps.partition).Msg("could not check the committed offset against the log; reading from it")
+		return offset
+	}
+	to := offset
+	switch {
+	case offset < first:
+		to = first
+	case offset > last && c.cfg.StartOffset == kafka.LastOffset:
+		to = last
+	case offset > last:
+		to = first
+	}
+	if to != offset {
+		c.offsetReset(ps, fmt.Sprintf("committed offset %d outside the log [%d, %d]; reading from %d", offset, first, last, to))
+		// The stored offset is meaningless now: forget it, so the first
+		// commit writes the new position even when it is lower.
+		ps.committed.Store(-1)
+	}
+	return to
+}
+
+// spanPoll is how often a paused fetcher checks whether a commit made room.
+const spanPoll = 20 * time.Millisecond
+
+// waitSpan pauses the partition's fetching while offset lies MaxUncommitted
+// or more past the committed offset, so that one stuck record (a dead
+// letter that cannot be written, a publish that keeps failing) cannot grow
+// the uncommitted span, the memory of waiting batches and the duplicates a
+// crash would replay without bound. It reports false if ctx ended first.
+func (c *Consumer) waitSpan(ctx context.Context, ps *partState, offset int64) bool {
+	limit := int64(c.cfg.MaxUncommitted)
+	if offset-ps.base() < limit {
+		return true
+	}
+	label := []string{c.cfg.Topic, strconv.Itoa(ps.partition)}
+	c.pauses.Add(1)
+	c.m.paused.WithLabelValues(label...).Set(1)
+	defer c.m.paused.WithLabelValues(label...).Set(0)
+	c.log.Warn().Int("partition", ps.partition).Int64("offset", offset).Int64("committed", ps.committed.Load()).
+		Int64("limit", limit).Msg("uncommitted span reached MAX_UNCOMMITTED; fetching paused until commits catch up")
+	for offset-ps.base() >= limit {
+		if !sleepCtx(ctx, spanPoll) {
+			return false
+		}
+	}
+	c.log.Info().Int("partition", ps.partition).Int64("committed", ps.committed.Load()).Msg("fetching resumed")
+	return true
+}
+
+// observePartitions updates the per-partition gauges of the generation:
+// committed lag (log end minus the committed offset, what a crash would
+// replay plus what is unread) and the age of the oldest unacknowledged
+// record.
+func (c *Consumer) observePartitions(g *genState) {
+	for p, ps := range g.parts {
+		part := strconv.Itoa(p)
+		if end, base := ps.logEnd.Load(), ps.base(); end >= 0 && base >= 0 {
+			c.m.committedLag.WithLabelValues(c.cfg.Topic, part).Set(float64(max(end-base, 0)))
+		}
+		age := 0.0
+		if at, ok := ps.wm.Oldest(); ok {
+			age = time.Since(at).Seconds()
+		}
+		c.m.oldestUnacked.WithLabelValues(c.cfg.Topic, part).Set(age)
+		// Add(0) makes the series exist at 0 for every owned partition (an
+		// alert or dashboard then sees "not paused" rather than nothing)
+		// without clearing a pause in progress.
+		c.m.paused.WithLabelValues(c.cfg.Topic, part).Add(0)
+	}
+}

@@ -1,0 +1,334 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/scorer/scorer/schema"
+)
+
+// DLQ reasons the consumer itself assigns (decode failures use
+// schema.Reason's names).
+const (
+	ReasonTooLarge       = "too_large"
+	ReasonScoreFailed    = "score_failed"
+	ReasonOutputTooLarge = "output_too_large"
+	ReasonOutputRejected = "output_rejected"
+)
+
+// prepared is one generation's part of a batch, decoded and scored, ready
+// to be acknowledged.
+type prepared struct {
+	g    *genState
+	dead []deadRecord
+	// out holds the results and deletes to write, in input-offset order.
+	out []outItem
+}
+
+// outItem is one record's output: its result, or (res nil) a tombstone for
+// the deleted call.
+type outItem struct {
+	r   *record
+	res *schema.ScoredTranscript
+	del schema.Delete
+}
+
+// prepare decodes and scores a batch. Its records normally belong to one
+// generation; those of a revoked generation are dropped (the partition's
+// new owner reads them again), and each generation's records are processed
+// under that generation's context, which ends when it is revoked.
+func (c *Consumer) prepare(batch []*record) []prepared {
+	var out []prepared
+	for len(batch) > 0 {
+		g := batch[0].gen
+		var mine, rest []*record
+		for _, r := range batch {
+			if r.gen == g {
+				mine = append(mine, r)
+			} else {
+				rest = append(rest, r)
+			}
+		}
+		if !g.revoked.Load() {
+			if p, ok := c.prepareGen(g, mine); ok {
+				out = append(out, p)
+			}
+		}
+		batch = rest
+	}
+	return out
+}
+
+// acknowledgeBatch is acknowledge for b's prepared records, timed for
+// OldestAcknowledgement.
+func (c *Consumer) acknowledgeBatch(b *batch, out []prepared) {
+	c.ackMu.Lock()
+	if c.acking == nil {
+		c.acking = map[*batch]time.Time{}
+	}
+	c.acking[b] = time.Now()
+	c.ackMu.Unlock()
+	defer func() {
+		c.ackMu.Lock()
+		delete(c.acking, b)
+		c.ackMu.Unlock()
+	}()
+	c.acknowledge(out)
+}
+
+// acknowledge writes the prepared dead letters and results. A record is
+// acknowledged (settled with ack) only once its result or dead letter was
+// acknowledged by the sink; if the generation's context ends first it stays
+// unacknowledged and is redelivered.
+func (c *Consumer) acknowledge(out []prepared) {
+	for _, p := range out {
+		if p.g.revoked.Load() {
+			continue
+		}
+		if !c.deadLetter(p.g.ctx, p.g, p.dead) {
+			continue
+		}
+		// Runs of results and of deletes, in offset order, so that a
+		// delete and a version of the same call keep their input order.
+		for rest := p.out; len(rest) > 0 && !p.g.revoked.Load(); {
+			n := 1
+			for n < len(rest) && (rest[n].res == nil) == (rest[0].res == nil) {
+				n++
+			}
+			run := rest[:n]
+			rest = rest[n:]
+			recs := make([]*record, len(run))
+			for i, it := range run {
+				recs[i] = it.r
+			}
+			if run[0].res == nil {
+				dels := make([]schema.Delete, len(run))
+				for i, it := range run {
+					dels[i] = it.del
+				}
+				c.forwardDeletes(p.g.ctx, p.g, recs, dels)
+				continue
+			}
+			results := make([]schema.ScoredTranscript, len(run))
+			for i, it := range run {
+				results[i] = *it.res
+			}
+			c.publish(p.g.ctx, p.g, recs, results)
+		}
+	}
+}
+
+// Deleter is the optional part of a Sink that forwards deletes: Delete
+// writes a tombstone (a null value) for each deleted call on the output
+// topic and returns once the broker acknowledged them (errors as for
+// Publish).
+// producer satisfies it. With a Sink that lacks it, deletes are
+// dead-lettered (reason delete_unsupported).
+type Deleter interface {
+	Delete(ctx context.Context, dels []schema.Delete) error
+}
+
+// ReasonDeleteUnsupported is the DLQ reason of a delete (tombstone or
+// Debezium op d) when the Sink cannot forward deletes.
+const ReasonDeleteUnsupported = "delete_unsupported"
+
+// forwardDeletes writes a tombstone for each call in dels, retrying
+// transient failures until ctx ends like publish; a permanent failure
+// dead-letters the records.
+func (c *Consumer) forwardDeletes(ctx context.Context, g *genState, recs []*record, dels []schema.Delete) {
+	del, ok := c.sink.(Deleter)
+	if !ok {
+		dead := make([]deadRecord, len(recs))
+		for i, r := range recs {
+			dead[i] = deadRecord{r, schema.StageProduce, ReasonDeleteUnsupported, "consumer.DeleteUnsupported",
+				"the sink cannot write tombstones"}
+		}
+		c.deadLetter(ctx, g, dead)
+		return
+	}
+	backoff := c.cfg.RetryBackoff
+	for !g.revoked.Load() {
+		err := del.Delete(ctx, dels)
+		if err == nil {
+			for _, r := range recs {
+				c.m.tombstones.Inc()
+				c.published.Add(1)
+				c.settle(r, true)
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if IsPermanent(err) {
+			dead := make([]deadRecord, len(recs))
+			for i, r := range recs {
+				dead[i] = deadRecord{r, schema.StageProduce, ReasonOutputRejected, exceptionClass(err), err.Error()}
+			}
+			c.deadLetter(ctx, g, dead)
+			return
+		}
+		c.log.Warn().Err(fmt.Errorf("consumer: delete: %w", err)).Int("records", len(recs)).Msg("tombstone write failed; retrying")
+		if !sleepCtx(ctx, backoff) {
+			return
+		}
+		backoff = min(backoff*2, c.cfg.RetryBackoffMax)
+	}
+}
+
+// prepareGen decodes and scores one generation's records: the ones to
+// dead-letter and the results to publish. ok is false if the generation's
+// context ended before scoring finished (nothing is acknowledged then).
+func (c *Consumer) prepareGen(g *genState, batch []*record) (p prepared, ok bool) {
+	ctx := g.ctx
+	p.g = g
+	var (
+		dead    []deadRecord
+		events  []schema.TranscriptEvent
+		scored  []*record
+		deletes = map[*record]schema.Delete{}
+	)
+	for _, r := range batch {
+		if len(r.msg.Value) > c.cfg.MaxMessageBytes {
+			dead = append(dead, deadRecord{r, schema.StageDecode, ReasonTooLarge, "consumer.MessageTooLarge",
+				fmt.Sprintf("record value is %d bytes, limit %d", len(r.msg.Value), c.cfg.MaxMessageBytes)})
+			continue
+		}
+		ev, del, err := c.decodeGuarded(r.msg.Key, r.msg.Value)
+		if err == nil && del != nil {
+			deletes[r] = *del
+			continue
+		}
+		if err != nil {
+			reason, class := "decode_failed", exceptionClass(err)
+			var de *schema.DecodeError
+			if errors.As(err, &de) {
+				reason, class = de.Reason.String(), "schema.DecodeError"
+			}
+			c.log.Debug().Int("partition", r.msg.Partition).Int64("offset", r.msg.Offset).Str("reason", reason).Msg("undecodable record")
+			dead = append(dead, deadRecord{r, schema.StageDecode, reason, class, err.Error()})
+			continue
+		}
+		events = append(events, ev)
+		scored = append(scored, r)
+	}
+	res := map[*record]*schema.ScoredTranscript{}
+	if len(events) > 0 {
+		results, failed, ok := c.score(ctx, events)
+		if !ok {
+			return p, false
+		}
+		for i, r := range scored {
+			if err := failed[i]; err != nil {
+				dead = append(dead, deadRecord{r, schema.StageScore, ReasonScoreFailed, exceptionClass(err), err.Error()})
+				continue
+			}
+			st := results[i]
+			st.Source = &schema.Source{Topic: r.msg.Topic, Partition: r.msg.Partition, Offset: r.msg.Offset, Generation: g.id}
+			res[r] = &st
+		}
+	}
+	for _, r := range batch {
+		if st, ok := res[r]; ok {
+			p.out = append(p.out, outItem{r: r, res: st})
+		} else if d, ok := deletes[r]; ok {
+			p.out = append(p.out, outItem{r: r, del: d})
+		}
+	}
+	p.dead = dead
+	return p, true
+}
+
+// publish writes the results, retrying transient failures until ctx ends
+// (never dropping: an unacknowledged record is redelivered after restart).
+// Records the sink rejects permanently are dead-lettered. It checks the
+// generation right before every write: once revoked, the partition belongs
+// to another member, which publishes these records itself.
+func (c *Consumer) publish(ctx context.Context, g *genState, recs []*record, results []schema.ScoredTranscript) {
+	backoff := c.cfg.RetryBackoff
+	for len(recs) > 0 {
+		if g.revoked.Load() {
+			return
+		}
+		err := c.sink.Publish(ctx, results)
+		if err == nil {
+			now := time.Now()
+			for _, r := range recs {
+				c.m.endToEnd.Observe(now.Sub(r.msg.Time).Seconds())
+				c.published.Add(1)
+				c.settle(r, true)
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if IsPermanent(err) {
+			c.publishPermanent(ctx, g, recs, results, err)
+			return
+		}
+		c.log.Warn().Err(fmt.Errorf("consumer: publish: %w", err)).Int("records", len(recs)).Msg("publish failed; retrying")
+		if !sleepCtx(ctx, backoff) {
+			return
+		}
+		backoff = min(backoff*2, c.cfg.RetryBackoffMax)
+	}
+}
+
+// publishPermanent handles a permanent Publish error: the named records (or,
+// when the error names none, each record found by publishing one at a time)
+// go to the DLQ; the others are acknowledged or published again.
+func (c *Consumer) publishPermanent(ctx context.Context, g *genState, recs []*record, results []schema.ScoredTranscript, err error) {
+	reason := ReasonOutputRejected
+	if isTooLarge(err) {
+		reason = ReasonOutputTooLarge
+	}
+	idx := failedIndexes(err)
+	if len(recs) == 1 {
+		idx = []int{0}
+	}
+	if len(idx) == 0 {
+		for i := range recs {
+			c.publish(ctx, g, recs[i:i+1], results[i:i+1])
+		}
+		return
+	}
+	bad := map[int]bool{}
+	for _, i := range idx {
+		if i >= 0 && i < len(recs) {
+			bad[i] = true
+		}
+	}
+	var dead []deadRecord
+	for i, r := range recs {
+		if bad[i] {
+			dead = append(dead, deadRecord{r, schema.StageProduce, reason, exceptionClass(err), err.Error()})
+			continue
+		}
+		// The sink acknowledged every record it did not name.
+		c.m.endToEnd.Observe(time.Since(r.msg.Time).Seconds())
+		c.published.Add(1)
+		c.settle(r, true)
+	}
+	c.deadLetter(ctx, g, dead)
+}
+
+// errPanic marks a failure that was a recovered panic: a bug met by one
+// input. Recovering turns a crash loop on that record (it would never be
+// committed) into a dead letter; the stack goes to the log at error level.
+var errPanic = errors.New("panic")
+
+// decodeGuarded is schema.DecodeRecord with a panic turned into an error,
+// so one record that trips a decoder bug is dead-lettered, not a crash loop.
+func (c *Consumer) decodeGuarded(key, value []byte) (ev schema.TranscriptEvent, del *schema.Delete, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.log.Error().Str("stack", string(debug.Stack())).Msgf("decoder panicked: %v", p)
+			err = fmt.Errorf("consumer: decoding: %w: %v", errPanic, p)
+		}
+	}()
+	return schema.DecodeRecord(key, value, c.cfg.Limits)
+}
