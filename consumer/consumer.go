@@ -79,25 +79,21 @@ type Consumer struct {
 	// fetcher holds at most one record while the pipeline is full.
 	in chan *record
 	// slots holds one token per batch between fetch and the end of its
-	// scoring (and its acknowledgement, unless it has to wait for an
-	// earlier batch of its partition: see worker); work hands flushed
-	// batches to the workers and never blocks because of slots.
+	// scoring; work hands flushed batches to the workers and never blocks
+	// because of slots.
 	slots chan struct{}
 	work  chan *batch
-	// waiting holds one token per scored batch waiting off its worker for
-	// its turn to be acknowledged (see worker).
-	waiting chan struct{}
-	// pipe counts the pipeline's goroutines: batch loop, workers and
-	// batches waiting for their turn to be acknowledged.
+	// pipe counts the pipeline's goroutines: batch loop, workers and the
+	// partitions' turns being (or waiting to be) acknowledged.
 	pipe sync.WaitGroup
 	// cur is the current generation, for OldestUnacked; nil between
 	// generations.
 	cur atomic.Pointer[genState]
-	// acking holds when each batch being acknowledged began (its results
+	// acking holds when each turn being acknowledged began (its results
 	// and dead letters written, and retried until the sink acknowledges
 	// them), for OldestAcknowledgement.
 	ackMu  sync.Mutex
-	acking map[*batch]time.Time
+	acking map[*turn]time.Time
 
 	// drainLimit is the part of ShutdownTimeout the drain may use (see
 	// Config.shutdownBudget).
@@ -158,11 +154,10 @@ func New(cfg Config, scorer Scorer, sink Sink, log zerolog.Logger, reg prometheu
 	}
 	c := &Consumer{
 		cfg: cfg, scorer: scorer, sink: sink, m: m,
-		log:     log.With().Str("component", "consumer").Str("topic", cfg.Topic).Logger(),
-		in:      make(chan *record),
-		slots:   make(chan struct{}, cfg.MaxInflightBatches),
-		work:    make(chan *batch, cfg.MaxInflightBatches),
-		waiting: make(chan struct{}, cfg.MaxInflightBatches),
+		log:   log.With().Str("component", "consumer").Str("topic", cfg.Topic).Logger(),
+		in:    make(chan *record),
+		slots: make(chan struct{}, cfg.MaxInflightBatches),
+		work:  make(chan *batch, cfg.MaxInflightBatches),
 	}
 	var clamped bool
 	c.drainLimit, clamped = cfg.shutdownBudget()

@@ -111,7 +111,7 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 		c.m.lag.WithLabelValues(c.cfg.Topic, partLabel).Set(float64(max(m.HighWaterMark-m.Offset-1, 0)))
 		ps.logEnd.Store(m.HighWaterMark)
 		ps.first.CompareAndSwap(-1, m.Offset)
-		if !c.waitSpan(ctx, ps, m.Offset) {
+		if !c.waitSpan(ctx, ps) {
 			return
 		}
 		done, err := ps.wm.Track(m.Offset)
@@ -208,26 +208,33 @@ func (c *Consumer) checkOffset(ctx context.Context, ps *partState, offset int64)
 	return to
 }
 
-// spanPoll is how often a paused fetcher checks whether a commit made room.
+// spanPoll is how often a paused fetcher checks whether acknowledgements
+// made room.
 const spanPoll = 20 * time.Millisecond
 
-// waitSpan pauses the partition's fetching while offset lies MaxUncommitted
-// or more past the committed offset, so that one stuck record (a dead
-// letter that cannot be written, a publish that keeps failing) cannot grow
-// the uncommitted span, the memory of waiting batches and the duplicates a
-// crash would replay without bound. It reports false if ctx ended first.
-func (c *Consumer) waitSpan(ctx context.Context, ps *partState, offset int64) bool {
-	limit := int64(c.cfg.MaxUncommitted)
-	if offset-ps.base() < limit {
+// waitSpan pauses the partition's fetching while MaxUncommitted of its
+// records are in flight (fetched, not yet acknowledged), so that one stuck
+// record (a dead letter that cannot be written, a publish that keeps
+// failing) cannot grow the uncommitted span, the memory of the turns
+// waiting behind it and the duplicates a crash would replay without bound.
+// Records are counted, not offsets: aborted transactions, compaction and
+// retention leave gaps in the offsets, and a span measured in offsets
+// would pause for good at a wide gap with nothing in flight to free it.
+// A paused partition always has records in flight, so its stall shows in
+// OldestUnacked (liveness) and scorer_oldest_unacked_seconds. It reports
+// false if ctx ended first.
+func (c *Consumer) waitSpan(ctx context.Context, ps *partState) bool {
+	limit := c.cfg.MaxUncommitted
+	if ps.wm.Pending() < limit {
 		return true
 	}
 	label := []string{c.cfg.Topic, strconv.Itoa(ps.partition)}
 	c.pauses.Add(1)
 	c.m.paused.WithLabelValues(label...).Set(1)
 	defer c.m.paused.WithLabelValues(label...).Set(0)
-	c.log.Warn().Int("partition", ps.partition).Int64("offset", offset).Int64("committed", ps.committed.Load()).
-		Int64("limit", limit).Msg("uncommitted span reached MAX_UNCOMMITTED; fetching paused until commits catch up")
-	for offset-ps.base() >= limit {
+	c.log.Warn().Int("partition", ps.partition).Int("in_flight", ps.wm.Pending()).Int64("committed", ps.committed.Load()).
+		Int("limit", limit).Msg("records in flight reached MAX_UNCOMMITTED; fetching paused until they are acknowledged")
+	for ps.wm.Pending() >= limit {
 		if !sleepCtx(ctx, spanPoll) {
 			return false
 		}

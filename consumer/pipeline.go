@@ -80,80 +80,69 @@ func (c *Consumer) batchLoop(ctx context.Context) {
 	}
 }
 
-// batch is a flushed batch and its place in the acknowledgement order of
-// each input partition it holds records of.
+// batch is a flushed batch: its records and, for each input partition it
+// holds records of, that partition's turn.
 type batch struct {
 	recs  []*record
-	turns []turn
+	turns []*turn
 }
 
-// turn is a batch's place in one partition's acknowledgement order: the
-// batch may publish or dead-letter records of that partition once prev is
-// closed (the previous batch of the partition finished), and it closes done
-// when it has finished itself, acknowledged or abandoned. This is what keeps
-// results in input-offset order per partition while batches are scored side
-// by side: a later version of a call is never written before an earlier
-// one, so an upsert sink keeps the newest.
+// turn is a batch's records of one partition (of one generation) and their
+// place in that partition's acknowledgement order: they may be published or
+// dead-lettered once prev is closed (the partition's previous batch
+// finished), and done is closed when they are finished themselves,
+// acknowledged or abandoned. This is what keeps results in input-offset
+// order per partition while batches are scored side by side: a later
+// version of a call is never written before an earlier one, so an upsert
+// sink keeps the newest. Turns of different partitions never wait for each
+// other, so a record that cannot be written holds its own partition only.
 type turn struct {
 	g    *genState
+	ps   *partState
+	recs []*record
 	prev <-chan struct{}
 	done chan struct{}
 }
 
-// sequence gives recs a turn in each partition (of each generation) they
-// belong to, after the partition's previous batch. Only the batch loop
-// calls it, so partState.tail needs no lock; turns are handed out in
-// dispatch order, so a batch only ever waits for earlier batches and the
-// waits cannot form a cycle.
+// sequence splits recs into a turn per partition (of each generation),
+// each after the partition's previous turn. Only the batch loop calls it,
+// so partState.tail needs no lock; turns are handed out in dispatch order,
+// so a turn only ever waits for earlier ones and the waits cannot form a
+// cycle.
 func sequence(recs []*record) *batch {
 	b := &batch{recs: recs}
-	seen := map[*partState]bool{}
+	byPart := map[*partState]*turn{}
 	for _, r := range recs {
-		if seen[r.ps] {
-			continue
+		t := byPart[r.ps]
+		if t == nil {
+			t = &turn{g: r.gen, ps: r.ps, prev: r.ps.tail, done: make(chan struct{})}
+			r.ps.tail = t.done
+			byPart[r.ps] = t
+			b.turns = append(b.turns, t)
 		}
-		seen[r.ps] = true
-		t := turn{g: r.gen, prev: r.ps.tail, done: make(chan struct{})}
-		r.ps.tail = t.done
-		b.turns = append(b.turns, t)
+		t.recs = append(t.recs, r)
 	}
 	return b
 }
 
-// ready reports whether every earlier batch of b's partitions finished.
-func (b *batch) ready() bool {
-	for _, t := range b.turns {
-		select {
-		case <-t.prev:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// await waits until b may acknowledge: every earlier batch of its
-// partitions finished, or the generation owning the partition ended (its
-// records are then abandoned, not acknowledged).
-func (b *batch) await() {
-	for _, t := range b.turns {
-		select {
-		case <-t.prev:
-		case <-t.g.ctx.Done():
-		}
+// await waits until t may acknowledge: the partition's previous turn
+// finished, or the generation owning the partition ended (its records are
+// then abandoned, not acknowledged).
+func (t *turn) await() {
+	select {
+	case <-t.prev:
+	case <-t.g.ctx.Done():
 	}
 }
 
-// finish takes b's records that were not acknowledged out of the in-flight
-// accounting (they are redelivered) and lets the next batches of its
-// partitions go on.
-func (c *Consumer) finish(b *batch) {
-	for _, r := range b.recs {
+// finish takes t's records that were not acknowledged out of the in-flight
+// accounting (they are redelivered) and lets the partition's next turn go
+// on.
+func (c *Consumer) finish(t *turn) {
+	for _, r := range t.recs {
 		c.settle(r, false) // no-op for acknowledged records
 	}
-	for _, t := range b.turns {
-		close(t.done)
-	}
+	close(t.done)
 }
 
 // startPipeline starts the batch loop and the workers under ctx. The
@@ -179,52 +168,39 @@ func (c *Consumer) settleQueued() {
 	for {
 		select {
 		case b := <-c.work:
-			c.finish(b)
+			for _, t := range b.turns {
+				c.finish(t)
+			}
 		default:
 			return
 		}
 	}
 }
 
-// worker decodes and scores batches one at a time, then acknowledges each
-// (publishes its results, writes its dead letters) in its turn, and frees
-// the batch's slot. A batch whose turn has not come yet (an earlier batch
-// of one of its partitions is still publishing) waits in a goroutine of its
-// own and frees its slot at once, so inference goes on with the next batch
-// meanwhile. At most MaxInflightBatches batches wait that way (beyond, the
-// worker waits itself, holding its slot), so batches in memory stay within
-// twice MaxInflightBatches.
+// worker decodes and scores batches one at a time and frees each batch's
+// slot once it is scored. Each partition's part of the batch is then
+// acknowledged (its results published, its dead letters written) in its
+// turn, in a goroutine of its own: inference goes on with the next batch
+// meanwhile, and a partition whose records cannot be written yet holds
+// only its own turns. What waits that way is bounded per partition, not
+// per batch: a partition's fetching pauses once MaxUncommitted of its
+// records are in flight (see waitSpan).
 func (c *Consumer) worker(ctx context.Context) {
 	for {
 		select {
 		case b := <-c.work:
 			out := c.prepare(b.recs)
-			if b.ready() || !c.tryWait() {
-				b.await()
-				c.acknowledgeBatch(b, out)
-				c.finish(b)
-			} else {
+			for _, t := range b.turns {
+				part := out.of(t)
 				c.pipe.Go(func() {
-					defer func() { <-c.waiting }()
-					b.await()
-					c.acknowledgeBatch(b, out)
-					c.finish(b)
+					t.await()
+					c.acknowledgeTurn(t, part)
+					c.finish(t)
 				})
 			}
 			<-c.slots
 		case <-ctx.Done():
 			return
 		}
-	}
-}
-
-// tryWait takes a token for a batch to wait for its turn off the worker;
-// false when MaxInflightBatches batches already wait.
-func (c *Consumer) tryWait() bool {
-	select {
-	case c.waiting <- struct{}{}:
-		return true
-	default:
-		return false
 	}
 }

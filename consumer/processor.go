@@ -40,8 +40,8 @@ type outItem struct {
 // generation; those of a revoked generation are dropped (the partition's
 // new owner reads them again), and each generation's records are processed
 // under that generation's context, which ends when it is revoked.
-func (c *Consumer) prepare(batch []*record) []prepared {
-	var out []prepared
+func (c *Consumer) prepare(batch []*record) preparedBatch {
+	var out preparedBatch
 	for len(batch) > 0 {
 		g := batch[0].gen
 		var mine, rest []*record
@@ -62,62 +62,84 @@ func (c *Consumer) prepare(batch []*record) []prepared {
 	return out
 }
 
-// acknowledgeBatch is acknowledge for b's prepared records, timed for
+// preparedBatch is a batch decoded and scored, one prepared per generation.
+type preparedBatch []prepared
+
+// of returns t's part of the batch: its records' dead letters and outputs.
+func (pb preparedBatch) of(t *turn) prepared {
+	p := prepared{g: t.g}
+	for _, gp := range pb {
+		if gp.g != t.g {
+			continue
+		}
+		for _, d := range gp.dead {
+			if d.r.ps == t.ps {
+				p.dead = append(p.dead, d)
+			}
+		}
+		for _, it := range gp.out {
+			if it.r.ps == t.ps {
+				p.out = append(p.out, it)
+			}
+		}
+	}
+	return p
+}
+
+// acknowledgeTurn is acknowledge for t's prepared records, timed for
 // OldestAcknowledgement.
-func (c *Consumer) acknowledgeBatch(b *batch, out []prepared) {
+func (c *Consumer) acknowledgeTurn(t *turn, p prepared) {
 	c.ackMu.Lock()
 	if c.acking == nil {
-		c.acking = map[*batch]time.Time{}
+		c.acking = map[*turn]time.Time{}
 	}
-	c.acking[b] = time.Now()
+	c.acking[t] = time.Now()
 	c.ackMu.Unlock()
 	defer func() {
 		c.ackMu.Lock()
-		delete(c.acking, b)
+		delete(c.acking, t)
 		c.ackMu.Unlock()
 	}()
-	c.acknowledge(out)
+	c.acknowledge(p)
 }
 
 // acknowledge writes the prepared dead letters and results. A record is
 // acknowledged (settled with ack) only once its result or dead letter was
 // acknowledged by the sink; if the generation's context ends first it stays
 // unacknowledged and is redelivered.
-func (c *Consumer) acknowledge(out []prepared) {
-	for _, p := range out {
-		if p.g.revoked.Load() {
+func (c *Consumer) acknowledge(p prepared) {
+	if p.g.revoked.Load() {
+		return
+	}
+	if !c.deadLetter(p.g.ctx, p.g, p.dead) {
+		return
+	}
+	// Runs of results and of deletes, in offset order, so that a
+	// delete and a version of the same call keep their input order.
+	for rest := p.out; len(rest) > 0 && !p.g.revoked.Load(); {
+		n := 1
+		for n < len(rest) && (rest[n].res == nil) == (rest[0].res == nil) {
+			n++
+		}
+		run := rest[:n]
+		rest = rest[n:]
+		recs := make([]*record, len(run))
+		for i, it := range run {
+			recs[i] = it.r
+		}
+		if run[0].res == nil {
+			dels := make([]schema.Delete, len(run))
+			for i, it := range run {
+				dels[i] = it.del
+			}
+			c.forwardDeletes(p.g.ctx, p.g, recs, dels)
 			continue
 		}
-		if !c.deadLetter(p.g.ctx, p.g, p.dead) {
-			continue
+		results := make([]schema.ScoredTranscript, len(run))
+		for i, it := range run {
+			results[i] = *it.res
 		}
-		// Runs of results and of deletes, in offset order, so that a
-		// delete and a version of the same call keep their input order.
-		for rest := p.out; len(rest) > 0 && !p.g.revoked.Load(); {
-			n := 1
-			for n < len(rest) && (rest[n].res == nil) == (rest[0].res == nil) {
-				n++
-			}
-			run := rest[:n]
-			rest = rest[n:]
-			recs := make([]*record, len(run))
-			for i, it := range run {
-				recs[i] = it.r
-			}
-			if run[0].res == nil {
-				dels := make([]schema.Delete, len(run))
-				for i, it := range run {
-					dels[i] = it.del
-				}
-				c.forwardDeletes(p.g.ctx, p.g, recs, dels)
-				continue
-			}
-			results := make([]schema.ScoredTranscript, len(run))
-			for i, it := range run {
-				results[i] = *it.res
-			}
-			c.publish(p.g.ctx, p.g, recs, results)
-		}
+		c.publish(p.g.ctx, p.g, recs, results)
 	}
 }
 
