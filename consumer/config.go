@@ -43,15 +43,6 @@ const (
 	DefaultPartitionWatchInterval = 5 * time.Second
 )
 
-// fetchQueueCapacity is each partition reader's queue of decoded messages
-// (kafka-go's ReaderConfig.QueueCapacity, default 100). The batch loop
-// pulls records one at a time, so a deeper queue only adds memory: with 1,
-// a reader holds at most this one message, the one FetchMessage is
-// returning and the fetch response it is reading (≤ MaxMessageBytes +
-// 64 KiB), so fetched-but-unprocessed memory is about partitions × (2
-// records + one fetch), whatever the backlog.
-const fetchQueueCapacity = 1
-
 // Config configures a Consumer. Zero fields take the Default* values (see
 // WithDefaults); Validate rejects combinations that cannot work. The config
 // is copied by New and must not change afterwards.
@@ -112,8 +103,16 @@ type Config struct {
 	RevokeTimeout time.Duration
 
 	// Dialer carries TLS/SASL settings; nil means kafka.DefaultDialer with
-	// ClientID.
+	// ClientID. The partitions' fetch clients take its ClientID, Timeout,
+	// TLS and SASLMechanism.
 	Dialer *kafka.Dialer
+	// ReadUncommitted makes the consumer read records of open and aborted
+	// transactions too (KAFKA_ISOLATION_LEVEL=read_uncommitted). By
+	// default it reads committed data only, as Kafka's own consumers do
+	// with isolation.level=read_committed: an aborted transaction's records
+	// are never scored, and a partition is read up to its last stable
+	// offset, so an open transaction holds back what follows it.
+	ReadUncommitted bool
 	// SessionTimeout, RebalanceTimeout and HeartbeatInterval are the group
 	// membership timings sent to the coordinator. HeartbeatInterval zero
 	// means min(3 s, SessionTimeout/3).

@@ -318,7 +318,7 @@ func TestBackpressure(t *testing.T) {
 	}}
 	sk := &fakeSink{}
 	cfg := testConfig(brokers, topic, group)
-	cfg.BatchMaxMessages, cfg.MaxInflightBatches = 3, 2
+	cfg.BatchMaxMessages, cfg.MaxInflightBatches, cfg.MaxUncommitted = 3, 2, 5
 	r := start(t, cfg, sc, sk, testHooks{})
 	waitDone := make(chan struct{})
 	go func() { blocked.Wait(); close(waitDone) }()
@@ -343,9 +343,9 @@ func TestBackpressure(t *testing.T) {
 	}
 	close(release)
 	eventually(t, 20*time.Second, "all published", func() bool { return len(sk.Published()) == len(msgs) })
-	// Running, scored batches may also wait for their partition's turn to
-	// publish off the workers, at most MaxInflightBatches of them.
-	runBound := bound + int64(cfg.MaxInflightBatches*cfg.BatchMaxMessages)
+	// Running, scored records may also wait for their partition's turn to
+	// publish off the workers: at most MaxUncommitted per partition.
+	runBound := int64(parts * cfg.MaxUncommitted)
 	if s := r.c.Stats(); s.InflightPeak > runBound {
 		t.Fatalf("in-flight peak %d > bound %d", s.InflightPeak, runBound)
 	}

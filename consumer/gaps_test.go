@@ -89,3 +89,101 @@ func TestCompactionGapConsumed(t *testing.T) {
 		t.Errorf("fetching paused %d times with at most 21 records in flight", s.Pauses)
 	}
 }
+
+// produceTxn writes the records to partition 0 of topic in one transaction
+// of a transactional (exactly-once) producer and commits or aborts it.
+func produceTxn(t *testing.T, cl *kgo.Client, topic string, callIDs []string, commit bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range callIDs {
+		m := eventMsg(0, id)
+		cl.Produce(ctx, &kgo.Record{Topic: topic, Partition: 0, Key: m.Key, Value: m.Value}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				t.Errorf("produce %s: %v", id, err)
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TransactionEndTry(commit)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func callIDs(prefix string, n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
+	}
+	return ids
+}
+
+// TestAbortedTransactionNotScored: the input topic is written by an
+// exactly-once producer: a committed transaction, an aborted one of 2,500
+// records (more than MaxUncommitted), a committed one. The consumer reads
+// committed data: not one aborted record is scored, and it goes on through
+// the gap the aborted transaction leaves, committing past it.
+func TestAbortedTransactionNotScored(t *testing.T) {
+	t.Parallel()
+	const topic, group = "txn", "g-txn"
+	_, brokers := newCluster(t, topic, 1)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID("txn-producer"),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	produceTxn(t, cl, topic, callIDs("before", 10), true)
+	produceTxn(t, cl, topic, callIDs("aborted", 2500), false)
+	produceTxn(t, cl, topic, callIDs("after", 20), true)
+
+	sc, sk := &fakeScorer{}, &fakeSink{}
+	cfg := testConfig(brokers, topic, group)
+	cfg.MaxUncommitted = DefaultMaxUncommitted
+	start(t, cfg, sc, sk, testHooks{})
+	eventually(t, 30*time.Second, "every committed record published", func() bool {
+		n := countIDs(sk.Published())
+		return n["before-9"] == 1 && n["after-19"] == 1
+	})
+	// 10 + 1 marker + 2,500 + 1 marker + 20 records: the last committed
+	// record is offset 2,531; its transaction's marker follows it.
+	eventually(t, 10*time.Second, "committed past the aborted transaction", func() bool {
+		return committed(t, brokers, group, topic, 1)[0] >= 2532
+	})
+	for _, call := range sc.Calls() {
+		for _, id := range call {
+			if strings.HasPrefix(id, "aborted-") {
+				t.Fatalf("scored %s, a record of an aborted transaction", id)
+			}
+		}
+	}
+	if n := countIDs(sk.Published()); len(n) != 30 {
+		t.Errorf("published %d distinct calls, want 30", len(n))
+	}
+}
+
+// TestReadUncommittedSetting: KAFKA_ISOLATION_LEVEL=read_uncommitted reads
+// what an aborted transaction wrote, as Kafka's own consumers do.
+func TestReadUncommittedSetting(t *testing.T) {
+	t.Parallel()
+	const topic, group = "txn-uncommitted", "g-txn-uncommitted"
+	_, brokers := newCluster(t, topic, 1)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID("txn-uncommitted"),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	produceTxn(t, cl, topic, callIDs("aborted", 5), false)
+	produceTxn(t, cl, topic, callIDs("committed", 5), true)
+	sk := &fakeSink{}
+	cfg := testConfig(brokers, topic, group)
+	cfg.ReadUncommitted = true
+	start(t, cfg, &fakeScorer{}, sk, testHooks{})
+	eventually(t, 20*time.Second, "aborted and committed records published", func() bool { return len(countIDs(sk.Published())) == 10 })
+}

@@ -4,13 +4,10 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
-
-	"github.com/scorer/scorer/schema"
 )
 
 type partState struct {
@@ -46,106 +43,6 @@ func (ps *partState) base() int64 {
 		return c
 	}
 	return ps.first.Load()
-}
-
-// fetch reads one partition from offset and hands records to the batch
-// loop until ctx ends; stopped is called once it hands over no more
-// records, before its reader is closed. It never returns early on errors:
-// the partition would silently stop being read.
-func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset int64, stopped func()) {
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:   c.cfg.Brokers,
-		Topic:     c.cfg.Topic,
-		Partition: ps.partition,
-		Dialer:    c.cfg.Dialer,
-		MinBytes:  1,
-		// Room for one record of the largest size we accept (plus
-		// framing) so an oversized record reaches the DLQ path.
-		MaxBytes:       c.cfg.MaxMessageBytes + schema.FetchSlack,
-		MaxWait:        c.cfg.FetchMaxWait,
-		QueueCapacity:  fetchQueueCapacity,
-		ReadBackoffMin: c.cfg.RetryBackoff,
-		ReadBackoffMax: c.cfg.RetryBackoffMax,
-		Logger: kafka.LoggerFunc(func(f string, a ...any) {
-			c.log.Debug().Int("partition", ps.partition).Msgf("kafka-go: "+f, a...)
-		}),
-		ErrorLogger: kafka.LoggerFunc(func(f string, a ...any) { c.readerError(ps, f, a...) }),
-	})
-	defer func() {
-		// Reader.Close can block for MaxWait or longer (kafka-go #428).
-		done := make(chan struct{})
-		go func() { _ = r.Close(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(c.cfg.FetchMaxWait + 5*time.Second):
-			c.log.Warn().Int("partition", ps.partition).Msg("reader close timed out")
-		}
-	}()
-	defer stopped() // runs before the reader is closed
-	offset = c.checkOffset(ctx, ps, offset)
-	if err := r.SetOffset(offset); err != nil {
-		c.log.Error().Err(err).Int("partition", ps.partition).Msg("set offset")
-		<-ctx.Done()
-		return
-	}
-	partLabel := strconv.Itoa(ps.partition)
-	backoff := c.cfg.RetryBackoff
-	for {
-		m, err := r.FetchMessage(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			c.brokerOK.Store(false)
-			c.log.Warn().Err(err).Int("partition", ps.partition).Msg("fetch failed; retrying")
-			if !sleepCtx(ctx, backoff) {
-				return
-			}
-			backoff = min(backoff*2, c.cfg.RetryBackoffMax)
-			continue
-		}
-		backoff = c.cfg.RetryBackoff
-		c.brokerOK.Store(true)
-		c.messagesIn.Add(1)
-		c.m.messagesIn.WithLabelValues(c.cfg.Topic).Inc()
-		c.m.lag.WithLabelValues(c.cfg.Topic, partLabel).Set(float64(max(m.HighWaterMark-m.Offset-1, 0)))
-		ps.logEnd.Store(m.HighWaterMark)
-		ps.first.CompareAndSwap(-1, m.Offset)
-		if !c.waitSpan(ctx, ps) {
-			return
-		}
-		done, err := ps.wm.Track(m.Offset)
-		if err != nil {
-			// A stale buffered message (kafka-go #1398): already tracked.
-			c.log.Debug().Err(err).Int("partition", ps.partition).Int64("offset", m.Offset).Msg("skipping repeated offset")
-			continue
-		}
-		rec := &record{msg: m, gen: g, ps: ps, done: done}
-		c.addInflight(1)
-		g.pending.Add(1)
-		select {
-		case c.in <- rec:
-		case <-ctx.Done():
-			// Never handed over: it stays unresolved, so the commit stops
-			// before it and the next owner reads it again.
-			c.addInflight(-1)
-			g.pending.Add(-1)
-			return
-		}
-	}
-}
-
-// readerError logs what a partition reader reports through kafka-go's
-// ErrorLogger. One of its lines is a silent offset reset (the reader was
-// behind the log start, retention deleted what it was about to read, and
-// it skips forward): that one is counted in scorer_offset_resets_total
-// and logged at error level, since records were lost to retention.
-func (c *Consumer) readerError(ps *partState, format string, args ...any) {
-	if strings.HasPrefix(format, "the kafka reader is reading before the first offset") {
-		c.offsetReset(ps, fmt.Sprintf(format, args...))
-		return
-	}
-	c.log.Warn().Int("partition", ps.partition).Msgf("kafka-go: "+format, args...)
 }
 
 // offsetReset counts and logs a reset of the partition's read position.
