@@ -76,6 +76,9 @@ type fakeSink struct {
 	// records (FailedIndexes) is a partial write: the others are kept, as
 	// the producer's permanent errors promise.
 	deadErr func(dls []schema.DeadLetter) error
+	// deleteErr, when set, can fail a Delete call; an error naming records
+	// (FailedIndexes) is a partial write, as for deadErr.
+	deleteErr func(dels []schema.Delete) error
 }
 
 func (s *fakeSink) Publish(ctx context.Context, results []schema.ScoredTranscript) error {
@@ -100,12 +103,22 @@ func (s *fakeSink) Delete(ctx context.Context, dels []schema.Delete) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	var failed error
+	if s.deleteErr != nil {
+		failed = s.deleteErr(dels)
+	}
+	idx := failedIndexes(failed)
+	if failed != nil && len(idx) == 0 {
+		return failed
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, d := range dels {
-		s.writes = append(s.writes, "delete:"+d.CallID)
+	for i, d := range dels {
+		if !slices.Contains(idx, i) {
+			s.writes = append(s.writes, "delete:"+d.CallID)
+		}
 	}
-	return nil
+	return failed
 }
 
 func (s *fakeSink) Writes() []string {

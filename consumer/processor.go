@@ -123,23 +123,16 @@ func (c *Consumer) acknowledge(p prepared) {
 		}
 		run := rest[:n]
 		rest = rest[n:]
-		recs := make([]*record, len(run))
-		for i, it := range run {
-			recs[i] = it.r
-		}
-		if run[0].res == nil {
-			dels := make([]schema.Delete, len(run))
+		if _, ok := c.sink.(Deleter); run[0].res == nil && !ok {
+			dead := make([]deadRecord, len(run))
 			for i, it := range run {
-				dels[i] = it.del
+				dead[i] = deadRecord{it.r, schema.StageProduce, ReasonDeleteUnsupported, "consumer.DeleteUnsupported",
+					"the sink cannot write tombstones"}
 			}
-			c.forwardDeletes(p.g.ctx, p.g, recs, dels)
+			c.deadLetter(p.g.ctx, p.g, dead)
 			continue
 		}
-		results := make([]schema.ScoredTranscript, len(run))
-		for i, it := range run {
-			results[i] = *it.res
-		}
-		c.publish(p.g.ctx, p.g, recs, results)
+		c.write(p.g.ctx, p.g, run)
 	}
 }
 
@@ -156,50 +149,6 @@ type Deleter interface {
 // ReasonDeleteUnsupported is the DLQ reason of a delete (tombstone or
 // Debezium op d) when the Sink cannot forward deletes.
 const ReasonDeleteUnsupported = "delete_unsupported"
-
-// forwardDeletes writes a tombstone for each call in dels, retrying
-// transient failures until ctx ends like publish; a permanent failure
-// dead-letters the records.
-func (c *Consumer) forwardDeletes(ctx context.Context, g *genState, recs []*record, dels []schema.Delete) {
-	del, ok := c.sink.(Deleter)
-	if !ok {
-		dead := make([]deadRecord, len(recs))
-		for i, r := range recs {
-			dead[i] = deadRecord{r, schema.StageProduce, ReasonDeleteUnsupported, "consumer.DeleteUnsupported",
-				"the sink cannot write tombstones"}
-		}
-		c.deadLetter(ctx, g, dead)
-		return
-	}
-	backoff := c.cfg.RetryBackoff
-	for !g.revoked.Load() {
-		err := del.Delete(ctx, dels)
-		if err == nil {
-			for _, r := range recs {
-				c.m.tombstones.Inc()
-				c.published.Add(1)
-				c.settle(r, true)
-			}
-			return
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		if IsPermanent(err) {
-			dead := make([]deadRecord, len(recs))
-			for i, r := range recs {
-				dead[i] = deadRecord{r, schema.StageProduce, ReasonOutputRejected, exceptionClass(err), err.Error()}
-			}
-			c.deadLetter(ctx, g, dead)
-			return
-		}
-		c.log.Warn().Err(fmt.Errorf("consumer: delete: %w", err)).Int("records", len(recs)).Msg("tombstone write failed; retrying")
-		if !sleepCtx(ctx, backoff) {
-			return
-		}
-		backoff = min(backoff*2, c.cfg.RetryBackoffMax)
-	}
-}
 
 // prepareGen decodes and scores one generation's records: the ones to
 // dead-letter and the results to publish. ok is false if the generation's
@@ -264,24 +213,19 @@ func (c *Consumer) prepareGen(g *genState, batch []*record) (p prepared, ok bool
 	return p, true
 }
 
-// publish writes the results, retrying transient failures until ctx ends
-// (never dropping: an unacknowledged record is redelivered after restart).
-// Records the sink rejects permanently are dead-lettered. It checks the
-// generation right before every write: once revoked, the partition belongs
-// to another member, which publishes these records itself.
-func (c *Consumer) publish(ctx context.Context, g *genState, recs []*record, results []schema.ScoredTranscript) {
+// write writes a run of results or of tombstones (never both: see
+// acknowledge), retrying transient failures until ctx ends (never dropping:
+// an unacknowledged record is redelivered after restart). Records the sink
+// rejects permanently are dead-lettered. It checks the generation right
+// before every write: once revoked, the partition belongs to another
+// member, which writes these records itself.
+func (c *Consumer) write(ctx context.Context, g *genState, run []outItem) {
 	backoff := c.cfg.RetryBackoff
-	for len(recs) > 0 {
-		if g.revoked.Load() {
-			return
-		}
-		err := c.sink.Publish(ctx, results)
+	for !g.revoked.Load() {
+		err := c.send(ctx, run)
 		if err == nil {
-			now := time.Now()
-			for _, r := range recs {
-				c.m.endToEnd.Observe(now.Sub(r.msg.Time).Seconds())
-				c.published.Add(1)
-				c.settle(r, true)
+			for _, it := range run {
+				c.written(it)
 			}
 			return
 		}
@@ -289,10 +233,14 @@ func (c *Consumer) publish(ctx context.Context, g *genState, recs []*record, res
 			return
 		}
 		if IsPermanent(err) {
-			c.publishPermanent(ctx, g, recs, results, err)
+			c.writePermanent(ctx, g, run, err)
 			return
 		}
-		c.log.Warn().Err(fmt.Errorf("consumer: publish: %w", err)).Int("records", len(recs)).Msg("publish failed; retrying")
+		what := "publish"
+		if run[0].res == nil {
+			what = "tombstone write"
+		}
+		c.log.Warn().Err(fmt.Errorf("consumer: %s: %w", what, err)).Int("records", len(run)).Msg(what + " failed; retrying")
 		if !sleepCtx(ctx, backoff) {
 			return
 		}
@@ -300,40 +248,65 @@ func (c *Consumer) publish(ctx context.Context, g *genState, recs []*record, res
 	}
 }
 
-// publishPermanent handles a permanent Publish error: the named records (or,
-// when the error names none, each record found by publishing one at a time)
-// go to the DLQ; the others are acknowledged or published again.
-func (c *Consumer) publishPermanent(ctx context.Context, g *genState, recs []*record, results []schema.ScoredTranscript, err error) {
+// send hands a run to the sink: Publish for results, Delete for tombstones.
+func (c *Consumer) send(ctx context.Context, run []outItem) error {
+	if run[0].res == nil {
+		dels := make([]schema.Delete, len(run))
+		for i, it := range run {
+			dels[i] = it.del
+		}
+		return c.sink.(Deleter).Delete(ctx, dels)
+	}
+	results := make([]schema.ScoredTranscript, len(run))
+	for i, it := range run {
+		results[i] = *it.res
+	}
+	return c.sink.Publish(ctx, results)
+}
+
+// written acknowledges a record whose result or tombstone the sink
+// acknowledged.
+func (c *Consumer) written(it outItem) {
+	if it.res == nil {
+		c.m.tombstones.Inc()
+	} else {
+		c.m.endToEnd.Observe(time.Since(it.r.msg.Time).Seconds())
+	}
+	c.published.Add(1)
+	c.settle(it.r, true)
+}
+
+// writePermanent handles a permanent Publish or Delete error: the named
+// records (or, when the error names none, each record found by writing one
+// at a time) go to the DLQ; the sink acknowledged the others.
+func (c *Consumer) writePermanent(ctx context.Context, g *genState, run []outItem, err error) {
 	reason := ReasonOutputRejected
 	if isTooLarge(err) {
 		reason = ReasonOutputTooLarge
 	}
 	idx := failedIndexes(err)
-	if len(recs) == 1 {
+	if len(run) == 1 {
 		idx = []int{0}
 	}
 	if len(idx) == 0 {
-		for i := range recs {
-			c.publish(ctx, g, recs[i:i+1], results[i:i+1])
+		for i := range run {
+			c.write(ctx, g, run[i:i+1])
 		}
 		return
 	}
 	bad := map[int]bool{}
 	for _, i := range idx {
-		if i >= 0 && i < len(recs) {
+		if i >= 0 && i < len(run) {
 			bad[i] = true
 		}
 	}
 	var dead []deadRecord
-	for i, r := range recs {
+	for i, it := range run {
 		if bad[i] {
-			dead = append(dead, deadRecord{r, schema.StageProduce, reason, exceptionClass(err), err.Error()})
+			dead = append(dead, deadRecord{it.r, schema.StageProduce, reason, exceptionClass(err), err.Error()})
 			continue
 		}
-		// The sink acknowledged every record it did not name.
-		c.m.endToEnd.Observe(time.Since(r.msg.Time).Seconds())
-		c.published.Add(1)
-		c.settle(r, true)
+		c.written(it)
 	}
 	c.deadLetter(ctx, g, dead)
 }
