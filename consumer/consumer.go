@@ -126,6 +126,9 @@ type Consumer struct {
 // testHooks are called, when set, at points tests need to observe.
 type testHooks struct {
 	assigned func(generation int32, memberID string, partitions []int)
+	// starting runs right before the generation's work is started with
+	// gen.Start.
+	starting func(generation int32)
 }
 
 // record is one fetched message on its way through the pipeline.

@@ -34,9 +34,9 @@ type genState struct {
 //
 // Only the manager runs under gen.Start: in kafka-go the generation ends as
 // soon as any Start'd function returns, and with it the heartbeats. The
-// fetchers are plain goroutines stopped by the manager, so the generation
-// (and its heartbeats) last until the manager has drained and committed,
-// or until a heartbeat fails (a rebalance).
+// manager starts the fetchers as plain goroutines and stops them, so the
+// generation (and its heartbeats) last until the manager has drained and
+// committed, or until a heartbeat fails (a rebalance).
 func (c *Consumer) runGeneration(ctx, workCtx context.Context, gen *kafka.Generation, stop *stopClock, leave *groupCloser) {
 	assignments := gen.Assignments[c.cfg.Topic]
 	g := &genState{id: gen.ID, parts: make(map[int]*partState, len(assignments))}
@@ -59,14 +59,22 @@ func (c *Consumer) runGeneration(ctx, workCtx context.Context, gen *kafka.Genera
 	fctx, stopFetching := context.WithCancel(ctx)
 	// handing counts fetchers that may still hand records to the pipeline.
 	var handing sync.WaitGroup
-	for _, pa := range assignments {
-		handing.Add(1)
-		c.fetchers.Go(func() { c.fetch(fctx, g, g.parts[pa.ID], pa.Offset, handing.Done) })
+	if c.hooks.starting != nil {
+		c.hooks.starting(gen.ID)
 	}
 	finished := make(chan struct{})
 	gen.Start(func(gctx context.Context) {
 		defer close(finished)
 		defer stopFetching()
+		// A generation that ended before Start runs this function without
+		// waiting for it (kafka-go then rejoins at once): fetching then
+		// would read partitions that are already another member's.
+		if gctx.Err() == nil {
+			for _, pa := range assignments {
+				handing.Add(1)
+				c.fetchers.Go(func() { c.fetch(fctx, g, g.parts[pa.ID], pa.Offset, handing.Done) })
+			}
+		}
 		m := genManager{gen: gen, g: g, stopFetching: stopFetching, handing: &handing, stop: stop, leave: leave}
 		c.manage(ctx, gctx, &m)
 	})
