@@ -191,7 +191,9 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 		for _, kr := range recs {
 			c.messagesIn.Add(1)
 			c.m.messagesIn.WithLabelValues(c.cfg.Topic).Inc()
-			c.m.lag.WithLabelValues(c.cfg.Topic, partLabel).Set(float64(max(ps.logEnd.Load()-kr.Offset-1, 0)))
+			ps.gauges(func() {
+				c.m.lag.WithLabelValues(c.cfg.Topic, partLabel).Set(float64(max(ps.logEnd.Load()-kr.Offset-1, 0)))
+			})
 			ps.first.CompareAndSwap(-1, kr.Offset)
 			if !c.waitSpan(ctx, ps) {
 				return

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,6 +114,12 @@ loop:
 			break loop
 		case <-ctx.Done():
 			break loop
+		case <-g.ctx.Done():
+			// Expelled (a periodic commit learnt it): the partitions may
+			// be another member's already. End the generation now, so
+			// kafka-go rejoins, rather than fetch on for work that is
+			// dropped until some heartbeat fails.
+			break loop
 		}
 	}
 	m.stopFetching()
@@ -173,13 +178,7 @@ loop:
 	c.member.Store(false)
 	c.cur.CompareAndSwap(g, nil)
 	c.m.assigned.Set(0)
-	for p := range g.parts {
-		l := []string{c.cfg.Topic, strconv.Itoa(p)}
-		c.m.lag.DeleteLabelValues(l...)
-		c.m.committedLag.DeleteLabelValues(l...)
-		c.m.oldestUnacked.DeleteLabelValues(l...)
-		c.m.paused.DeleteLabelValues(l...)
-	}
+	c.endPartitions(g)
 	c.log.Info().Int32("generation", g.id).Str("reason", why).Msg("generation ended")
 }
 

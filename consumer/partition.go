@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +27,29 @@ type partState struct {
 	// partition, the one the next batch acknowledges after; touched by the
 	// batch loop only.
 	tail <-chan struct{}
+	// gaugeMu orders the partition's gauge writes before the generation
+	// end's deletion of its series; ended is set by that deletion, so a
+	// fetcher still running cannot bring an ended partition's series back.
+	gaugeMu sync.Mutex
+	ended   bool
+}
+
+// gauges runs set, which writes the partition's gauges, unless the
+// partition's generation ended.
+func (ps *partState) gauges(set func()) {
+	ps.gaugeMu.Lock()
+	defer ps.gaugeMu.Unlock()
+	if !ps.ended {
+		set()
+	}
+}
+
+// end deletes the partition's gauge series (del) and keeps them deleted.
+func (ps *partState) end(del func()) {
+	ps.gaugeMu.Lock()
+	defer ps.gaugeMu.Unlock()
+	ps.ended = true
+	del()
 }
 
 func newPartState(partition int, committed int64) *partState {
@@ -127,8 +151,8 @@ func (c *Consumer) waitSpan(ctx context.Context, ps *partState) bool {
 	}
 	label := []string{c.cfg.Topic, strconv.Itoa(ps.partition)}
 	c.pauses.Add(1)
-	c.m.paused.WithLabelValues(label...).Set(1)
-	defer c.m.paused.WithLabelValues(label...).Set(0)
+	ps.gauges(func() { c.m.paused.WithLabelValues(label...).Set(1) })
+	defer ps.gauges(func() { c.m.paused.WithLabelValues(label...).Set(0) })
 	c.log.Warn().Int("partition", ps.partition).Int("in_flight", ps.wm.Pending()).Int64("committed", ps.committed.Load()).
 		Int("limit", limit).Msg("records in flight reached MAX_UNCOMMITTED; fetching paused until they are acknowledged")
 	for ps.wm.Pending() >= limit {
@@ -147,17 +171,33 @@ func (c *Consumer) waitSpan(ctx context.Context, ps *partState) bool {
 func (c *Consumer) observePartitions(g *genState) {
 	for p, ps := range g.parts {
 		part := strconv.Itoa(p)
-		if end, base := ps.logEnd.Load(), ps.base(); end >= 0 && base >= 0 {
-			c.m.committedLag.WithLabelValues(c.cfg.Topic, part).Set(float64(max(end-base, 0)))
-		}
 		age := 0.0
 		if at, ok := ps.wm.Oldest(); ok {
 			age = time.Since(at).Seconds()
 		}
-		c.m.oldestUnacked.WithLabelValues(c.cfg.Topic, part).Set(age)
-		// Add(0) makes the series exist at 0 for every owned partition (an
-		// alert or dashboard then sees "not paused" rather than nothing)
-		// without clearing a pause in progress.
-		c.m.paused.WithLabelValues(c.cfg.Topic, part).Add(0)
+		ps.gauges(func() {
+			if end, base := ps.logEnd.Load(), ps.base(); end >= 0 && base >= 0 {
+				c.m.committedLag.WithLabelValues(c.cfg.Topic, part).Set(float64(max(end-base, 0)))
+			}
+			c.m.oldestUnacked.WithLabelValues(c.cfg.Topic, part).Set(age)
+			// Add(0) makes the series exist at 0 for every owned partition
+			// (an alert or dashboard then sees "not paused" rather than
+			// nothing) without clearing a pause in progress.
+			c.m.paused.WithLabelValues(c.cfg.Topic, part).Add(0)
+		})
+	}
+}
+
+// endPartitions deletes the generation's per-partition series: the
+// partitions may be another member's now, which reports them.
+func (c *Consumer) endPartitions(g *genState) {
+	for p, ps := range g.parts {
+		l := []string{c.cfg.Topic, strconv.Itoa(p)}
+		ps.end(func() {
+			c.m.lag.DeleteLabelValues(l...)
+			c.m.committedLag.DeleteLabelValues(l...)
+			c.m.oldestUnacked.DeleteLabelValues(l...)
+			c.m.paused.DeleteLabelValues(l...)
+		})
 	}
 }
