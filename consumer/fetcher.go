@@ -165,6 +165,7 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 				return
 			}
 			failed = true
+			c.m.fetchErrors.WithLabelValues(c.cfg.Topic, partLabel).Inc()
 			c.log.Warn().Err(err).Int("partition", ps.partition).Msg("fetch failed; retrying")
 		})
 		if failed {
