@@ -99,7 +99,9 @@ type Config struct {
 	// HeartbeatInterval (heartbeats stop during a rebalance), or the broker
 	// evicts this member while it drains. Zero means min(10 s,
 	// (RebalanceTimeout − HeartbeatInterval)/2, (SessionTimeout −
-	// HeartbeatInterval)/2).
+	// HeartbeatInterval)/2). The commits before and after the drain wait
+	// at most a third of what the rebalance timeout leaves each, so the
+	// generation's whole end fits in it.
 	RevokeTimeout time.Duration
 
 	// Dialer carries TLS/SASL settings; nil means kafka.DefaultDialer with
@@ -263,6 +265,17 @@ func (cfg Config) Validate() error {
 		return fmt.Errorf("consumer: invalid config: %w", err)
 	}
 	return nil
+}
+
+// rebalanceCommitBudget is how long the end of a rebalance waits for each of
+// its two commits (the probe before the drain, the final one after it):
+// with the heartbeat that brings the news (up to HeartbeatInterval late)
+// and the drain (RevokeTimeout), the whole end then fits in the rebalance
+// timeout, and in the session timeout (no heartbeats are sent until the
+// member rejoins), with a third of what is left to spare for rejoining.
+// Validate's bounds on RevokeTimeout keep it positive.
+func (cfg Config) rebalanceCommitBudget() time.Duration {
+	return (min(cfg.RebalanceTimeout, cfg.SessionTimeout) - cfg.HeartbeatInterval - cfg.RevokeTimeout) / 3
 }
 
 // shutdownBudget splits ShutdownTimeout into the drain of in-flight work and

@@ -489,3 +489,30 @@ func TestIdleMemberIsReady(t *testing.T) {
 		t.Error("stopped member still ready")
 	}
 }
+
+// TestRebalanceEndFitsTimeouts: the end of a generation at a rebalance (the
+// heartbeat that brings the news, the probe commit, the drain, the final
+// commit) fits in both the rebalance timeout and the session timeout, for
+// the defaults and for timings at the edges of what Validate accepts.
+func TestRebalanceEndFitsTimeouts(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []Config{
+		{},
+		{SessionTimeout: 6 * time.Second, RebalanceTimeout: 10 * time.Second},
+		{SessionTimeout: 45 * time.Second, RebalanceTimeout: 5 * time.Second},
+		{SessionTimeout: 10 * time.Second, RebalanceTimeout: 60 * time.Second, RevokeTimeout: 4 * time.Second},
+		{RebalanceTimeout: 30 * time.Second, HeartbeatInterval: 5 * time.Second, RevokeTimeout: 24 * time.Second},
+	} {
+		cfg.Brokers = []string{"x:9092"}
+		cfg = cfg.WithDefaults()
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("%+v: %v", cfg, err)
+		}
+		budget := cfg.rebalanceCommitBudget()
+		end := cfg.HeartbeatInterval + budget + cfg.RevokeTimeout + budget
+		if budget <= 0 || end >= cfg.RebalanceTimeout || end >= cfg.SessionTimeout {
+			t.Errorf("session %v rebalance %v heartbeat %v revoke %v: commit budget %v, end %v",
+				cfg.SessionTimeout, cfg.RebalanceTimeout, cfg.HeartbeatInterval, cfg.RevokeTimeout, budget, end)
+		}
+	}
+}

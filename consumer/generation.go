@@ -139,10 +139,16 @@ loop:
 	// gone, the partitions may already be another member's, which is
 	// re-reading them: abandon everything at once instead of draining and
 	// publishing beside it.
+	// A rebalance's end must fit in the rebalance timeout, or the
+	// coordinator drops this member: the probe and the final commit wait at
+	// most a commit budget each (see Config.rebalanceCommitBudget) beside
+	// the drain's RevokeTimeout. A commit still running past it finishes
+	// or fails in the background; only acknowledged work is in it.
+	budget := c.cfg.rebalanceCommitBudget()
 	if why == "rebalance" && !g.revoked.Load() {
-		<-committing
-		if err := c.commitOffsets(gen, g, true); expelled(err) {
-			c.expel(g, err)
+		deadline := time.Now().Add(budget)
+		if !waitChan(committing, deadline) || !waitChan(c.probeAsync(gen, g), deadline) {
+			c.log.Warn().Int32("generation", g.id).Dur("budget", budget).Msg("commit at the rebalance did not answer in time; draining without it")
 		}
 	}
 	if !g.revoked.Load() {
@@ -171,8 +177,10 @@ loop:
 		m.leave.start()
 		waitChan(gctx.Done(), later(deadline, time.Now().Add(stopGrace)))
 	} else if why == "rebalance" {
-		<-committing // bounded by the coordinator connection's timeout
-		c.commit(gen, g)
+		deadline := time.Now().Add(budget)
+		if !waitChan(committing, deadline) || !waitChan(c.commitAsync(gen, g), deadline) {
+			c.log.Warn().Int32("generation", g.id).Dur("budget", budget).Msg("final commit did not finish within the rebalance's commit budget")
+		}
 	}
 	c.assigned.Store(0)
 	c.member.Store(false)
@@ -227,6 +235,19 @@ func (c *Consumer) commitAsync(gen *kafka.Generation, g *genState) <-chan struct
 	go func() {
 		defer close(done)
 		if err := c.commit(gen, g); expelled(err) {
+			c.expel(g, err)
+		}
+	}()
+	return done
+}
+
+// probeAsync is commitAsync with probe: the coordinator answers even when
+// nothing moved, so an expulsion shows.
+func (c *Consumer) probeAsync(gen *kafka.Generation, g *genState) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := c.commitOffsets(gen, g, true); expelled(err) {
 			c.expel(g, err)
 		}
 	}()
