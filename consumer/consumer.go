@@ -69,11 +69,10 @@ type Stats struct {
 // Consumer is one member of the consumer group. Create it with New and call
 // Run once; Ready and Stats are safe to call concurrently with Run.
 type Consumer struct {
-	cfg    Config
-	scorer Scorer
-	sink   Sink
-	log    zerolog.Logger
-	m      *metrics
+	cfg  Config
+	log  zerolog.Logger
+	m    *metrics
+	proc *processor
 
 	// in carries fetched records to the batch loop; unbuffered so a
 	// fetcher holds at most one record while the pipeline is full.
@@ -101,11 +100,6 @@ type Consumer struct {
 	// fetchers counts partition fetch goroutines, reader close included;
 	// Run waits for them (bounded) before it returns.
 	fetchers sync.WaitGroup
-	// canary is a small event that scored successfully, the probe that
-	// tells a poisonous event (the canary still scores) from a scorer
-	// outage (it fails too). Nil until something scored.
-	canary atomic.Pointer[schema.TranscriptEvent]
-
 	running  atomic.Bool
 	assigned atomic.Int32
 	// member is true while this consumer holds a generation of the group,
@@ -113,11 +107,11 @@ type Consumer struct {
 	member   atomic.Bool
 	brokerOK atomic.Bool
 
-	messagesIn, published, deadLettered atomic.Uint64
-	inflight, inflightPeak              atomic.Int64
-	commits, commitErrors, generations  atomic.Uint64
-	pauses, expulsions, offsetResets    atomic.Uint64
-	batches                             [numTriggers]atomic.Uint64
+	messagesIn                         atomic.Uint64
+	inflight, inflightPeak             atomic.Int64
+	commits, commitErrors, generations atomic.Uint64
+	pauses, expulsions, offsetResets   atomic.Uint64
+	batches                            [numTriggers]atomic.Uint64
 
 	// hooks lets tests observe internals; zero in production.
 	hooks testHooks
@@ -156,12 +150,13 @@ func New(cfg Config, scorer Scorer, sink Sink, log zerolog.Logger, reg prometheu
 		return nil, err
 	}
 	c := &Consumer{
-		cfg: cfg, scorer: scorer, sink: sink, m: m,
+		cfg: cfg, m: m,
 		log:   log.With().Str("component", "consumer").Str("topic", cfg.Topic).Logger(),
 		in:    make(chan *record),
 		slots: make(chan struct{}, cfg.MaxInflightBatches),
 		work:  make(chan *batch, cfg.MaxInflightBatches),
 	}
+	c.proc = &processor{cfg: cfg, scorer: scorer, sink: sink, log: c.log, m: m, settle: c.settle}
 	var clamped bool
 	c.drainLimit, clamped = cfg.shutdownBudget()
 	if clamped {
@@ -186,8 +181,8 @@ func (c *Consumer) Ready() bool {
 // Stats returns a snapshot of the counters.
 func (c *Consumer) Stats() Stats {
 	s := Stats{
-		MessagesIn: c.messagesIn.Load(), Published: c.published.Load(),
-		DeadLettered: c.deadLettered.Load(), Inflight: c.inflight.Load(),
+		MessagesIn: c.messagesIn.Load(), Published: c.proc.published.Load(),
+		DeadLettered: c.proc.deadLettered.Load(), Inflight: c.inflight.Load(),
 		InflightPeak: c.inflightPeak.Load(), Commits: c.commits.Load(),
 		CommitErrors: c.commitErrors.Load(), Generations: c.generations.Load(),
 		Assigned: int(c.assigned.Load()), Batches: map[string]uint64{},

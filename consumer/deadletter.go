@@ -36,18 +36,18 @@ const dlqLogInterval = 5 * time.Second
 // ones. Every failure counts in scorer_dlq_write_errors_total and is logged
 // at error level, at most once per dlqLogInterval. It reports false if it
 // stopped before every dead letter was acknowledged.
-func (c *Consumer) deadLetter(ctx context.Context, g *genState, dead []deadRecord) bool {
-	backoff := c.cfg.RetryBackoff
+func (pr *processor) deadLetter(ctx context.Context, g *genState, dead []deadRecord) bool {
+	backoff := pr.cfg.RetryBackoff
 	var lastLog time.Time
 	failures := 0
 	for len(dead) > 0 {
 		if g.revoked.Load() {
 			return false // the partition's new owner redoes them
 		}
-		err := c.sink.DeadLetter(ctx, deadLetters(dead))
+		err := pr.sink.DeadLetter(ctx, deadLetters(dead))
 		if err == nil {
 			for _, d := range dead {
-				c.ackDead(d)
+				pr.ackDead(d)
 			}
 			return true
 		}
@@ -66,11 +66,11 @@ func (c *Consumer) deadLetter(ctx context.Context, g *genState, dead []deadRecor
 			if len(failed) == 0 && len(dead) > 1 {
 				// The sink did not say which were written: find out one by
 				// one (at worst a dead letter is written twice, never lost).
-				c.m.dlqErrors.WithLabelValues(kind).Inc()
-				c.log.Error().Err(fmt.Errorf("consumer: dead letter: %w", err)).Int("records", len(dead)).
+				pr.m.dlqErrors.WithLabelValues(kind).Inc()
+				pr.log.Error().Err(fmt.Errorf("consumer: dead letter: %w", err)).Int("records", len(dead)).
 					Msg("DLQ write failed permanently without naming the records; writing them one by one")
 				for i := range dead {
-					if !c.deadLetter(ctx, g, dead[i:i+1]) {
+					if !pr.deadLetter(ctx, g, dead[i:i+1]) {
 						return false
 					}
 				}
@@ -82,28 +82,28 @@ func (c *Consumer) deadLetter(ctx context.Context, g *genState, dead []deadRecor
 					if failed[i] {
 						retry = append(retry, d)
 					} else {
-						c.ackDead(d)
+						pr.ackDead(d)
 					}
 				}
 				dead = retry
 			}
 		}
 		failures++
-		c.m.dlqErrors.WithLabelValues(kind).Inc()
+		pr.m.dlqErrors.WithLabelValues(kind).Inc()
 		if now := time.Now(); now.Sub(lastLog) >= dlqLogInterval {
 			lastLog = now
 			offsets := make([]int64, len(dead))
 			for i, d := range dead {
 				offsets[i] = d.r.msg.Offset
 			}
-			c.log.Error().Err(fmt.Errorf("consumer: dead letter: %w", err)).Str("kind", kind).
+			pr.log.Error().Err(fmt.Errorf("consumer: dead letter: %w", err)).Str("kind", kind).
 				Int("partition", dead[0].r.msg.Partition).Ints64("offsets", offsets).Int("failures", failures).
 				Dur("retry_in", backoff).Msg("DLQ write failed; retrying (commits of the partition wait for it)")
 		}
 		if !sleepCtx(ctx, backoff) {
 			return false
 		}
-		backoff = min(backoff*2, c.cfg.RetryBackoffMax)
+		backoff = min(backoff*2, pr.cfg.RetryBackoffMax)
 	}
 	return true
 }
@@ -129,10 +129,10 @@ func deadLetters(dead []deadRecord) []schema.DeadLetter {
 
 // ackDead records that d's dead letter was acknowledged and acknowledges
 // its record.
-func (c *Consumer) ackDead(d deadRecord) {
-	c.m.dlq.WithLabelValues(d.reason).Inc()
-	c.deadLettered.Add(1)
-	c.log.Info().Int("partition", d.r.msg.Partition).Int64("offset", d.r.msg.Offset).
+func (pr *processor) ackDead(d deadRecord) {
+	pr.m.dlq.WithLabelValues(d.reason).Inc()
+	pr.deadLettered.Add(1)
+	pr.log.Info().Int("partition", d.r.msg.Partition).Int64("offset", d.r.msg.Offset).
 		Str("stage", d.stage).Str("reason", d.reason).Msg("record dead-lettered")
-	c.settle(d.r, true)
+	pr.settle(d.r, true)
 }

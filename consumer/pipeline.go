@@ -189,7 +189,7 @@ func (c *Consumer) worker(ctx context.Context) {
 	for {
 		select {
 		case b := <-c.work:
-			out := c.prepare(b.recs)
+			out := c.proc.prepare(b.recs)
 			for _, t := range b.turns {
 				part := out.of(t)
 				c.pipe.Go(func() {
@@ -203,4 +203,21 @@ func (c *Consumer) worker(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// acknowledgeTurn is acknowledge for t's prepared records, timed for
+// OldestAcknowledgement.
+func (c *Consumer) acknowledgeTurn(t *turn, p prepared) {
+	c.ackMu.Lock()
+	if c.acking == nil {
+		c.acking = map[*turn]time.Time{}
+	}
+	c.acking[t] = time.Now()
+	c.ackMu.Unlock()
+	defer func() {
+		c.ackMu.Lock()
+		delete(c.acking, t)
+		c.ackMu.Unlock()
+	}()
+	c.proc.acknowledge(p)
 }

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -18,6 +20,31 @@ const (
 	ReasonOutputTooLarge = "output_too_large"
 	ReasonOutputRejected = "output_rejected"
 )
+
+// processor turns a batch of records into acknowledged outputs: it decodes
+// them, scores them (with retries, one by one to isolate a failing event,
+// and the canary that tells bad input from an outage), publishes results
+// and tombstones and dead-letters what cannot be scored or written. It
+// starts no goroutines and knows nothing of Kafka's groups or fetching:
+// its records come with a generation (whose context and revocation bound
+// the work) and settle calls back into the consumer's accounting. A
+// processor is safe for concurrent use by the pipeline's workers and turns.
+type processor struct {
+	cfg    Config
+	scorer Scorer
+	sink   Sink
+	log    zerolog.Logger
+	m      *metrics
+	// settle takes a record out of the in-flight accounting; with ack it
+	// also makes its offset committable.
+	settle func(r *record, ack bool)
+	// canary is a small event that scored successfully, the probe that
+	// tells a poisonous event (the canary still scores) from a scorer
+	// outage (it fails too). Nil until something scored.
+	canary atomic.Pointer[schema.TranscriptEvent]
+
+	published, deadLettered atomic.Uint64
+}
 
 // prepared is one generation's part of a batch, decoded and scored, ready
 // to be acknowledged.
@@ -40,7 +67,7 @@ type outItem struct {
 // generation; those of a revoked generation are dropped (the partition's
 // new owner reads them again), and each generation's records are processed
 // under that generation's context, which ends when it is revoked.
-func (c *Consumer) prepare(batch []*record) preparedBatch {
+func (pr *processor) prepare(batch []*record) preparedBatch {
 	var out preparedBatch
 	for len(batch) > 0 {
 		g := batch[0].gen
@@ -53,7 +80,7 @@ func (c *Consumer) prepare(batch []*record) preparedBatch {
 			}
 		}
 		if !g.revoked.Load() {
-			if p, ok := c.prepareGen(g, mine); ok {
+			if p, ok := pr.prepareGen(g, mine); ok {
 				out = append(out, p)
 			}
 		}
@@ -86,32 +113,15 @@ func (pb preparedBatch) of(t *turn) prepared {
 	return p
 }
 
-// acknowledgeTurn is acknowledge for t's prepared records, timed for
-// OldestAcknowledgement.
-func (c *Consumer) acknowledgeTurn(t *turn, p prepared) {
-	c.ackMu.Lock()
-	if c.acking == nil {
-		c.acking = map[*turn]time.Time{}
-	}
-	c.acking[t] = time.Now()
-	c.ackMu.Unlock()
-	defer func() {
-		c.ackMu.Lock()
-		delete(c.acking, t)
-		c.ackMu.Unlock()
-	}()
-	c.acknowledge(p)
-}
-
 // acknowledge writes the prepared dead letters and results. A record is
 // acknowledged (settled with ack) only once its result or dead letter was
 // acknowledged by the sink; if the generation's context ends first it stays
 // unacknowledged and is redelivered.
-func (c *Consumer) acknowledge(p prepared) {
+func (pr *processor) acknowledge(p prepared) {
 	if p.g.revoked.Load() {
 		return
 	}
-	if !c.deadLetter(p.g.ctx, p.g, p.dead) {
+	if !pr.deadLetter(p.g.ctx, p.g, p.dead) {
 		return
 	}
 	// Runs of results and of deletes, in offset order, so that a
@@ -123,16 +133,16 @@ func (c *Consumer) acknowledge(p prepared) {
 		}
 		run := rest[:n]
 		rest = rest[n:]
-		if _, ok := c.sink.(Deleter); run[0].res == nil && !ok {
+		if _, ok := pr.sink.(Deleter); run[0].res == nil && !ok {
 			dead := make([]deadRecord, len(run))
 			for i, it := range run {
 				dead[i] = deadRecord{it.r, schema.StageProduce, ReasonDeleteUnsupported, "consumer.DeleteUnsupported",
 					"the sink cannot write tombstones"}
 			}
-			c.deadLetter(p.g.ctx, p.g, dead)
+			pr.deadLetter(p.g.ctx, p.g, dead)
 			continue
 		}
-		c.write(p.g.ctx, p.g, run)
+		pr.write(p.g.ctx, p.g, run)
 	}
 }
 
@@ -153,7 +163,7 @@ const ReasonDeleteUnsupported = "delete_unsupported"
 // prepareGen decodes and scores one generation's records: the ones to
 // dead-letter and the results to publish. ok is false if the generation's
 // context ended before scoring finished (nothing is acknowledged then).
-func (c *Consumer) prepareGen(g *genState, batch []*record) (p prepared, ok bool) {
+func (pr *processor) prepareGen(g *genState, batch []*record) (p prepared, ok bool) {
 	ctx := g.ctx
 	p.g = g
 	var (
@@ -163,12 +173,12 @@ func (c *Consumer) prepareGen(g *genState, batch []*record) (p prepared, ok bool
 		deletes = map[*record]schema.Delete{}
 	)
 	for _, r := range batch {
-		if len(r.msg.Value) > c.cfg.MaxMessageBytes {
+		if len(r.msg.Value) > pr.cfg.MaxMessageBytes {
 			dead = append(dead, deadRecord{r, schema.StageDecode, ReasonTooLarge, "consumer.MessageTooLarge",
-				fmt.Sprintf("record value is %d bytes, limit %d", len(r.msg.Value), c.cfg.MaxMessageBytes)})
+				fmt.Sprintf("record value is %d bytes, limit %d", len(r.msg.Value), pr.cfg.MaxMessageBytes)})
 			continue
 		}
-		ev, del, err := c.decodeGuarded(r.msg.Key, r.msg.Value)
+		ev, del, err := pr.decodeGuarded(r.msg.Key, r.msg.Value)
 		if err == nil && del != nil {
 			deletes[r] = *del
 			continue
@@ -179,7 +189,7 @@ func (c *Consumer) prepareGen(g *genState, batch []*record) (p prepared, ok bool
 			if errors.As(err, &de) {
 				reason, class = de.Reason.String(), "schema.DecodeError"
 			}
-			c.log.Debug().Int("partition", r.msg.Partition).Int64("offset", r.msg.Offset).Str("reason", reason).Msg("undecodable record")
+			pr.log.Debug().Int("partition", r.msg.Partition).Int64("offset", r.msg.Offset).Str("reason", reason).Msg("undecodable record")
 			dead = append(dead, deadRecord{r, schema.StageDecode, reason, class, err.Error()})
 			continue
 		}
@@ -188,7 +198,7 @@ func (c *Consumer) prepareGen(g *genState, batch []*record) (p prepared, ok bool
 	}
 	res := map[*record]*schema.ScoredTranscript{}
 	if len(events) > 0 {
-		results, failed, ok := c.score(ctx, events)
+		results, failed, ok := pr.score(ctx, events)
 		if !ok {
 			return p, false
 		}
@@ -219,13 +229,13 @@ func (c *Consumer) prepareGen(g *genState, batch []*record) (p prepared, ok bool
 // rejects permanently are dead-lettered. It checks the generation right
 // before every write: once revoked, the partition belongs to another
 // member, which writes these records itself.
-func (c *Consumer) write(ctx context.Context, g *genState, run []outItem) {
-	backoff := c.cfg.RetryBackoff
+func (pr *processor) write(ctx context.Context, g *genState, run []outItem) {
+	backoff := pr.cfg.RetryBackoff
 	for !g.revoked.Load() {
-		err := c.send(ctx, run)
+		err := pr.send(ctx, run)
 		if err == nil {
 			for _, it := range run {
-				c.written(it)
+				pr.written(it)
 			}
 			return
 		}
@@ -233,53 +243,53 @@ func (c *Consumer) write(ctx context.Context, g *genState, run []outItem) {
 			return
 		}
 		if IsPermanent(err) {
-			c.writePermanent(ctx, g, run, err)
+			pr.writePermanent(ctx, g, run, err)
 			return
 		}
 		what := "publish"
 		if run[0].res == nil {
 			what = "tombstone write"
 		}
-		c.log.Warn().Err(fmt.Errorf("consumer: %s: %w", what, err)).Int("records", len(run)).Msg(what + " failed; retrying")
+		pr.log.Warn().Err(fmt.Errorf("consumer: %s: %w", what, err)).Int("records", len(run)).Msg(what + " failed; retrying")
 		if !sleepCtx(ctx, backoff) {
 			return
 		}
-		backoff = min(backoff*2, c.cfg.RetryBackoffMax)
+		backoff = min(backoff*2, pr.cfg.RetryBackoffMax)
 	}
 }
 
 // send hands a run to the sink: Publish for results, Delete for tombstones.
-func (c *Consumer) send(ctx context.Context, run []outItem) error {
+func (pr *processor) send(ctx context.Context, run []outItem) error {
 	if run[0].res == nil {
 		dels := make([]schema.Delete, len(run))
 		for i, it := range run {
 			dels[i] = it.del
 		}
-		return c.sink.(Deleter).Delete(ctx, dels)
+		return pr.sink.(Deleter).Delete(ctx, dels)
 	}
 	results := make([]schema.ScoredTranscript, len(run))
 	for i, it := range run {
 		results[i] = *it.res
 	}
-	return c.sink.Publish(ctx, results)
+	return pr.sink.Publish(ctx, results)
 }
 
 // written acknowledges a record whose result or tombstone the sink
 // acknowledged.
-func (c *Consumer) written(it outItem) {
+func (pr *processor) written(it outItem) {
 	if it.res == nil {
-		c.m.tombstones.Inc()
+		pr.m.tombstones.Inc()
 	} else {
-		c.m.endToEnd.Observe(time.Since(it.r.msg.Time).Seconds())
+		pr.m.endToEnd.Observe(time.Since(it.r.msg.Time).Seconds())
 	}
-	c.published.Add(1)
-	c.settle(it.r, true)
+	pr.published.Add(1)
+	pr.settle(it.r, true)
 }
 
 // writePermanent handles a permanent Publish or Delete error: the named
 // records (or, when the error names none, each record found by writing one
 // at a time) go to the DLQ; the sink acknowledged the others.
-func (c *Consumer) writePermanent(ctx context.Context, g *genState, run []outItem, err error) {
+func (pr *processor) writePermanent(ctx context.Context, g *genState, run []outItem, err error) {
 	reason := ReasonOutputRejected
 	if isTooLarge(err) {
 		reason = ReasonOutputTooLarge
@@ -290,7 +300,7 @@ func (c *Consumer) writePermanent(ctx context.Context, g *genState, run []outIte
 	}
 	if len(idx) == 0 {
 		for i := range run {
-			c.write(ctx, g, run[i:i+1])
+			pr.write(ctx, g, run[i:i+1])
 		}
 		return
 	}
@@ -306,9 +316,9 @@ func (c *Consumer) writePermanent(ctx context.Context, g *genState, run []outIte
 			dead = append(dead, deadRecord{it.r, schema.StageProduce, reason, exceptionClass(err), err.Error()})
 			continue
 		}
-		c.written(it)
+		pr.written(it)
 	}
-	c.deadLetter(ctx, g, dead)
+	pr.deadLetter(ctx, g, dead)
 }
 
 // errPanic marks a failure that was a recovered panic: a bug met by one
@@ -318,12 +328,12 @@ var errPanic = errors.New("panic")
 
 // decodeGuarded is schema.DecodeRecord with a panic turned into an error,
 // so one record that trips a decoder bug is dead-lettered, not a crash loop.
-func (c *Consumer) decodeGuarded(key, value []byte) (ev schema.TranscriptEvent, del *schema.Delete, err error) {
+func (pr *processor) decodeGuarded(key, value []byte) (ev schema.TranscriptEvent, del *schema.Delete, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			c.log.Error().Str("stack", string(debug.Stack())).Msgf("decoder panicked: %v", p)
+			pr.log.Error().Str("stack", string(debug.Stack())).Msgf("decoder panicked: %v", p)
 			err = fmt.Errorf("consumer: decoding: %w: %v", errPanic, p)
 		}
 	}()
-	return schema.DecodeRecord(key, value, c.cfg.Limits)
+	return schema.DecodeRecord(key, value, pr.cfg.Limits)
 }

@@ -22,20 +22,20 @@ import (
 // and retried in rounds with bounded exponential backoff, each round logged
 // at error level, for as long as ctx lives — an outage must not turn the
 // stream into dead letters.
-func (c *Consumer) score(ctx context.Context, events []schema.TranscriptEvent) (results []schema.ScoredTranscript, failed map[int]error, ok bool) {
+func (pr *processor) score(ctx context.Context, events []schema.TranscriptEvent) (results []schema.ScoredTranscript, failed map[int]error, ok bool) {
 	results = make([]schema.ScoredTranscript, len(events))
 	failed = map[int]error{}
 	todo := make([]int, len(events)) // indexes of events still to score
 	for i := range todo {
 		todo[i] = i
 	}
-	backoff := c.cfg.RetryBackoff
+	backoff := pr.cfg.RetryBackoff
 	for round := 1; ; round++ {
 		batch := make([]schema.TranscriptEvent, len(todo))
 		for k, i := range todo {
 			batch[k] = events[i]
 		}
-		res, err := c.scoreWithRetry(ctx, batch)
+		res, err := pr.scoreWithRetry(ctx, batch)
 		if err == nil {
 			for k, i := range todo {
 				results[i] = res[k]
@@ -46,16 +46,16 @@ func (c *Consumer) score(ctx context.Context, events []schema.TranscriptEvent) (
 			return nil, nil, false
 		}
 		// Already in an outage: probe before scoring events one by one.
-		healthy := round == 1 || c.probe(ctx)
+		healthy := round == 1 || pr.probe(ctx)
 		var lastErr error
 		if healthy {
 			errs := map[int]error{}
 			if len(todo) == 1 {
 				errs[todo[0]] = err
 			} else {
-				c.log.Warn().Err(err).Int("events", len(todo)).Msg("batch scoring failed; scoring events one by one")
+				pr.log.Warn().Err(err).Int("events", len(todo)).Msg("batch scoring failed; scoring events one by one")
 				for _, i := range todo {
-					one, err := c.scoreWithRetry(ctx, events[i:i+1])
+					one, err := pr.scoreWithRetry(ctx, events[i:i+1])
 					if ctx.Err() != nil {
 						return nil, nil, false
 					}
@@ -81,7 +81,7 @@ func (c *Consumer) score(ctx context.Context, events []schema.TranscriptEvent) (
 			if len(todo) == 0 {
 				return results, failed, true
 			}
-			if c.probe(ctx) {
+			if pr.probe(ctx) {
 				// The scorer works: these events fail on their own.
 				for _, i := range todo {
 					failed[i] = errs[i]
@@ -95,13 +95,13 @@ func (c *Consumer) score(ctx context.Context, events []schema.TranscriptEvent) (
 		if lastErr == nil {
 			lastErr = err
 		}
-		c.m.outages.Inc()
-		c.log.Error().Err(lastErr).Int("events", len(todo)).Int("round", round).Dur("retry_in", backoff).
+		pr.m.outages.Inc()
+		pr.log.Error().Err(lastErr).Int("events", len(todo)).Int("round", round).Dur("retry_in", backoff).
 			Msg("scorer fails for every event; keeping the batch and retrying (nothing is dead-lettered during an outage)")
 		if !sleepCtx(ctx, backoff) {
 			return nil, nil, false
 		}
-		backoff = min(backoff*2, c.cfg.OutageBackoffMax)
+		backoff = min(backoff*2, pr.cfg.OutageBackoffMax)
 	}
 }
 
@@ -115,28 +115,28 @@ func permanentScoreError(err error) bool {
 
 // probe reports whether the scorer works right now: the canary event scores.
 // With no canary yet there is no evidence either way, and it reports false.
-func (c *Consumer) probe(ctx context.Context) bool {
-	ev := c.canary.Load()
+func (pr *processor) probe(ctx context.Context) bool {
+	ev := pr.canary.Load()
 	if ev == nil {
 		return false
 	}
-	_, err := c.scoreWithRetry(ctx, []schema.TranscriptEvent{*ev})
+	_, err := pr.scoreWithRetry(ctx, []schema.TranscriptEvent{*ev})
 	return err == nil
 }
 
 // scoreWithRetry scores events with up to ScoreAttempts tries, stopping
 // early on a permanent error. On success it keeps the call's smallest event
 // as the canary.
-func (c *Consumer) scoreWithRetry(ctx context.Context, events []schema.TranscriptEvent) ([]schema.ScoredTranscript, error) {
-	backoff := c.cfg.RetryBackoff
+func (pr *processor) scoreWithRetry(ctx context.Context, events []schema.TranscriptEvent) ([]schema.ScoredTranscript, error) {
+	backoff := pr.cfg.RetryBackoff
 	var err error
-	for attempt := range c.cfg.ScoreAttempts {
+	for attempt := range pr.cfg.ScoreAttempts {
 		if attempt > 0 && !sleepCtx(ctx, backoff) {
 			return nil, ctx.Err()
 		}
-		backoff = min(backoff*2, c.cfg.RetryBackoffMax)
+		backoff = min(backoff*2, pr.cfg.RetryBackoffMax)
 		var res []schema.ScoredTranscript
-		res, err = c.scoreGuarded(ctx, events)
+		res, err = pr.scoreGuarded(ctx, events)
 		if err == nil && len(res) != len(events) {
 			err = fmt.Errorf("scorer returned %d results for %d events", len(res), len(events))
 		}
@@ -148,7 +148,7 @@ func (c *Consumer) scoreWithRetry(ctx context.Context, events []schema.Transcrip
 				}
 			}
 			ev := events[small]
-			c.canary.Store(&ev)
+			pr.canary.Store(&ev)
 			return res, nil
 		}
 		if ctx.Err() != nil {
@@ -164,12 +164,12 @@ func (c *Consumer) scoreWithRetry(ctx context.Context, events []schema.Transcrip
 // scoreGuarded is Scorer.Score with a panic turned into an error: the
 // failure then goes through the same isolation as any other (the events
 // that trip it are dead-lettered, the rest score).
-func (c *Consumer) scoreGuarded(ctx context.Context, events []schema.TranscriptEvent) (res []schema.ScoredTranscript, err error) {
+func (pr *processor) scoreGuarded(ctx context.Context, events []schema.TranscriptEvent) (res []schema.ScoredTranscript, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			c.log.Error().Str("stack", string(debug.Stack())).Int("events", len(events)).Msgf("scorer panicked: %v", p)
+			pr.log.Error().Str("stack", string(debug.Stack())).Int("events", len(events)).Msgf("scorer panicked: %v", p)
 			err = fmt.Errorf("consumer: scoring %d events: %w: %v", len(events), errPanic, p)
 		}
 	}()
-	return c.scorer.Score(ctx, events)
+	return pr.scorer.Score(ctx, events)
 }
