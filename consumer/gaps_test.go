@@ -90,6 +90,18 @@ func TestCompactionGapConsumed(t *testing.T) {
 	}
 }
 
+// txnProducer is a transactional (exactly-once) producer writing to the
+// partitions its records name.
+func txnProducer(t *testing.T, brokers []string, id string) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID(id), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
 // produceTxn writes the records to partition 0 of topic in one transaction
 // of a transactional (exactly-once) producer and commits or aborts it.
 func produceTxn(t *testing.T, cl *kgo.Client, topic string, callIDs []string, commit bool) {
@@ -132,12 +144,7 @@ func TestAbortedTransactionNotScored(t *testing.T) {
 	t.Parallel()
 	const topic, group = "txn", "g-txn"
 	_, brokers := newCluster(t, topic, 1)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID("txn-producer"),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := txnProducer(t, brokers, "txn-producer")
 	produceTxn(t, cl, topic, callIDs("before", 10), true)
 	produceTxn(t, cl, topic, callIDs("aborted", 2500), false)
 	produceTxn(t, cl, topic, callIDs("after", 20), true)
@@ -173,12 +180,7 @@ func TestReadUncommittedSetting(t *testing.T) {
 	t.Parallel()
 	const topic, group = "txn-uncommitted", "g-txn-uncommitted"
 	_, brokers := newCluster(t, topic, 1)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.TransactionalID("txn-uncommitted"),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := txnProducer(t, brokers, "txn-uncommitted")
 	produceTxn(t, cl, topic, callIDs("aborted", 5), false)
 	produceTxn(t, cl, topic, callIDs("committed", 5), true)
 	sk := &fakeSink{}

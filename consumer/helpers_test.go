@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 
@@ -196,6 +197,22 @@ func start(t *testing.T, cfg Config, sc Scorer, sk Sink, hooks testHooks) *runni
 	go func() { r.errc <- c.Run(ctx) }()
 	t.Cleanup(func() { r.stop(t) })
 	return r
+}
+
+// startMetered is start with the consumer's metrics in a registry of their
+// own, and its log at warn level.
+func startMetered(t *testing.T, cfg Config, sc Scorer, sk Sink) (*Consumer, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	c, err := New(cfg, sc, sk, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{c: c, cancel: cancel, errc: make(chan error, 1)}
+	go func() { r.errc <- c.Run(ctx) }()
+	t.Cleanup(func() { r.stop(t) })
+	return c, reg
 }
 
 // stop cancels Run and waits (bounded) for it to return nil.

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -177,16 +175,8 @@ func TestReadinessIgnoresOnePartitionsFetchErrors(t *testing.T) {
 		return nil, nil, false
 	})
 	produce(t, brokers, topic, []kafka.Message{eventMsg(0, "p0")})
-	reg := prometheus.NewRegistry()
 	sk := &fakeSink{}
-	cons, err := New(testConfig(brokers, topic, group), &fakeScorer{}, sk, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.ErrorLevel), reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{c: cons, cancel: cancel, errc: make(chan error, 1)}
-	go func() { r.errc <- cons.Run(ctx) }()
-	t.Cleanup(func() { r.stop(t) })
+	cons, reg := startMetered(t, testConfig(brokers, topic, group), &fakeScorer{}, sk)
 	eventually(t, 20*time.Second, "p0 published", func() bool { return countIDs(sk.Published())["p0"] == 1 })
 	eventually(t, 10*time.Second, "partition 1's fetches failing", func() bool {
 		v, _ := gaugeOf(t, reg, "scorer_fetch_errors_total", 1)

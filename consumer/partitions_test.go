@@ -76,16 +76,8 @@ func TestOffsetResetCounted(t *testing.T) {
 	if got := committed(t, brokers, group, topic, 1)[0]; got != 100 {
 		t.Fatalf("set-up: committed %d, want 100", got)
 	}
-	reg := prometheus.NewRegistry()
 	sk := &fakeSink{}
-	c, err := New(testConfig(brokers, topic, group), &fakeScorer{}, sk, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	r := &running{c: c, cancel: stop, errc: make(chan error, 1)}
-	go func() { r.errc <- c.Run(runCtx) }()
-	t.Cleanup(func() { r.stop(t) })
+	c, reg := startMetered(t, testConfig(brokers, topic, group), &fakeScorer{}, sk)
 	eventually(t, 20*time.Second, "every record read from the log start", func() bool { return len(countIDs(sk.Published())) == 5 })
 	eventually(t, 10*time.Second, "committed to the log end", func() bool { return committed(t, brokers, group, topic, 1)[0] == 5 })
 	if s := c.Stats(); s.OffsetResets != 1 {
