@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // commitOffset sets the group's committed offset of partition 0, as a
@@ -188,4 +191,83 @@ func TestReadUncommittedSetting(t *testing.T) {
 	cfg.ReadUncommitted = true
 	start(t, cfg, &fakeScorer{}, sk, testHooks{})
 	eventually(t, 20*time.Second, "aborted and committed records published", func() bool { return len(countIDs(sk.Published())) == 10 })
+}
+
+// TestRetentionPassesReadPosition: mid-generation, retention deletes records
+// the consumer has not read yet (its next fetch is held until then). The
+// consumer reads on from the new log start, counts and logs the reset, and
+// commits to the end: the deleted records are lost to retention, not a
+// reason to stall.
+func TestRetentionPassesReadPosition(t *testing.T) {
+	t.Parallel()
+	const topic, group = "retention", "g-retention"
+	cluster, brokers := newCluster(t, topic, 1)
+	produce(t, brokers, topic, msgsFor(0, callIDs("early", 5)))
+	var hold atomic.Bool
+	release := make(chan struct{})
+	cluster.ControlKey(kmsg.Fetch.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		for _, rt := range kreq.(*kmsg.FetchRequest).Topics {
+			for _, rp := range rt.Partitions {
+				if hold.Load() && rp.FetchOffset == 5 {
+					cluster.SleepControl(func() { <-release })
+				}
+			}
+		}
+		return nil, nil, false
+	})
+	hold.Store(true)
+	sk := &fakeSink{}
+	c, reg := startMetered(t, testConfig(brokers, topic, group), &fakeScorer{}, sk)
+	eventually(t, 20*time.Second, "the early records committed", func() bool { return committed(t, brokers, group, topic, 1)[0] == 5 })
+
+	produce(t, brokers, topic, append(msgsFor(0, callIDs("deleted", 5)), msgsFor(0, callIDs("kept", 5))...))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrDeleteRecordsRequest()
+	rt := kmsg.NewDeleteRecordsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewDeleteRecordsRequestTopicPartition()
+	rp.Partition, rp.Offset = 0, 10
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = 5000
+	resp, err := req.RequestWith(t.Context(), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode); err != nil {
+		t.Fatalf("set-up: delete records: %v", err)
+	}
+	hold.Store(false)
+	close(release)
+
+	eventually(t, 20*time.Second, "committed to the log end", func() bool { return committed(t, brokers, group, topic, 1)[0] == 15 })
+	n := countIDs(sk.Published())
+	for _, id := range callIDs("deleted", 5) {
+		if n[id] != 0 {
+			t.Errorf("%s published, though retention deleted it before it was read", id)
+		}
+	}
+	if n["kept-4"] != 1 || n["early-4"] != 1 {
+		t.Errorf("published %v", n)
+	}
+	if s := c.Stats(); s.OffsetResets != 1 {
+		t.Errorf("offset resets %d, want 1", s.OffsetResets)
+	}
+	if v, ok := gaugeOf(t, reg, "scorer_offset_resets_total", 0); !ok || v != 1 {
+		t.Errorf("scorer_offset_resets_total{partition=0} = %v (present %v), want 1", v, ok)
+	}
+}
+
+// msgsFor is an event record on partition p for each call id.
+func msgsFor(p int, ids []string) []kafka.Message {
+	msgs := make([]kafka.Message, len(ids))
+	for i, id := range ids {
+		msgs[i] = eventMsg(p, id)
+	}
+	return msgs
 }
