@@ -43,15 +43,6 @@ const (
 	DefaultPartitionWatchInterval = 5 * time.Second
 )
 
-// fetchQueueCapacity is each partition reader's queue of decoded messages
-// (kafka-go's ReaderConfig.QueueCapacity, default 100). The batch loop
-// pulls records one at a time, so a deeper queue only adds memory: with 1,
-// a reader holds at most this one message, the one FetchMessage is
-// returning and the fetch response it is reading (≤ MaxMessageBytes +
-// 64 KiB), so fetched-but-unprocessed memory is about partitions × (2
-// records + one fetch), whatever the backlog.
-const fetchQueueCapacity = 1
-
 // Config configures a Consumer. Zero fields take the Default* values (see
 // WithDefaults); Validate rejects combinations that cannot work. The config
 // is copied by New and must not change afterwards.
@@ -108,12 +99,22 @@ type Config struct {
 	// HeartbeatInterval (heartbeats stop during a rebalance), or the broker
 	// evicts this member while it drains. Zero means min(10 s,
 	// (RebalanceTimeout − HeartbeatInterval)/2, (SessionTimeout −
-	// HeartbeatInterval)/2).
+	// HeartbeatInterval)/2). The commits before and after the drain wait
+	// at most a third of what the rebalance timeout leaves each, so the
+	// generation's whole end fits in it.
 	RevokeTimeout time.Duration
 
 	// Dialer carries TLS/SASL settings; nil means kafka.DefaultDialer with
-	// ClientID.
+	// ClientID. The partitions' fetch clients take its ClientID, Timeout,
+	// TLS and SASLMechanism.
 	Dialer *kafka.Dialer
+	// ReadUncommitted makes the consumer read records of open and aborted
+	// transactions too (KAFKA_ISOLATION_LEVEL=read_uncommitted). By
+	// default it reads committed data only, as Kafka's own consumers do
+	// with isolation.level=read_committed: an aborted transaction's records
+	// are never scored, and a partition is read up to its last stable
+	// offset, so an open transaction holds back what follows it.
+	ReadUncommitted bool
 	// SessionTimeout, RebalanceTimeout and HeartbeatInterval are the group
 	// membership timings sent to the coordinator. HeartbeatInterval zero
 	// means min(3 s, SessionTimeout/3).
@@ -264,6 +265,17 @@ func (cfg Config) Validate() error {
 		return fmt.Errorf("consumer: invalid config: %w", err)
 	}
 	return nil
+}
+
+// rebalanceCommitBudget is how long the end of a rebalance waits for each of
+// its two commits (the probe before the drain, the final one after it):
+// with the heartbeat that brings the news (up to HeartbeatInterval late)
+// and the drain (RevokeTimeout), the whole end then fits in the rebalance
+// timeout, and in the session timeout (no heartbeats are sent until the
+// member rejoins), with a third of what is left to spare for rejoining.
+// Validate's bounds on RevokeTimeout keep it positive.
+func (cfg Config) rebalanceCommitBudget() time.Duration {
+	return (min(cfg.RebalanceTimeout, cfg.SessionTimeout) - cfg.HeartbeatInterval - cfg.RevokeTimeout) / 3
 }
 
 // shutdownBudget splits ShutdownTimeout into the drain of in-flight work and

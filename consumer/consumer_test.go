@@ -15,26 +15,6 @@ import (
 	"github.com/scorer/scorer/schema"
 )
 
-func TestConfigDefaultsAndValidate(t *testing.T) {
-	t.Parallel()
-	cfg := Config{Brokers: []string{"x:9092"}}.WithDefaults()
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	if cfg.Topic != "transcripts" || cfg.BatchMaxMessages != 16 || cfg.BatchMaxBytes != 8<<20 ||
-		cfg.BatchMaxWait != 200*time.Millisecond || cfg.MaxInflightBatches != 2 || cfg.MaxMessageBytes != 8<<20 {
-		t.Fatalf("defaults = %+v", cfg)
-	}
-	bad := cfg
-	bad.RevokeTimeout = bad.RebalanceTimeout
-	if err := bad.Validate(); err == nil || !strings.HasPrefix(err.Error(), "consumer:") {
-		t.Fatalf("RevokeTimeout >= RebalanceTimeout: err = %v", err)
-	}
-	if err := (Config{}).WithDefaults().Validate(); err == nil {
-		t.Fatal("no brokers: want error")
-	}
-}
-
 // TestCleanRun: every record is published exactly once with its Source,
 // and the committed offsets reach the end of every partition.
 func TestCleanRun(t *testing.T) {
@@ -318,7 +298,7 @@ func TestBackpressure(t *testing.T) {
 	}}
 	sk := &fakeSink{}
 	cfg := testConfig(brokers, topic, group)
-	cfg.BatchMaxMessages, cfg.MaxInflightBatches = 3, 2
+	cfg.BatchMaxMessages, cfg.MaxInflightBatches, cfg.MaxUncommitted = 3, 2, 5
 	r := start(t, cfg, sc, sk, testHooks{})
 	waitDone := make(chan struct{})
 	go func() { blocked.Wait(); close(waitDone) }()
@@ -343,9 +323,9 @@ func TestBackpressure(t *testing.T) {
 	}
 	close(release)
 	eventually(t, 20*time.Second, "all published", func() bool { return len(sk.Published()) == len(msgs) })
-	// Running, scored batches may also wait for their partition's turn to
-	// publish off the workers, at most MaxInflightBatches of them.
-	runBound := bound + int64(cfg.MaxInflightBatches*cfg.BatchMaxMessages)
+	// Running, scored records may also wait for their partition's turn to
+	// publish off the workers: at most MaxUncommitted per partition.
+	runBound := int64(parts * cfg.MaxUncommitted)
 	if s := r.c.Stats(); s.InflightPeak > runBound {
 		t.Fatalf("in-flight peak %d > bound %d", s.InflightPeak, runBound)
 	}

@@ -85,3 +85,35 @@ func TestExpelledMemberPublishesNothing(t *testing.T) {
 		t.Fatalf("expulsions = %d, want 1", n)
 	}
 }
+
+// TestExpulsionSeenByPeriodicCommit: the coordinator answers a periodic
+// commit UNKNOWN_MEMBER_ID while heartbeats still succeed. The member
+// abandons the generation and rejoins at once, instead of fetching on, with
+// nothing published, until some heartbeat fails: records produced after
+// the expulsion are published by its next generation.
+func TestExpulsionSeenByPeriodicCommit(t *testing.T) {
+	t.Parallel()
+	const topic, group = "expel-commit", "g-expel-commit"
+	c, brokers := newCluster(t, topic, 1)
+	produce(t, brokers, topic, []kafka.Message{eventMsg(0, "a")})
+	sk := &fakeSink{}
+	r := start(t, testConfig(brokers, topic, group), &fakeScorer{}, sk, testHooks{})
+	eventually(t, 20*time.Second, "a committed", func() bool { return committed(t, brokers, group, topic, 1)[0] == 1 })
+
+	var expel, failed atomic.Bool
+	c.ControlKey(kmsg.OffsetCommit.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if !expel.Load() || !failed.CompareAndSwap(false, true) {
+			return nil, nil, false
+		}
+		return kafkatest.OffsetCommitError(req.(*kmsg.OffsetCommitRequest), kerr.UnknownMemberID.Code), nil, true
+	})
+	expel.Store(true)
+	produce(t, brokers, topic, []kafka.Message{eventMsg(0, "b")})
+	eventually(t, 20*time.Second, "expelled by a commit", func() bool { return r.c.Stats().Expulsions == 1 })
+	produce(t, brokers, topic, []kafka.Message{eventMsg(0, "c")})
+	eventually(t, 20*time.Second, "c published after the expulsion", func() bool { return countIDs(sk.Published())["c"] > 0 })
+	if s := r.c.Stats(); s.Generations < 2 {
+		t.Errorf("generations %d: the member did not rejoin", s.Generations)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 
@@ -76,6 +77,9 @@ type fakeSink struct {
 	// records (FailedIndexes) is a partial write: the others are kept, as
 	// the producer's permanent errors promise.
 	deadErr func(dls []schema.DeadLetter) error
+	// deleteErr, when set, can fail a Delete call; an error naming records
+	// (FailedIndexes) is a partial write, as for deadErr.
+	deleteErr func(dels []schema.Delete) error
 }
 
 func (s *fakeSink) Publish(ctx context.Context, results []schema.ScoredTranscript) error {
@@ -100,12 +104,22 @@ func (s *fakeSink) Delete(ctx context.Context, dels []schema.Delete) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	var failed error
+	if s.deleteErr != nil {
+		failed = s.deleteErr(dels)
+	}
+	idx := failedIndexes(failed)
+	if failed != nil && len(idx) == 0 {
+		return failed
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, d := range dels {
-		s.writes = append(s.writes, "delete:"+d.CallID)
+	for i, d := range dels {
+		if !slices.Contains(idx, i) {
+			s.writes = append(s.writes, "delete:"+d.CallID)
+		}
 	}
-	return nil
+	return failed
 }
 
 func (s *fakeSink) Writes() []string {
@@ -183,6 +197,22 @@ func start(t *testing.T, cfg Config, sc Scorer, sk Sink, hooks testHooks) *runni
 	go func() { r.errc <- c.Run(ctx) }()
 	t.Cleanup(func() { r.stop(t) })
 	return r
+}
+
+// startMetered is start with the consumer's metrics in a registry of their
+// own, and its log at warn level.
+func startMetered(t *testing.T, cfg Config, sc Scorer, sk Sink) (*Consumer, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	c, err := New(cfg, sc, sk, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{c: c, cancel: cancel, errc: make(chan error, 1)}
+	go func() { r.errc <- c.Run(ctx) }()
+	t.Cleanup(func() { r.stop(t) })
+	return c, reg
 }
 
 // stop cancels Run and waits (bounded) for it to return nil.

@@ -29,7 +29,10 @@ type metrics struct {
 	commitErrors  prometheus.Counter
 	tombstones    prometheus.Counter
 	offsetResets  *prometheus.CounterVec
-	collections   []prometheus.Collector
+	// fetchErrors counts a partition's fetch failures, which readiness
+	// does not follow: one failing partition must not flip /readyz.
+	fetchErrors *prometheus.CounterVec
+	collections []prometheus.Collector
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -89,12 +92,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "scorer_tombstones_total",
 			Help: "Deletes (input tombstones and Debezium op=d events) forwarded as tombstones on the output topic.",
 		}),
+		fetchErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "scorer_fetch_errors_total",
+			Help: "Fetches of an input partition that failed (retried with backoff; logged at warn level).",
+		}, []string{"topic", "partition"}),
 		commitErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "scorer_commit_errors_total", Help: "Offset commits that failed (retried by the next commit).",
 		}),
 	}
 	m.collections = []prometheus.Collector{m.messagesIn, m.inflight, m.batchSize, m.endToEnd, m.commitTime, m.lag, m.dlq, m.assigned,
-		m.dlqErrors, m.outages, m.committedLag, m.oldestUnacked, m.paused, m.commitErrors, m.tombstones, m.offsetResets}
+		m.dlqErrors, m.outages, m.committedLag, m.oldestUnacked, m.paused, m.commitErrors, m.tombstones, m.offsetResets, m.fetchErrors}
 	if reg == nil {
 		return m, nil
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/scorer/scorer/schema"
 )
@@ -140,5 +142,49 @@ func TestScorerPanicDeadLettersTheEvent(t *testing.T) {
 	}
 	if got := countIDs(sk.Published()); got["good-0"] != 1 || got["good-2"] != 1 || got["boom"] != 0 {
 		t.Errorf("published %v", got)
+	}
+}
+
+// TestReadinessIgnoresOnePartitionsFetchErrors: every fetch of partition 1
+// fails (TOPIC_AUTHORIZATION_FAILED) while partition 0 is read. Readiness
+// says whether the member is in the group and its commits work; it does not
+// flip with one partition's fetches, which show in scorer_fetch_errors_total
+// and the log instead.
+func TestReadinessIgnoresOnePartitionsFetchErrors(t *testing.T) {
+	t.Parallel()
+	const topic, group = "fetchfail", "g-fetchfail"
+	c, brokers := newCluster(t, topic, 2)
+	c.ControlKey(kmsg.Fetch.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := kreq.(*kmsg.FetchRequest)
+		for _, rt := range req.Topics {
+			for _, rp := range rt.Partitions {
+				if rp.Partition != 1 {
+					continue
+				}
+				resp := req.ResponseKind().(*kmsg.FetchResponse)
+				t := kmsg.NewFetchResponseTopic()
+				t.Topic, t.TopicID = rt.Topic, rt.TopicID
+				p := kmsg.NewFetchResponseTopicPartition()
+				p.Partition, p.ErrorCode = 1, kerr.TopicAuthorizationFailed.Code
+				t.Partitions = append(t.Partitions, p)
+				resp.Topics = append(resp.Topics, t)
+				return resp, nil, true
+			}
+		}
+		return nil, nil, false
+	})
+	produce(t, brokers, topic, []kafka.Message{eventMsg(0, "p0")})
+	sk := &fakeSink{}
+	cons, reg := startMetered(t, testConfig(brokers, topic, group), &fakeScorer{}, sk)
+	eventually(t, 20*time.Second, "p0 published", func() bool { return countIDs(sk.Published())["p0"] == 1 })
+	eventually(t, 10*time.Second, "partition 1's fetches failing", func() bool {
+		v, _ := gaugeOf(t, reg, "scorer_fetch_errors_total", 1)
+		return v >= 2
+	})
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if !cons.Ready() {
+			t.Fatal("not ready while the member consumes and commits, because one partition's fetches fail")
+		}
 	}
 }

@@ -76,16 +76,8 @@ func TestOffsetResetCounted(t *testing.T) {
 	if got := committed(t, brokers, group, topic, 1)[0]; got != 100 {
 		t.Fatalf("set-up: committed %d, want 100", got)
 	}
-	reg := prometheus.NewRegistry()
 	sk := &fakeSink{}
-	c, err := New(testConfig(brokers, topic, group), &fakeScorer{}, sk, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(context.Background())
-	r := &running{c: c, cancel: stop, errc: make(chan error, 1)}
-	go func() { r.errc <- c.Run(runCtx) }()
-	t.Cleanup(func() { r.stop(t) })
+	c, reg := startMetered(t, testConfig(brokers, topic, group), &fakeScorer{}, sk)
 	eventually(t, 20*time.Second, "every record read from the log start", func() bool { return len(countIDs(sk.Published())) == 5 })
 	eventually(t, 10*time.Second, "committed to the log end", func() bool { return committed(t, brokers, group, topic, 1)[0] == 5 })
 	if s := c.Stats(); s.OffsetResets != 1 {
@@ -93,5 +85,39 @@ func TestOffsetResetCounted(t *testing.T) {
 	}
 	if v, ok := gaugeOf(t, reg, "scorer_offset_resets_total", 0); !ok || v != 1 {
 		t.Errorf("scorer_offset_resets_total{partition=0} = %v (present %v), want 1", v, ok)
+	}
+}
+
+// TestEndedPartitionSeriesStayDeleted: once a generation ended and deleted
+// its partitions' series, a fetcher or a commit tick still running writes
+// none back: the partition may be another member's, which reports it.
+func TestEndedPartitionSeriesStayDeleted(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	cfg := testConfig([]string{"127.0.0.1:1"}, "t", "g")
+	cfg.MaxUncommitted = 1
+	c, err := New(cfg, &fakeScorer{}, &fakeSink{}, zerolog.Nop(), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := newPartState(0, 5)
+	ps.logEnd.Store(10)
+	if _, err := ps.wm.Track(5); err != nil { // one record in flight: the span is full
+		t.Fatal(err)
+	}
+	g := &genState{parts: map[int]*partState{0: ps}}
+	c.observePartitions(g)
+	if _, ok := gaugeOf(t, reg, "scorer_committed_lag", 0); !ok {
+		t.Fatal("set-up: no scorer_committed_lag series for an owned partition")
+	}
+	c.endPartitions(g)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	c.waitSpan(ctx, ps) // a paused fetcher told to stop
+	c.observePartitions(g)
+	for _, name := range []string{"scorer_committed_lag", "scorer_oldest_unacked_seconds", "scorer_partition_paused", "scorer_consumer_lag"} {
+		if v, ok := gaugeOf(t, reg, name, 0); ok {
+			t.Errorf("%s{partition=0} = %v after its generation ended", name, v)
+		}
 	}
 }

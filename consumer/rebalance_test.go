@@ -224,3 +224,52 @@ func TestRevokedWorkNotPublished(t *testing.T) {
 		}
 	}
 }
+
+// TestEndedGenerationNotFetched: a generation that ends before its work
+// starts (a second member joined meanwhile) fetches nothing. kafka-go runs
+// the function of an ended generation without waiting for it and rejoins,
+// so anything fetched then is scored and published beside the partitions'
+// next owners.
+func TestEndedGenerationNotFetched(t *testing.T) {
+	t.Parallel()
+	const topic, group, parts = "ended", "g-ended", 2
+	_, brokers := newCluster(t, topic, parts)
+	var msgs []kafka.Message
+	for i := range 20 {
+		msgs = append(msgs, eventMsg(i%parts, fmt.Sprintf("e-%d", i)))
+	}
+	produce(t, brokers, topic, msgs)
+	cfg := testConfig(brokers, topic, group)
+	secondAssigned := make(chan struct{})
+	var once sync.Once
+	sk1, sk2 := &fakeSink{}, &fakeSink{}
+	first := make(chan int32, 1)
+	start(t, cfg, &fakeScorer{}, sk1, testHooks{starting: func(gen int32) {
+		select {
+		case first <- gen:
+			// Hold the first generation until the second member is in a
+			// generation of its own: this one has ended by then.
+			select {
+			case <-secondAssigned:
+			case <-time.After(20 * time.Second):
+			}
+		default:
+		}
+	}})
+	var gen1 int32
+	select {
+	case gen1 = <-first:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no first generation")
+	}
+	start(t, cfg, &fakeScorer{}, sk2, testHooks{assigned: func(int32, string, []int) { once.Do(func() { close(secondAssigned) }) }})
+	eventually(t, 30*time.Second, "every record published", func() bool {
+		return len(countIDs(append(sk1.Published(), sk2.Published()...))) == len(msgs)
+	})
+	time.Sleep(time.Second)
+	for _, res := range append(sk1.Published(), sk2.Published()...) {
+		if res.Source.Generation == gen1 {
+			t.Errorf("%s published from generation %d, which had ended before it started", res.CallID, gen1)
+		}
+	}
+}

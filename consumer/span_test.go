@@ -1,7 +1,6 @@
 package consumer
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -9,7 +8,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/scorer/scorer/schema"
@@ -73,15 +71,7 @@ func TestStuckDeadLetterPausesItsPartition(t *testing.T) {
 	}}
 	cfg := testConfig(brokers, topic, group)
 	cfg.BatchMaxMessages, cfg.MaxInflightBatches, cfg.MaxUncommitted = 1, 4, limit
-	reg := prometheus.NewRegistry()
-	c, err := New(cfg, &fakeScorer{}, sk, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{c: c, cancel: cancel, errc: make(chan error, 1)}
-	go func() { r.errc <- c.Run(ctx) }()
-	t.Cleanup(func() { r.stop(t) })
+	c, reg := startMetered(t, cfg, &fakeScorer{}, sk)
 
 	eventually(t, 20*time.Second, "partition 1 committed to its end", func() bool { return committed(t, brokers, group, topic, 2)[1] == 20 })
 	eventually(t, 10*time.Second, "partition 0 paused", func() bool {

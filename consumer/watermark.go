@@ -10,10 +10,10 @@ import (
 // says which offset is safe to commit. Offsets are tracked in fetch order and
 // may be resolved in any order; Committable never moves past an offset that
 // is tracked but not yet resolved, so a commit can never skip unfinished
-// work. It is modelled on Jeffail/checkpoint's capped checkpointer, without
-// the cap: the consumer's fetcher bounds the span instead (it pauses a
-// partition once MaxUncommitted records past the committed offset are
-// fetched), because it also has to count what is done but not yet committed.
+// work. It is modelled on Jeffail/checkpoint's capped checkpointer, the cap
+// left to its caller: the consumer's fetcher pauses a partition while
+// Pending reaches MaxUncommitted, counting records, not offsets, because
+// real topics have gaps (aborted transactions, compaction, retention).
 //
 // A Watermark is safe for concurrent use. Create one per partition per
 // generation and drop it when the generation ends, so that work finishing
@@ -32,6 +32,8 @@ type Watermark struct {
 	// last is the highest tracked offset, to reject out-of-order tracking.
 	last    int64
 	tracked bool
+	// pending counts tracked offsets not yet resolved.
+	pending int
 }
 
 type wmEntry struct {
@@ -47,7 +49,8 @@ func NewWatermark() *Watermark {
 
 // Track registers offset as in flight and returns the func that resolves it.
 // Offsets must be tracked in strictly increasing order (gaps are fine: a
-// compacted topic skips offsets). The returned func is idempotent and safe
+// compacted topic, an aborted transaction or a retention reset skips
+// offsets). The returned func is idempotent and safe
 // to call from any goroutine.
 func (w *Watermark) Track(offset int64) (done func(), err error) {
 	w.mu.Lock()
@@ -58,6 +61,7 @@ func (w *Watermark) Track(offset int64) (done func(), err error) {
 	w.tracked, w.last = true, offset
 	seq := w.popped + int64(len(w.entries))
 	w.entries = append(w.entries, wmEntry{offset: offset, at: time.Now()})
+	w.pending++
 	var once sync.Once
 	return func() { once.Do(func() { w.resolve(seq) }) }, nil
 }
@@ -67,6 +71,7 @@ func (w *Watermark) resolve(seq int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.entries[seq-w.popped].done = true
+	w.pending--
 	n := 0
 	for n < len(w.entries) && w.entries[n].done {
 		n++
@@ -93,18 +98,14 @@ func (w *Watermark) Committable() (next int64, ok bool) {
 	return w.next, w.advanced
 }
 
-// Pending returns how many tracked offsets are not yet resolved, so a
-// generation ending can wait for its in-flight work to drain.
+// Pending returns how many tracked offsets are not yet resolved: the
+// records in flight that bound a partition's uncommitted span (the
+// consumer pauses fetching at MaxUncommitted), counted rather than
+// measured as an offset distance because offsets have gaps.
 func (w *Watermark) Pending() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	n := 0
-	for _, e := range w.entries {
-		if !e.done {
-			n++
-		}
-	}
-	return n
+	return w.pending
 }
 
 // Oldest returns when the oldest unresolved offset was tracked; ok is false

@@ -172,6 +172,7 @@ func (c *Config) ConsumerConfig(sec KafkaSecurity) consumer.Config {
 		MaxMessageBytes: c.MaxMessageBytes, MaxInflightBatches: c.MaxInflightBatches, MaxUncommitted: c.MaxUncommitted,
 		Limits: c.Limits(), ShutdownTimeout: c.ShutdownTimeout, Dialer: sec.Dialer(c.ClientID),
 		SessionTimeout: c.SessionTimeout, RebalanceTimeout: c.RebalanceTimeout,
+		ReadUncommitted: c.IsolationLevel == "read_uncommitted",
 	}
 }
 

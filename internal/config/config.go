@@ -32,6 +32,7 @@ type Config struct {
 	OutputTopic      string        `env:"KAFKA_OUTPUT_TOPIC" envDefault:"transcripts.scored" group:"kafka" help:"topic of ScoredTranscripts"`
 	DLQTopic         string        `env:"KAFKA_DLQ_TOPIC" envDefault:"transcripts.dlq" group:"kafka" help:"dead-letter topic"`
 	GroupID          string        `env:"KAFKA_GROUP_ID" envDefault:"scorer" group:"kafka" help:"consumer group"`
+	IsolationLevel   string        `env:"KAFKA_ISOLATION_LEVEL" envDefault:"read_committed" group:"kafka" enum:"read_committed,read_uncommitted" help:"what the consumer reads of transactional input: read_committed (records of aborted transactions are never scored; an open transaction holds back what follows it), or read_uncommitted (every record, aborted ones included)"`
 	SessionTimeout   time.Duration `env:"KAFKA_SESSION_TIMEOUT" envDefault:"30s" group:"kafka" min:"6s" help:"group session timeout: how long a dead member keeps its partitions (at least the brokers' group.min.session.timeout.ms)"`
 	RebalanceTimeout time.Duration `env:"KAFKA_REBALANCE_TIMEOUT" envDefault:"30s" group:"kafka" min:"1ns" help:"how long the group waits for members to rejoin; at a rebalance in-flight work gets min(10s, half of this minus the heartbeat interval) to finish"`
 	InputPartitions  int           `env:"KAFKA_INPUT_PARTITIONS" envDefault:"6" group:"kafka" min:"1" help:"partitions for topics the scorer creates (in-memory broker, or missing topics)"`
@@ -55,7 +56,7 @@ type Config struct {
 
 	BatchMaxMessages int           `env:"BATCH_MAX_MESSAGES" envDefault:"16" group:"consumer" min:"1" help:"messages per consumer batch"`
 	BatchMaxWait     time.Duration `env:"BATCH_MAX_WAIT" envDefault:"200ms" group:"consumer" min:"1ns" help:"longest a batch waits, from its oldest message"`
-	MaxUncommitted   int           `env:"MAX_UNCOMMITTED" envDefault:"1000" group:"consumer" min:"1" help:"records per input partition fetched past its committed offset; fetching of the partition pauses at this (a crash replays at most this many per partition)"`
+	MaxUncommitted   int           `env:"MAX_UNCOMMITTED" envDefault:"1000" group:"consumer" min:"1" help:"records per input partition in flight (fetched, not yet acknowledged; counted, so offset gaps do not matter); fetching of the partition pauses at this (a crash replays at most this many per partition, plus what the last commit interval acknowledged)"`
 
 	BatchMaxBytes      int    `env:"BATCH_MAX_BYTES" envDefault:"8388608" group:"memory" min:"1" unit:"bytes" help:"bytes per consumer batch (never exceeded); twice MAX_INFLIGHT_BATCHES × this is the input the CPU memory budget sets aside"`
 	MaxInflightBatches int    `env:"MAX_INFLIGHT_BATCHES" envDefault:"2" group:"memory" min:"1" help:"consumer batches between fetch and ack; fetching pauses beyond"`

@@ -86,18 +86,22 @@ func ConvertFile(in, out string, o Options) (Stats, error) {
 }
 
 // Convert rewrites m in place. It refuses graphs it cannot convert
-// faithfully: subgraphs (If, Loop), external data, or an input it cannot
+// faithfully: Loop or Scan, an If that computes floats or reads a float
+// tensor from the enclosing graph, external data, or an input it cannot
 // type.
 func Convert(m *onnxpb.ModelProto, o Options) (Stats, error) {
 	g := m.GetGraph()
 	if g == nil {
 		return Stats{}, errors.New("model has no graph")
 	}
-	c := &converter{g: g, types: map[string]int32{}, consumers: map[string][]int{}}
+	c := &converter{g: g, types: map[string]int32{}, consumers: map[string][]int{}, outer: map[int][]string{}}
 	if err := c.index(); err != nil {
 		return Stats{}, err
 	}
 	c.inferTypes()
+	if err := c.checkSubgraphs(); err != nil {
+		return Stats{}, err
+	}
 	c.markIndexArithmetic()
 	if err := c.rewrite(o); err != nil {
 		return c.st, err
@@ -115,7 +119,10 @@ type converter struct {
 	outputs   map[string]bool  // graph outputs
 	inits     map[string]*onnxpb.TensorProto
 	keep      []bool // per node: stays float32 (index arithmetic)
-	st        Stats
+	// outer holds, per If node, the tensors of this graph its branches
+	// read by name (ONNX subgraphs see the enclosing scope).
+	outer map[int][]string
+	st    Stats
 }
 
 func (c *converter) index() error {
@@ -137,12 +144,20 @@ func (c *converter) index() error {
 		}
 	}
 	for i, n := range c.g.GetNode() {
+		var reads []string
 		for _, a := range n.GetAttribute() {
-			if a.GetType() == onnxpb.AttributeProto_GRAPH || a.GetType() == onnxpb.AttributeProto_GRAPHS {
-				return fmt.Errorf("node %s (%s) has a subgraph; graphs with If/Loop/Scan are not supported", n.GetName(), n.GetOpType())
+			if a.GetType() != onnxpb.AttributeProto_GRAPH && a.GetType() != onnxpb.AttributeProto_GRAPHS {
+				continue
 			}
+			if n.GetOpType() != "If" {
+				return fmt.Errorf("node %s (%s) has a subgraph; graphs with Loop/Scan are not supported", n.GetName(), n.GetOpType())
+			}
+			reads = append(reads, outerReads(a.GetG())...)
 		}
-		for _, in := range n.GetInput() {
+		if reads != nil {
+			c.outer[i] = reads
+		}
+		for _, in := range append(slices.Clone(n.GetInput()), reads...) {
 			if in != "" {
 				c.consumers[in] = append(c.consumers[in], i)
 			}
@@ -186,6 +201,17 @@ func (c *converter) inferTypes() {
 			t = int32(onnxpb.TensorProto_INT64)
 		case op == "Where":
 			t = c.types[input(n, 1)]
+		case op == "If":
+			// Both branches declare the same outputs; they are typed
+			// per output below.
+			if then := attr(n, "then_branch").GetG(); then != nil {
+				for k, out := range n.GetOutput() {
+					if k < len(then.GetOutput()) {
+						c.types[out] = then.GetOutput()[k].GetType().GetTensorType().GetElemType()
+					}
+				}
+			}
+			continue
 		default:
 			for _, in := range n.GetInput() {
 				if tt, ok := c.types[in]; ok && in != "" {
@@ -200,6 +226,66 @@ func (c *converter) inferTypes() {
 	}
 }
 
+// checkSubgraphs admits an If only where leaving its branches untouched is
+// faithful: it computes no float output and reads no float tensor of this
+// graph (which may become float16 here). HF's TorchScript export of
+// DeBERTa-v2/v3 has such Ifs: they compute the int64 relative positions,
+// log buckets included, and so stay float32 like any index arithmetic.
+func (c *converter) checkSubgraphs() error {
+	for i, reads := range c.outer {
+		n := c.g.GetNode()[i]
+		for _, out := range n.GetOutput() {
+			if t, ok := c.types[out]; !ok || t == 0 || isFloat(t) {
+				return fmt.Errorf("node %s (If) computes %s, not an integer or bool tensor; only Ifs of index arithmetic are supported", n.GetName(), out)
+			}
+		}
+		for _, in := range reads {
+			if isFloat(c.types[in]) {
+				return fmt.Errorf("node %s (If) reads float tensor %s of the enclosing graph; only Ifs of index arithmetic are supported", n.GetName(), in)
+			}
+		}
+	}
+	return nil
+}
+
+// outerReads returns the names g (and the subgraphs in it) reads without
+// defining them: tensors of an enclosing graph.
+func outerReads(g *onnxpb.GraphProto) []string {
+	defined := map[string]bool{"": true}
+	for _, t := range g.GetInitializer() {
+		defined[t.GetName()] = true
+	}
+	for _, in := range g.GetInput() {
+		defined[in.GetName()] = true
+	}
+	var reads []string
+	seen := map[string]bool{}
+	read := func(name string) {
+		if !defined[name] && !seen[name] {
+			seen[name] = true
+			reads = append(reads, name)
+		}
+	}
+	for _, n := range g.GetNode() {
+		for _, in := range n.GetInput() {
+			read(in)
+		}
+		for _, a := range n.GetAttribute() {
+			for _, sg := range append([]*onnxpb.GraphProto{a.GetG()}, a.GetGraphs()...) {
+				if sg != nil {
+					for _, in := range outerReads(sg) {
+						read(in)
+					}
+				}
+			}
+		}
+		for _, out := range n.GetOutput() {
+			defined[out] = true
+		}
+	}
+	return reads
+}
+
 // markIndexArithmetic marks the nodes whose every result ends, through any
 // number of nodes, in a Cast to a non-float type and nowhere else: integer
 // arithmetic done in floats. They keep computing in float32.
@@ -208,7 +294,7 @@ func (c *converter) markIndexArithmetic() {
 	c.keep = make([]bool, len(nodes))
 	for i := len(nodes) - 1; i >= 0; i-- { // consumers come after producers
 		n := nodes[i]
-		if n.GetOpType() == "Cast" && !isFloat(int32(attr(n, "to").GetI())) {
+		if _, ok := c.outer[i]; ok || n.GetOpType() == "Cast" && !isFloat(int32(attr(n, "to").GetI())) {
 			c.keep[i] = true
 			continue
 		}

@@ -86,3 +86,77 @@ func TestConvertRefusesExternalData(t *testing.T) {
 		t.Fatal("converted a graph with external data")
 	}
 }
+
+// HF's own TorchScript export of DeBERTa-v3 computes its relative positions
+// in two If nodes. Their branches are index arithmetic (int64 out, int64
+// read from the graph around them): they convert, untouched and float32
+// inside, while the body around them becomes float16.
+func TestConvertKeepsIndexIfs(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(testenv.ModelDir(t, "nli-deberta-v3-hf-tiny"), "model.onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m onnxpb.ModelProto
+	if err := proto.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	var before [][]byte
+	for _, n := range m.GetGraph().GetNode() {
+		if n.GetOpType() == "If" {
+			b, err := proto.MarshalOptions{Deterministic: true}.Marshal(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before = append(before, b)
+		}
+	}
+	if len(before) == 0 {
+		t.Fatal("the fixture has no If node: this test checks nothing")
+	}
+	st, err := onnxfp16.Convert(&m, onnxfp16.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var after [][]byte
+	for _, n := range m.GetGraph().GetNode() {
+		if n.GetOpType() == "If" {
+			b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(n)
+			after = append(after, b)
+		}
+	}
+	if len(after) != len(before) {
+		t.Fatalf("%d If nodes after conversion, %d before", len(after), len(before))
+	}
+	for i := range before {
+		if string(before[i]) != string(after[i]) {
+			t.Errorf("If node %d changed", i)
+		}
+	}
+	if st.Initializers < 10 || st.KeptFloat32 < len(before) {
+		t.Errorf("stats %+v: the body was not converted around the Ifs", st)
+	}
+}
+
+// An If whose branches read a float tensor of the enclosing graph is
+// refused: that tensor may become float16 while the branch expects float32.
+func TestConvertRefusesFloatIf(t *testing.T) {
+	f32Input := func(name string) *onnxpb.ValueInfoProto {
+		return &onnxpb.ValueInfoProto{Name: proto.String(name), Type: &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{
+			TensorType: &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(f32)}}}}
+	}
+	branch := &onnxpb.GraphProto{
+		Node:   []*onnxpb.NodeProto{{OpType: proto.String("Identity"), Input: []string{"x"}, Output: []string{"y"}}},
+		Output: []*onnxpb.ValueInfoProto{f32Input("y")},
+	}
+	graphAttr := func(name string) *onnxpb.AttributeProto {
+		return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_GRAPH.Enum(), G: branch}
+	}
+	m := &onnxpb.ModelProto{Graph: &onnxpb.GraphProto{
+		Input: []*onnxpb.ValueInfoProto{f32Input("x")},
+		Node: []*onnxpb.NodeProto{{OpType: proto.String("If"), Name: proto.String("if"), Input: []string{"cond"}, Output: []string{"out"},
+			Attribute: []*onnxpb.AttributeProto{graphAttr("then_branch"), graphAttr("else_branch")}}},
+	}}
+	if _, err := onnxfp16.Convert(m, onnxfp16.Options{}); err == nil {
+		t.Fatal("converted an If that computes floats")
+	}
+}

@@ -1,0 +1,331 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// genState is what one generation owns: its partitions' watermarks and
+// whether it has been revoked (records of a revoked generation are dropped
+// from the pipeline; the partition's new owner re-reads them).
+type genState struct {
+	id      int32
+	parts   map[int]*partState
+	revoked atomic.Bool
+	// ctx is the context of this generation's scoring, publishing and dead
+	// letters; cancel ends it when the generation is revoked, so abandoned
+	// work stops instead of running on beside the next generation.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// pending counts this generation's records handed to the pipeline and
+	// not yet acknowledged, so the generation end can wait for them.
+	pending atomic.Int64
+}
+
+// runGeneration consumes the generation's partitions until it ends (a
+// rebalance) or ctx ends, and returns once its final commit was attempted.
+//
+// Only the manager runs under gen.Start: in kafka-go the generation ends as
+// soon as any Start'd function returns, and with it the heartbeats. The
+// manager starts the fetchers as plain goroutines and stops them, so the
+// generation (and its heartbeats) last until the manager has drained and
+// committed, or until a heartbeat fails (a rebalance).
+func (c *Consumer) runGeneration(ctx, workCtx context.Context, gen *kafka.Generation, stop *stopClock, leave *groupCloser) {
+	assignments := gen.Assignments[c.cfg.Topic]
+	g := &genState{id: gen.ID, parts: make(map[int]*partState, len(assignments))}
+	g.ctx, g.cancel = context.WithCancel(workCtx)
+	ids := make([]int, 0, len(assignments))
+	for _, pa := range assignments {
+		g.parts[pa.ID] = newPartState(pa.ID, pa.Offset)
+		ids = append(ids, pa.ID)
+	}
+	c.generations.Add(1)
+	c.cur.Store(g)
+	c.assigned.Store(int32(len(ids)))
+	c.member.Store(true)
+	c.m.assigned.Set(float64(len(ids)))
+	c.log.Info().Int32("generation", gen.ID).Str("member", gen.MemberID).Ints("partitions", ids).Msg("generation started")
+	if c.hooks.assigned != nil {
+		c.hooks.assigned(gen.ID, gen.MemberID, ids)
+	}
+
+	fctx, stopFetching := context.WithCancel(ctx)
+	// handing counts fetchers that may still hand records to the pipeline.
+	var handing sync.WaitGroup
+	if c.hooks.starting != nil {
+		c.hooks.starting(gen.ID)
+	}
+	finished := make(chan struct{})
+	gen.Start(func(gctx context.Context) {
+		defer close(finished)
+		defer stopFetching()
+		// A generation that ended before Start runs this function without
+		// waiting for it (kafka-go then rejoins at once): fetching then
+		// would read partitions that are already another member's.
+		if gctx.Err() == nil {
+			for _, pa := range assignments {
+				handing.Add(1)
+				c.fetchers.Go(func() { c.fetch(fctx, g, g.parts[pa.ID], pa.Offset, handing.Done) })
+			}
+		}
+		m := genManager{gen: gen, g: g, stopFetching: stopFetching, handing: &handing, stop: stop, leave: leave}
+		c.manage(ctx, gctx, &m)
+	})
+	<-finished
+}
+
+// genManager is what a generation's manager works with.
+type genManager struct {
+	gen          *kafka.Generation
+	g            *genState
+	stopFetching context.CancelFunc
+	handing      *sync.WaitGroup
+	stop         *stopClock
+	leave        *groupCloser
+}
+
+// manage runs the generation's commit loop and its end: stop fetching,
+// drain with a deadline, revoke, commit once and, on shutdown, start
+// leaving the group before the generation ends.
+func (c *Consumer) manage(ctx, gctx context.Context, m *genManager) {
+	gen, g := m.gen, m.g
+	tick := time.NewTicker(c.cfg.CommitInterval)
+	defer tick.Stop()
+	// Periodic commits run in the background, one at a time, so that a slow
+	// commit never delays noticing the generation's end or the shutdown.
+	committing := closedChan()
+loop:
+	for {
+		select {
+		case <-tick.C:
+			c.observePartitions(g)
+			select {
+			case <-committing:
+				committing = c.commitAsync(gen, g)
+			default: // the previous commit is still running
+			}
+		case <-gctx.Done():
+			break loop
+		case <-ctx.Done():
+			break loop
+		case <-g.ctx.Done():
+			// Expelled (a periodic commit learnt it): the partitions may
+			// be another member's already. End the generation now, so
+			// kafka-go rejoins, rather than fetch on for work that is
+			// dropped until some heartbeat fails.
+			break loop
+		}
+	}
+	m.stopFetching()
+	fetchersStopped := make(chan struct{})
+	go func() {
+		m.handing.Wait()
+		close(fetchersStopped)
+	}()
+	why := "rebalance"
+	if ctx.Err() != nil {
+		why = "shutdown"
+	}
+	// kafka-go ends the generation when a heartbeat fails but drops the
+	// error, so a member expelled (session expired after a long pause)
+	// looks like one in an ordinary rebalance. Ask the coordinator: commit
+	// what is done now. If it answers that this member or generation is
+	// gone, the partitions may already be another member's, which is
+	// re-reading them: abandon everything at once instead of draining and
+	// publishing beside it.
+	// A rebalance's end must fit in the rebalance timeout, or the
+	// coordinator drops this member: the probe and the final commit wait at
+	// most a commit budget each (see Config.rebalanceCommitBudget) beside
+	// the drain's RevokeTimeout. A commit still running past it finishes
+	// or fails in the background; only acknowledged work is in it.
+	budget := c.cfg.rebalanceCommitBudget()
+	if why == "rebalance" && !g.revoked.Load() {
+		deadline := time.Now().Add(budget)
+		if !waitChan(committing, deadline) || !waitChan(c.probeAsync(gen, g), deadline) {
+			c.log.Warn().Int32("generation", g.id).Dur("budget", budget).Msg("commit at the rebalance did not answer in time; draining without it")
+		}
+	}
+	if !g.revoked.Load() {
+		c.drain(ctx, gctx, g, fetchersStopped, m.stop)
+	} else {
+		why = "expelled"
+	}
+	if n := g.pending.Load(); n > 0 {
+		c.log.Warn().Int64("abandoned", n).Str("reason", why).Msg("generation ended with work in flight; it will be redelivered")
+	}
+	// From here on nothing of this generation is published or
+	// dead-lettered: work still running is cancelled, and the new owner
+	// redoes it. The commit below covers what was acknowledged until now;
+	// after it the watermarks are unreachable and late results resolve
+	// them in vain.
+	g.revoke()
+	if why == "shutdown" {
+		deadline := m.stop.mark().Add(c.cfg.ShutdownTimeout)
+		if !waitChan(committing, deadline) || !waitChan(c.commitAsync(gen, g), deadline) {
+			c.log.Warn().Int32("generation", g.id).Msg("final commit did not finish by the shutdown deadline")
+		}
+		// Leave now, while this function still holds the generation open:
+		// kafka-go then sees the group closed rather than the generation
+		// ended, and leaves instead of joining a next generation (a
+		// needless rebalance for the other members).
+		m.leave.start()
+		waitChan(gctx.Done(), later(deadline, time.Now().Add(stopGrace)))
+	} else if why == "rebalance" {
+		deadline := time.Now().Add(budget)
+		if !waitChan(committing, deadline) || !waitChan(c.commitAsync(gen, g), deadline) {
+			c.log.Warn().Int32("generation", g.id).Dur("budget", budget).Msg("final commit did not finish within the rebalance's commit budget")
+		}
+	}
+	c.assigned.Store(0)
+	c.member.Store(false)
+	c.cur.CompareAndSwap(g, nil)
+	c.m.assigned.Set(0)
+	c.endPartitions(g)
+	c.log.Info().Int32("generation", g.id).Str("reason", why).Msg("generation ended")
+}
+
+// drain waits until the fetchers have stopped and every record the
+// generation handed to the pipeline is settled, or until the drain
+// deadline: drainLimit after shutdown began, or RevokeTimeout after the
+// generation ended (heartbeats have stopped then), whichever comes first.
+func (c *Consumer) drain(ctx, gctx context.Context, g *genState, fetchersStopped <-chan struct{}, stop *stopClock) {
+	var revokeBy time.Time
+	for {
+		now := time.Now()
+		if gctx.Err() != nil && revokeBy.IsZero() {
+			revokeBy = now.Add(c.cfg.RevokeTimeout)
+		}
+		deadline := revokeBy
+		if ctx.Err() != nil {
+			if d := stop.mark().Add(c.drainLimit); deadline.IsZero() || d.Before(deadline) {
+				deadline = d
+			}
+		}
+		stopped := false
+		select {
+		case <-fetchersStopped:
+			stopped = true
+		default:
+		}
+		if (stopped && g.pending.Load() == 0) || !now.Before(deadline) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// closedChan returns a closed channel: "nothing running".
+func closedChan() <-chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}
+
+// commitAsync runs commit in the background and returns a channel closed
+// when it returned, so a caller can stop waiting at a deadline (a stuck
+// commit ends when the generation's connection closes).
+func (c *Consumer) commitAsync(gen *kafka.Generation, g *genState) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := c.commit(gen, g); expelled(err) {
+			c.expel(g, err)
+		}
+	}()
+	return done
+}
+
+// probeAsync is commitAsync with probe: the coordinator answers even when
+// nothing moved, so an expulsion shows.
+func (c *Consumer) probeAsync(gen *kafka.Generation, g *genState) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := c.commitOffsets(gen, g, true); expelled(err) {
+			c.expel(g, err)
+		}
+	}()
+	return done
+}
+
+// expelled reports whether a coordinator error says this member is no
+// longer part of the generation: its partitions may already be another
+// member's.
+func expelled(err error) bool {
+	return errors.Is(err, kafka.UnknownMemberId) || errors.Is(err, kafka.IllegalGeneration) ||
+		errors.Is(err, kafka.FencedInstanceID)
+}
+
+// expel abandons the generation's work at once: nothing more of it is
+// published or dead-lettered (the records are redelivered to the
+// partitions' new owners).
+func (c *Consumer) expel(g *genState, err error) {
+	if g.revoked.Load() {
+		return
+	}
+	c.expulsions.Add(1)
+	c.log.Error().Err(err).Int32("generation", g.id).Int64("abandoned", g.pending.Load()).
+		Msg("expelled from the group (session expired or generation over): abandoning this generation's work unpublished")
+	g.revoke()
+}
+
+// revoke marks the generation revoked and ends its context: no more of its
+// work is acknowledged.
+func (g *genState) revoke() {
+	g.revoked.Store(true)
+	g.cancel()
+}
+
+// commit commits each partition's watermark that moved since the last
+// commit and returns the commit's error. Only the generation's manager
+// calls it.
+func (c *Consumer) commit(gen *kafka.Generation, g *genState) error {
+	return c.commitOffsets(gen, g, false)
+}
+
+// commitOffsets is commit; with probe it also sends the offsets already
+// committed, so that the coordinator answers even when nothing moved
+// (re-committing an offset changes nothing). Nothing is sent when no
+// partition has an offset to commit at all.
+func (c *Consumer) commitOffsets(gen *kafka.Generation, g *genState, probe bool) error {
+	offsets := map[int]int64{}
+	for p, ps := range g.parts {
+		next, ok := ps.wm.Committable()
+		switch done := ps.committed.Load(); {
+		case ok && next > done:
+			offsets[p] = next
+		case probe && done >= 0:
+			offsets[p] = done
+		}
+	}
+	if len(offsets) == 0 {
+		return nil
+	}
+	start := time.Now()
+	err := gen.CommitOffsets(map[string]map[int]int64{c.cfg.Topic: offsets})
+	c.m.commitTime.Observe(time.Since(start).Seconds())
+	if err != nil {
+		// Not fatal: the next commit covers it, and if the generation is
+		// gone the new owner resumes from the previous commit.
+		c.commitErrors.Add(1)
+		c.m.commitErrors.Inc()
+		c.brokerOK.Store(false)
+		err = fmt.Errorf("consumer: commit generation %d: %w", g.id, err)
+		c.log.Warn().Err(err).Msg("commit failed")
+		return err
+	}
+	c.commits.Add(1)
+	c.brokerOK.Store(true)
+	for p, o := range offsets {
+		g.parts[p].committed.Store(o)
+	}
+	c.observePartitions(g)
+	c.log.Debug().Int32("generation", g.id).Interface("offsets", offsets).Msg("committed")
+	return nil
+}

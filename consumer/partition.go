@@ -1,0 +1,203 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+type partState struct {
+	partition int
+	wm        *Watermark
+	// committed is the last committed offset (negative: none yet); written
+	// by the manager, read by the fetcher for the span limit.
+	committed atomic.Int64
+	// first is the first offset fetched (-1: none yet), the base of the
+	// uncommitted span while nothing is committed.
+	first atomic.Int64
+	// logEnd is the log end offset (high water mark) seen by the last fetch
+	// (-1: none yet).
+	logEnd atomic.Int64
+	// tail is the turn of the last batch dispatched with records of this
+	// partition, the one the next batch acknowledges after; touched by the
+	// batch loop only.
+	tail <-chan struct{}
+	// gaugeMu orders the partition's gauge writes before the generation
+	// end's deletion of its series; ended is set by that deletion, so a
+	// fetcher still running cannot bring an ended partition's series back.
+	gaugeMu sync.Mutex
+	ended   bool
+}
+
+// gauges runs set, which writes the partition's gauges, unless the
+// partition's generation ended.
+func (ps *partState) gauges(set func()) {
+	ps.gaugeMu.Lock()
+	defer ps.gaugeMu.Unlock()
+	if !ps.ended {
+		set()
+	}
+}
+
+// end deletes the partition's gauge series (del) and keeps them deleted.
+func (ps *partState) end(del func()) {
+	ps.gaugeMu.Lock()
+	defer ps.gaugeMu.Unlock()
+	ps.ended = true
+	del()
+}
+
+func newPartState(partition int, committed int64) *partState {
+	ps := &partState{partition: partition, wm: NewWatermark(), tail: closedChan()}
+	ps.committed.Store(committed)
+	ps.first.Store(-1)
+	ps.logEnd.Store(-1)
+	return ps
+}
+
+// base is the offset the uncommitted span starts from: the committed offset,
+// or the first fetched one while nothing is committed; -1 if neither.
+func (ps *partState) base() int64 {
+	if c := ps.committed.Load(); c >= 0 {
+		return c
+	}
+	return ps.first.Load()
+}
+
+// offsetReset counts and logs a reset of the partition's read position.
+func (c *Consumer) offsetReset(ps *partState, what string) {
+	c.offsetResets.Add(1)
+	c.m.offsetResets.WithLabelValues(c.cfg.Topic, strconv.Itoa(ps.partition)).Inc()
+	c.log.Error().Int("partition", ps.partition).Str("reset", what).
+		Msg("offset reset: the position was outside the partition's log (retention passed it, or the topic was re-created)")
+}
+
+// offsetCheckTimeout bounds the log-range lookup of checkOffset.
+const offsetCheckTimeout = 10 * time.Second
+
+// checkOffset returns where to start reading the partition: offset, unless
+// it lies outside the partition's log. kafka-go moves an offset before the
+// log start to the start without a word, and retries one past the log end
+// forever (the partition then silently stops being read). Both are reset
+// here instead, counted and logged: before the start to the start, past
+// the end to StartOffset's end. If the log range cannot be read, offset is
+// returned as is.
+func (c *Consumer) checkOffset(ctx context.Context, ps *partState, offset int64) int64 {
+	if offset < 0 { // FirstOffset or LastOffset: kafka-go resolves them
+		return offset
+	}
+	ctx, cancel := context.WithTimeout(ctx, offsetCheckTimeout)
+	defer cancel()
+	// Any bootstrap broker finds the leader; a dead one is skipped.
+	var conn *kafka.Conn
+	var err error
+	for _, b := range c.cfg.Brokers {
+		if conn, err = c.cfg.Dialer.DialLeader(ctx, "tcp", b, c.cfg.Topic, ps.partition); err == nil || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		c.log.Warn().Err(err).Int("partition", ps.partition).Msg("could not check the committed offset against the log; reading from it")
+		return offset
+	}
+	defer conn.Close()
+	first, last, err := conn.ReadOffsets()
+	if err != nil {
+		c.log.Warn().Err(err).Int("partition", ps.partition).Msg("could not check the committed offset against the log; reading from it")
+		return offset
+	}
+	to := offset
+	switch {
+	case offset < first:
+		to = first
+	case offset > last && c.cfg.StartOffset == kafka.LastOffset:
+		to = last
+	case offset > last:
+		to = first
+	}
+	if to != offset {
+		c.offsetReset(ps, fmt.Sprintf("committed offset %d outside the log [%d, %d]; reading from %d", offset, first, last, to))
+		// The stored offset is meaningless now: forget it, so the first
+		// commit writes the new position even when it is lower.
+		ps.committed.Store(-1)
+	}
+	return to
+}
+
+// spanPoll is how often a paused fetcher checks whether acknowledgements
+// made room.
+const spanPoll = 20 * time.Millisecond
+
+// waitSpan pauses the partition's fetching while MaxUncommitted of its
+// records are in flight (fetched, not yet acknowledged), so that one stuck
+// record (a dead letter that cannot be written, a publish that keeps
+// failing) cannot grow the uncommitted span, the memory of the turns
+// waiting behind it and the duplicates a crash would replay without bound.
+// Records are counted, not offsets: aborted transactions, compaction and
+// retention leave gaps in the offsets, and a span measured in offsets
+// would pause for good at a wide gap with nothing in flight to free it.
+// A paused partition always has records in flight, so its stall shows in
+// OldestUnacked (liveness) and scorer_oldest_unacked_seconds. It reports
+// false if ctx ended first.
+func (c *Consumer) waitSpan(ctx context.Context, ps *partState) bool {
+	limit := c.cfg.MaxUncommitted
+	if ps.wm.Pending() < limit {
+		return true
+	}
+	label := []string{c.cfg.Topic, strconv.Itoa(ps.partition)}
+	c.pauses.Add(1)
+	ps.gauges(func() { c.m.paused.WithLabelValues(label...).Set(1) })
+	defer ps.gauges(func() { c.m.paused.WithLabelValues(label...).Set(0) })
+	c.log.Warn().Int("partition", ps.partition).Int("in_flight", ps.wm.Pending()).Int64("committed", ps.committed.Load()).
+		Int("limit", limit).Msg("records in flight reached MAX_UNCOMMITTED; fetching paused until they are acknowledged")
+	for ps.wm.Pending() >= limit {
+		if !sleepCtx(ctx, spanPoll) {
+			return false
+		}
+	}
+	c.log.Info().Int("partition", ps.partition).Int64("committed", ps.committed.Load()).Msg("fetching resumed")
+	return true
+}
+
+// observePartitions updates the per-partition gauges of the generation:
+// committed lag (log end minus the committed offset, what a crash would
+// replay plus what is unread) and the age of the oldest unacknowledged
+// record.
+func (c *Consumer) observePartitions(g *genState) {
+	for p, ps := range g.parts {
+		part := strconv.Itoa(p)
+		age := 0.0
+		if at, ok := ps.wm.Oldest(); ok {
+			age = time.Since(at).Seconds()
+		}
+		ps.gauges(func() {
+			if end, base := ps.logEnd.Load(), ps.base(); end >= 0 && base >= 0 {
+				c.m.committedLag.WithLabelValues(c.cfg.Topic, part).Set(float64(max(end-base, 0)))
+			}
+			c.m.oldestUnacked.WithLabelValues(c.cfg.Topic, part).Set(age)
+			// Add(0) makes the series exist at 0 for every owned partition
+			// (an alert or dashboard then sees "not paused" rather than
+			// nothing) without clearing a pause in progress.
+			c.m.paused.WithLabelValues(c.cfg.Topic, part).Add(0)
+		})
+	}
+}
+
+// endPartitions deletes the generation's per-partition series: the
+// partitions may be another member's now, which reports them.
+func (c *Consumer) endPartitions(g *genState) {
+	for p, ps := range g.parts {
+		l := []string{c.cfg.Topic, strconv.Itoa(p)}
+		ps.end(func() {
+			c.m.lag.DeleteLabelValues(l...)
+			c.m.committedLag.DeleteLabelValues(l...)
+			c.m.oldestUnacked.DeleteLabelValues(l...)
+			c.m.paused.DeleteLabelValues(l...)
+		})
+	}
+}

@@ -1,0 +1,65 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/scorer/scorer/schema"
+)
+
+// TestStuckDeadLetterSparesOtherPartitions: with the default batches (16
+// records, 2 in flight), batches mix both partitions. A dead letter of
+// partition 0 that can never be written holds partition 0 only: every
+// record of partition 1, including those that shared a batch with the
+// stuck one, is published and committed, while nothing of partition 0 past
+// the stuck record is.
+func TestStuckDeadLetterSparesOtherPartitions(t *testing.T) {
+	t.Parallel()
+	const topic, group = "stuck-mixed", "g-stuck-mixed"
+	_, brokers := newCluster(t, topic, 2)
+	msgs := []kafka.Message{{Partition: 0, Key: []byte("bad"), Value: []byte(`{bad`)}}
+	for i := range 30 {
+		msgs = append(msgs, eventMsg(1, fmt.Sprintf("p1-%d", i)))
+		if i < 10 {
+			msgs = append(msgs, eventMsg(0, fmt.Sprintf("p0-%d", i)))
+		}
+	}
+	produce(t, brokers, topic, msgs)
+	sk := &fakeSink{deadErr: func([]schema.DeadLetter) error { return errors.New("UNKNOWN_TOPIC_OR_PARTITION") }}
+	cfg := testConfig(brokers, topic, group)
+	cfg.BatchMaxMessages, cfg.MaxInflightBatches, cfg.BatchMaxWait = DefaultBatchMaxMessages, DefaultMaxInflightBatches, DefaultBatchMaxWait
+	sc := &fakeScorer{}
+	start(t, cfg, sc, sk, testHooks{})
+
+	eventually(t, 20*time.Second, "partition 1 committed to its end", func() bool { return committed(t, brokers, group, topic, 2)[1] == 30 })
+	mixed := false
+	for _, call := range sc.Calls() {
+		p0, p1 := 0, 0
+		for _, id := range call {
+			if id[:2] == "p0" {
+				p0++
+			} else {
+				p1++
+			}
+		}
+		mixed = mixed || p0 > 0 && p1 > 0
+	}
+	if !mixed {
+		t.Error("no batch held both partitions: the test did not test mixed batches")
+	}
+	if n := countIDs(sk.Published()); len(n) != 30 {
+		t.Errorf("published %d distinct calls, want partition 1's 30", len(n))
+	}
+	for _, p := range sk.Published() {
+		if p.Source.Partition == 0 {
+			t.Errorf("%s published from partition 0 while its offset 0 is not acknowledged", p.CallID)
+		}
+	}
+	if got := committed(t, brokers, group, topic, 2)[0]; got >= 1 {
+		t.Errorf("partition 0 committed %d past the stuck offset 0", got)
+	}
+}
