@@ -270,7 +270,7 @@ func benchCommand(ctx context.Context, e cli.Env, args []string) error {
 	}
 	d := devs[0]
 	b := Bench{Model: m.Name, File: m.ONNXPath, SHA256: m.SHA256, Precision: "fp32", TF32: cfg.GPUTF32,
-		GPU: d.Name, GPUMemory: d.TotalMemory, FP16PeakTFLOPS: fp16Peak(d.Name)}
+		GPU: d.Name, GPUMemory: d.TotalMemory, FP16PeakTFLOPS: fp16Peak(d.Name), MarginBytes: gpupool.DefaultGPUMemMargin}
 	if m.OutputType.String() == "ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16" || strings.Contains(m.ONNXPath, "fp16") {
 		b.Precision = "fp16"
 	}
