@@ -44,7 +44,7 @@ type Options struct {
 	// Budget is the wall-clock time the doctor aims to answer in (default
 	// DefaultBudget). What proves the configured path works always runs:
 	// loading the model, opening each device's pool (the GPU's calibration
-	// included) and scoring one sentence's pairs on it. The rest of the
+	// included) and scoring the sample's first pair on it. The rest of the
 	// sample, the CPU reference for parity when a GPU is the path, the TF32
 	// comparison and the throughput runs take what is left, each sized by
 	// the time the pairs before it took; Report.Skipped says what was cut
@@ -127,8 +127,8 @@ type Report struct {
 }
 
 // DefaultBudget is Options.Budget's default: within it, on 2 cores with
-// production-size DeBERTa-v3 in fp16 the doctor scores 6 of the sample's
-// 36 pairs on the CPU and skips the throughput run.
+// production-size DeBERTa-v3 in fp16 the doctor scores a few of the
+// sample's 36 pairs on the CPU and skips the throughput run.
 const DefaultBudget = 15 * time.Second
 
 // ORTReport is what the ONNX Runtime library offers.
@@ -369,17 +369,19 @@ func (b *budget) skip(format string, args ...any) {
 // against every label, as a consumer's smallest call would.
 func chunkPairs(o Options) int { return max(1, len(o.Config.LabelConfig().Hypotheses())) }
 
-// scoreSample scores pairs a chunk at a time: the first chunk whatever the
-// budget (it is what proves the device works), each next one only while
-// the time per pair so far says it ends within the budget's share, left.
-// It returns the scores of the pairs it got to and the time per pair.
+// scoreSample scores the first pair whatever the budget (it is what proves
+// the device works), then the rest a chunk at a time, each only while the
+// time per pair so far says it ends within the budget's share, left. It
+// returns the scores of the pairs it got to and the time per pair.
 func scoreSample(ctx context.Context, score func(context.Context, []model.Pair) ([]float32, error), pairs []model.Pair, chunk int,
 	left func() time.Duration) ([]float32, time.Duration, error) {
 	start := time.Now()
 	var scores []float32
 	for len(scores) < len(pairs) {
 		n := min(chunk, len(pairs)-len(scores))
-		if len(scores) > 0 && time.Since(start)/time.Duration(len(scores))*time.Duration(n) > left() {
+		if len(scores) == 0 {
+			n = 1
+		} else if time.Since(start)/time.Duration(len(scores))*time.Duration(n) > left() {
 			break
 		}
 		s, err := score(ctx, pairs[len(scores):len(scores)+n])
@@ -497,20 +499,24 @@ func checkCPU(ctx context.Context, m *model.Model, o Options, pairs []model.Pair
 // throughput scores the sample repeatedly for up to d (less when the
 // budget has less left) in calls of the size a consumer batch produces (8×
 // the sample, fewer pairs when the time per pair says such a call would
-// take more than half of d), and records pairs/s and the batch shapes
-// used. When the time left cannot hold a call of one chunk the run is
-// skipped and the report says so. A call still going when the budget ends
-// (or at twice d, if later) is cancelled and not counted.
+// take more than half of d, but never under one chunk), and records pairs/s
+// and the batch shapes used. When what is left of the budget cannot hold a
+// call of one chunk the run is skipped and the report says so. A call
+// still going when the budget ends (or at twice d, if later) is cancelled
+// and not counted.
 func throughput(ctx context.Context, pool *gpupool.Pool, pairs []model.Pair, chunk int, d, perPair time.Duration, b *budget, c *DeviceCheck) {
-	d = min(d, b.left())
-	stop := max(2*d, b.left())
+	left := b.left()
+	d = min(d, left)
+	stop := max(2*d, left)
+	least := min(chunk, len(pairs))
+	if d <= 0 || perPair*time.Duration(least) > left {
+		b.skip("%s: throughput run skipped: %.1f s left of the budget, %.2f s a pair", c.Device, max(0, left.Seconds()), perPair.Seconds())
+		return
+	}
 	size := 8 * len(pairs)
 	if perPair > 0 {
-		size = min(size, int(d/2/perPair))
-	}
-	if size < min(chunk, len(pairs)) || size < 1 {
-		b.skip("%s: throughput run skipped: %.1f s left of the budget, %.2f s a pair", c.Device, max(0, d.Seconds()), perPair.Seconds())
-		return
+		// At least one chunk, which the budget holds, even past d.
+		size = max(least, min(size, int(d/2/perPair)))
 	}
 	call := make([]model.Pair, 0, size)
 	for len(call) < size {
@@ -723,6 +729,11 @@ func recommend(m *model.Model, o Options, rep *Report) {
 		r.Workers = min(n, 4)
 		r.CPUThreads = max(1, n/r.Workers)
 		r.Note = "no usable GPU: DEVICE=cpu skips the GPU probe at start; WORKERS × CPU_THREADS = the cores this process may use"
+		if m.OutputType == ort.TensorElementDataTypeFloat16 {
+			// Production-size DeBERTa-v3 in fp16: ~0.6 s a pair and ~9 s to
+			// open on 2 cores, through the casts ORT puts around each op.
+			r.Note += "; this is an fp16 graph, which the CPU runs through casts at a fraction of fp32's speed: on CPU hosts use the fp32 or int8 graph (MODEL_FILE)"
+		}
 		return
 	}
 	r.Device = "cuda"

@@ -181,7 +181,7 @@ func TestVerdictAndRecommendationWithGPU(t *testing.T) {
 
 // The budget bounds everything past proving the path works: with none
 // left, the doctor still opens the configured CPU pool and scores the
-// sample's first sentence against every label on the real model, then
+// sample's first pair on the real model, then
 // skips the rest of the sample and the throughput run, and says so in both
 // reports; the verdict stays OK. The CPU as a GPU's parity reference is not
 // even opened when less is left than a GPU's pool took to open.
@@ -193,11 +193,11 @@ func TestDoctorBudgetCutsAndSaysSo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rep.OK || rep.CPU == nil || !rep.CPU.OK || rep.CPU.SamplePairs != 2 || rep.CPU.Batches != 0 {
-		t.Fatalf("ok %v, CPU %+v: want OK with the first sentence's 2 pairs scored and no throughput run", rep.OK, rep.CPU)
+	if !rep.OK || rep.CPU == nil || !rep.CPU.OK || rep.CPU.SamplePairs != 1 || rep.CPU.Batches != 0 {
+		t.Fatalf("ok %v, CPU %+v: want OK with the first pair scored and no throughput run", rep.OK, rep.CPU)
 	}
 	all := strings.Join(rep.Skipped, "\n")
-	for _, want := range []string{"cpu: scored 2 of the sample's 24 pairs", "cpu: throughput run skipped"} {
+	for _, want := range []string{"cpu: scored 1 of the sample's 24 pairs", "cpu: throughput run skipped"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("skipped %q, want it to say %q", all, want)
 		}
@@ -206,7 +206,7 @@ func TestDoctorBudgetCutsAndSaysSo(t *testing.T) {
 	if err := WriteText(&text, rep); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"skipped        cpu: scored 2 of", "throughput not measured", "budget 0 s"} {
+	for _, want := range []string{"skipped        cpu: scored 1 of", "throughput not measured", "budget 0 s"} {
 		if !strings.Contains(text.String(), want) {
 			t.Errorf("text report lacks %q:\n%s", want, text.String())
 		}
@@ -218,7 +218,7 @@ func TestDoctorBudgetCutsAndSaysSo(t *testing.T) {
 	}
 }
 
-// scoreSample scores the first chunk whatever the budget, and a next one
+// scoreSample scores the first pair whatever the budget, and a next chunk
 // only when the time per pair so far says it fits in what is left.
 func TestScoreSampleStopsAtTheBudget(t *testing.T) {
 	pairs := make([]model.Pair, 10)
@@ -231,7 +231,7 @@ func TestScoreSampleStopsAtTheBudget(t *testing.T) {
 	for _, tc := range []struct {
 		left       time.Duration
 		want, runs int
-	}{{time.Hour, 10, 4}, {0, 3, 1}, {-time.Second, 3, 1}} {
+	}{{time.Hour, 10, 4}, {0, 1, 1}, {-time.Second, 1, 1}} {
 		calls = nil
 		got, perPair, err := scoreSample(t.Context(), score, pairs, 3, func() time.Duration { return tc.left })
 		if err != nil || len(got) != tc.want || len(calls) != tc.runs || perPair <= 0 {
