@@ -123,6 +123,9 @@ type testHooks struct {
 	// starting runs right before the generation's work is started with
 	// gen.Start.
 	starting func(generation int32)
+	// draining runs when a generation's end starts waiting for its work
+	// in flight; why is rebalance or shutdown.
+	draining func(generation int32, why string)
 }
 
 // record is one fetched message on its way through the pipeline.
