@@ -173,6 +173,7 @@ func sequence(recs []*record) *batch {
 		if t == nil {
 			t = &turn{g: r.gen, ps: r.ps, prev: r.ps.tail, done: make(chan struct{})}
 			r.ps.tail = t.done
+			r.ps.turns.Add(1)
 			byPart[r.ps] = t
 			b.turns = append(b.turns, t)
 		}
@@ -199,6 +200,7 @@ func (pl *pipeline) finish(t *turn) {
 		pl.settle(r, false) // no-op for acknowledged records
 	}
 	close(t.done)
+	t.ps.turns.Add(-1)
 }
 
 // start starts the batch loop and the workers under ctx. The
@@ -240,7 +242,8 @@ func (pl *pipeline) settleQueued() {
 // meanwhile, and a partition whose records cannot be written yet holds
 // only its own turns. What waits that way is bounded per partition, not
 // per batch: a partition's fetching pauses once MaxUncommitted of its
-// records are in flight (see waitSpan).
+// records, or twice MaxInflightBatches of its batches, are in flight (see
+// waitSpan).
 func (pl *pipeline) worker(ctx context.Context) {
 	for {
 		select {
