@@ -73,26 +73,11 @@ type Consumer struct {
 	log  zerolog.Logger
 	m    *metrics
 	proc *processor
+	pipe *pipeline
 
-	// in carries fetched records to the batch loop; unbuffered so a
-	// fetcher holds at most one record while the pipeline is full.
-	in chan *record
-	// slots holds one token per batch between fetch and the end of its
-	// scoring; work hands flushed batches to the workers and never blocks
-	// because of slots.
-	slots chan struct{}
-	work  chan *batch
-	// pipe counts the pipeline's goroutines: batch loop, workers and the
-	// partitions' turns being (or waiting to be) acknowledged.
-	pipe sync.WaitGroup
 	// cur is the current generation, for OldestUnacked; nil between
 	// generations.
 	cur atomic.Pointer[genState]
-	// acking holds when each turn being acknowledged began (its results
-	// and dead letters written, and retried until the sink acknowledges
-	// them), for OldestAcknowledgement.
-	ackMu  sync.Mutex
-	acking map[*turn]time.Time
 
 	// drainLimit is the part of ShutdownTimeout the drain may use (see
 	// Config.shutdownBudget).
@@ -111,7 +96,6 @@ type Consumer struct {
 	inflight, inflightPeak             atomic.Int64
 	commits, commitErrors, generations atomic.Uint64
 	pauses, expulsions, offsetResets   atomic.Uint64
-	batches                            [numTriggers]atomic.Uint64
 
 	// hooks lets tests observe internals; zero in production.
 	hooks testHooks
@@ -123,6 +107,9 @@ type testHooks struct {
 	// starting runs right before the generation's work is started with
 	// gen.Start.
 	starting func(generation int32)
+	// draining runs when a generation's end starts waiting for its work
+	// in flight; why is rebalance or shutdown.
+	draining func(generation int32, why string)
 }
 
 // record is one fetched message on its way through the pipeline.
@@ -149,14 +136,9 @@ func New(cfg Config, scorer Scorer, sink Sink, log zerolog.Logger, reg prometheu
 	if err != nil {
 		return nil, err
 	}
-	c := &Consumer{
-		cfg: cfg, m: m,
-		log:   log.With().Str("component", "consumer").Str("topic", cfg.Topic).Logger(),
-		in:    make(chan *record),
-		slots: make(chan struct{}, cfg.MaxInflightBatches),
-		work:  make(chan *batch, cfg.MaxInflightBatches),
-	}
+	c := &Consumer{cfg: cfg, m: m, log: log.With().Str("component", "consumer").Str("topic", cfg.Topic).Logger()}
 	c.proc = &processor{cfg: cfg, scorer: scorer, sink: sink, log: c.log, m: m, settle: c.settle}
+	c.pipe = newPipeline(cfg, m, c.proc, c.settle)
 	var clamped bool
 	c.drainLimit, clamped = cfg.shutdownBudget()
 	if clamped {
@@ -189,8 +171,8 @@ func (c *Consumer) Stats() Stats {
 		Pauses: c.pauses.Load(), Expulsions: c.expulsions.Load(), OffsetResets: c.offsetResets.Load(), OldestUnacked: c.OldestUnacked(),
 		OldestAcknowledgement: c.OldestAcknowledgement(),
 	}
-	for t := range c.batches {
-		if n := c.batches[t].Load(); n > 0 {
+	for t := range c.pipe.batches {
+		if n := c.pipe.batches[t].Load(); n > 0 {
 			s.Batches[Trigger(t).String()] = n
 		}
 	}
@@ -223,13 +205,7 @@ func (c *Consumer) OldestUnacked() time.Duration {
 // moving), nor does waiting for an earlier batch of the partition (which
 // counts itself), so liveness can tell a stuck record from a long one.
 func (c *Consumer) OldestAcknowledgement() time.Duration {
-	c.ackMu.Lock()
-	defer c.ackMu.Unlock()
-	var oldest time.Duration
-	for _, at := range c.acking {
-		oldest = max(oldest, time.Since(at))
-	}
-	return oldest
+	return c.pipe.oldestAcknowledgement()
 }
 
 // Run joins the group and processes records until ctx ends. On ctx end it
@@ -270,7 +246,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// work at revocation, and abandon ends whatever is left.
 	workCtx, abandon := context.WithCancel(context.WithoutCancel(ctx))
 	defer abandon()
-	pipeDone := c.startPipeline(workCtx)
+	pipeDone := c.pipe.start(workCtx)
 
 	for ctx.Err() == nil {
 		gen, err := cg.Next(ctx)

@@ -208,7 +208,7 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 			c.addInflight(1)
 			g.pending.Add(1)
 			select {
-			case c.in <- rec:
+			case c.pipe.in <- rec:
 			case <-ctx.Done():
 				// Never handed over: it stays unresolved, so the commit stops
 				// before it and the next owner reads it again.

@@ -152,6 +152,9 @@ loop:
 		}
 	}
 	if !g.revoked.Load() {
+		if c.hooks.draining != nil {
+			c.hooks.draining(g.id, why)
+		}
 		c.drain(ctx, gctx, g, fetchersStopped, m.stop)
 	} else {
 		why = "expelled"

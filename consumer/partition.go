@@ -27,6 +27,9 @@ type partState struct {
 	// partition, the one the next batch acknowledges after; touched by the
 	// batch loop only.
 	tail <-chan struct{}
+	// turns counts the partition's turns dispatched and not yet finished:
+	// batches of it being scored or waiting to be acknowledged.
+	turns atomic.Int32
 	// gaugeMu orders the partition's gauge writes before the generation
 	// end's deletion of its series; ended is set by that deletion, so a
 	// fetcher still running cannot bring an ended partition's series back.
@@ -134,28 +137,32 @@ func (c *Consumer) checkOffset(ctx context.Context, ps *partState, offset int64)
 const spanPoll = 20 * time.Millisecond
 
 // waitSpan pauses the partition's fetching while MaxUncommitted of its
-// records are in flight (fetched, not yet acknowledged), so that one stuck
-// record (a dead letter that cannot be written, a publish that keeps
-// failing) cannot grow the uncommitted span, the memory of the turns
-// waiting behind it and the duplicates a crash would replay without bound.
-// Records are counted, not offsets: aborted transactions, compaction and
-// retention leave gaps in the offsets, and a span measured in offsets
-// would pause for good at a wide gap with nothing in flight to free it.
-// A paused partition always has records in flight, so its stall shows in
-// OldestUnacked (liveness) and scorer_oldest_unacked_seconds. It reports
-// false if ctx ended first.
+// records are in flight (fetched, not yet acknowledged), or twice
+// MaxInflightBatches of its batches are being scored or wait to be
+// acknowledged. So one stuck record (a dead letter that cannot be written,
+// a publish that keeps failing) or a sink slower than scoring cannot grow
+// the uncommitted span, the memory of the scored records waiting behind it
+// and the duplicates a crash would replay without bound, and it holds its
+// own partition only. Records are counted, not offsets: aborted
+// transactions, compaction and retention leave gaps in the offsets, and a
+// span measured in offsets would pause for good at a wide gap with nothing
+// in flight to free it. A paused partition always has records in flight,
+// so its stall shows in OldestUnacked (liveness) and
+// scorer_oldest_unacked_seconds. It reports false if ctx ended first.
 func (c *Consumer) waitSpan(ctx context.Context, ps *partState) bool {
-	limit := c.cfg.MaxUncommitted
-	if ps.wm.Pending() < limit {
+	limit, maxTurns := c.cfg.MaxUncommitted, int32(2*c.cfg.MaxInflightBatches)
+	full := func() bool { return ps.wm.Pending() >= limit || ps.turns.Load() >= maxTurns }
+	if !full() {
 		return true
 	}
 	label := []string{c.cfg.Topic, strconv.Itoa(ps.partition)}
 	c.pauses.Add(1)
 	ps.gauges(func() { c.m.paused.WithLabelValues(label...).Set(1) })
 	defer ps.gauges(func() { c.m.paused.WithLabelValues(label...).Set(0) })
-	c.log.Warn().Int("partition", ps.partition).Int("in_flight", ps.wm.Pending()).Int64("committed", ps.committed.Load()).
-		Int("limit", limit).Msg("records in flight reached MAX_UNCOMMITTED; fetching paused until they are acknowledged")
-	for ps.wm.Pending() >= limit {
+	c.log.Warn().Int("partition", ps.partition).Int("in_flight", ps.wm.Pending()).Int32("batches", ps.turns.Load()).
+		Int64("committed", ps.committed.Load()).Int("limit", limit).
+		Msg("records in flight reached MAX_UNCOMMITTED, or batches waiting to be acknowledged twice MAX_INFLIGHT_BATCHES; fetching paused until they are acknowledged")
+	for full() {
 		if !sleepCtx(ctx, spanPoll) {
 			return false
 		}

@@ -2,17 +2,73 @@ package consumer
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"time"
 )
+
+// pipeline carries fetched records through batches to the processor: the
+// batch loop cuts batches (BATCH_MAX_*) under MaxInflightBatches slots, the
+// workers score them, and each batch's records of a partition are
+// acknowledged in that partition's turn. It knows nothing of the group:
+// records arrive on in with their generation and partition.
+type pipeline struct {
+	cfg  Config
+	m    *metrics
+	proc *processor
+	// settle takes a record out of the in-flight accounting (see
+	// Consumer.settle).
+	settle func(r *record, ack bool)
+
+	// in carries fetched records to the batch loop; unbuffered so a
+	// fetcher holds at most one record while the pipeline is full.
+	in chan *record
+	// slots holds one token per batch between fetch and the end of its
+	// scoring; work hands flushed batches to the workers and never blocks
+	// because of slots.
+	slots chan struct{}
+	work  chan *batch
+	// wg counts the pipeline's goroutines: batch loop, workers and the
+	// partitions' turns being (or waiting to be) acknowledged.
+	wg sync.WaitGroup
+	// acking holds when each turn being acknowledged began (its results
+	// and dead letters written, and retried until the sink acknowledges
+	// them), for Consumer.OldestAcknowledgement.
+	ackMu  sync.Mutex
+	acking map[*turn]time.Time
+	// batches counts flushed batches by the rule that ended them.
+	batches [numTriggers]atomic.Uint64
+}
+
+func newPipeline(cfg Config, m *metrics, proc *processor, settle func(*record, bool)) *pipeline {
+	return &pipeline{
+		cfg: cfg, m: m, proc: proc, settle: settle,
+		in:    make(chan *record),
+		slots: make(chan struct{}, cfg.MaxInflightBatches),
+		work:  make(chan *batch, cfg.MaxInflightBatches),
+	}
+}
+
+// oldestAcknowledgement is how long the longest acknowledgement going on
+// has run (0: none).
+func (pl *pipeline) oldestAcknowledgement() time.Duration {
+	pl.ackMu.Lock()
+	defer pl.ackMu.Unlock()
+	var oldest time.Duration
+	for _, at := range pl.acking {
+		oldest = max(oldest, time.Since(at))
+	}
+	return oldest
+}
 
 // batchLoop owns the Batcher: it takes a batch slot before it starts a
 // batch (so a batch is only built when a worker will be able to take it),
 // fills it from the fetchers and hands it to the workers when a rule fires.
-func (c *Consumer) batchLoop(ctx context.Context) {
+func (pl *pipeline) batchLoop(ctx context.Context) {
 	b := NewBatcher(BatchPolicy{
-		MaxMessages: c.cfg.BatchMaxMessages,
-		MaxBytes:    c.cfg.BatchMaxBytes,
-		MaxWait:     c.cfg.BatchMaxWait,
+		MaxMessages: pl.cfg.BatchMaxMessages,
+		MaxBytes:    pl.cfg.BatchMaxBytes,
+		MaxWait:     pl.cfg.BatchMaxWait,
 	}, func(r *record) int { return len(r.msg.Value) })
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
@@ -24,9 +80,9 @@ func (c *Consumer) batchLoop(ctx context.Context) {
 			return
 		}
 		haveSlot = false
-		c.batches[why].Add(1)
-		c.m.batchSize.Observe(float64(len(recs)))
-		c.work <- sequence(recs) // never blocks: at most cap(slots) batches hold a slot
+		pl.batches[why].Add(1)
+		pl.m.batchSize.Observe(float64(len(recs)))
+		pl.work <- sequence(recs) // never blocks: at most cap(slots) batches hold a slot
 	}
 	defer func() {
 		// Abandoned on shutdown: never acknowledged, so never committed.
@@ -35,13 +91,13 @@ func (c *Consumer) batchLoop(ctx context.Context) {
 			batch = append(batch, held)
 		}
 		for _, r := range batch {
-			c.settle(r, false)
+			pl.settle(r, false)
 		}
 	}()
 	for {
 		if !haveSlot {
 			select {
-			case c.slots <- struct{}{}:
+			case pl.slots <- struct{}{}:
 				haveSlot = true
 			case <-ctx.Done():
 				return
@@ -61,7 +117,7 @@ func (c *Consumer) batchLoop(ctx context.Context) {
 			tc = timer.C
 		}
 		select {
-		case r := <-c.in:
+		case r := <-pl.in:
 			if b.WouldOverflow(r) {
 				dispatch()
 				held = r
@@ -117,6 +173,7 @@ func sequence(recs []*record) *batch {
 		if t == nil {
 			t = &turn{g: r.gen, ps: r.ps, prev: r.ps.tail, done: make(chan struct{})}
 			r.ps.tail = t.done
+			r.ps.turns.Add(1)
 			byPart[r.ps] = t
 			b.turns = append(b.turns, t)
 		}
@@ -138,38 +195,39 @@ func (t *turn) await() {
 // finish takes t's records that were not acknowledged out of the in-flight
 // accounting (they are redelivered) and lets the partition's next turn go
 // on.
-func (c *Consumer) finish(t *turn) {
+func (pl *pipeline) finish(t *turn) {
 	for _, r := range t.recs {
-		c.settle(r, false) // no-op for acknowledged records
+		pl.settle(r, false) // no-op for acknowledged records
 	}
 	close(t.done)
+	t.ps.turns.Add(-1)
 }
 
-// startPipeline starts the batch loop and the workers under ctx. The
+// start starts the batch loop and the workers under ctx. The
 // returned func waits, once ctx has ended, until they (and batches waiting
 // for their turn) stopped or deadline passed, and then settles the batches
 // still queued for the workers (they exit without taking them), so the
 // in-flight count returns to zero.
-func (c *Consumer) startPipeline(ctx context.Context) (wait func(deadline time.Time) bool) {
-	c.pipe.Go(func() { c.batchLoop(ctx) })
-	for range c.cfg.MaxInflightBatches {
-		c.pipe.Go(func() { c.worker(ctx) })
+func (pl *pipeline) start(ctx context.Context) (wait func(deadline time.Time) bool) {
+	pl.wg.Go(func() { pl.batchLoop(ctx) })
+	for range pl.cfg.MaxInflightBatches {
+		pl.wg.Go(func() { pl.worker(ctx) })
 	}
 	return func(deadline time.Time) bool {
-		ok := waitUntil(&c.pipe, deadline)
-		c.settleQueued()
+		ok := waitUntil(&pl.wg, deadline)
+		pl.settleQueued()
 		return ok
 	}
 }
 
 // settleQueued takes the batches left in the work channel out of the
 // in-flight accounting, unacknowledged: they are redelivered.
-func (c *Consumer) settleQueued() {
+func (pl *pipeline) settleQueued() {
 	for {
 		select {
-		case b := <-c.work:
+		case b := <-pl.work:
 			for _, t := range b.turns {
-				c.finish(t)
+				pl.finish(t)
 			}
 		default:
 			return
@@ -184,21 +242,22 @@ func (c *Consumer) settleQueued() {
 // meanwhile, and a partition whose records cannot be written yet holds
 // only its own turns. What waits that way is bounded per partition, not
 // per batch: a partition's fetching pauses once MaxUncommitted of its
-// records are in flight (see waitSpan).
-func (c *Consumer) worker(ctx context.Context) {
+// records, or twice MaxInflightBatches of its batches, are in flight (see
+// waitSpan).
+func (pl *pipeline) worker(ctx context.Context) {
 	for {
 		select {
-		case b := <-c.work:
-			out := c.proc.prepare(b.recs)
+		case b := <-pl.work:
+			out := pl.proc.prepare(b.recs)
 			for _, t := range b.turns {
 				part := out.of(t)
-				c.pipe.Go(func() {
+				pl.wg.Go(func() {
 					t.await()
-					c.acknowledgeTurn(t, part)
-					c.finish(t)
+					pl.acknowledgeTurn(t, part)
+					pl.finish(t)
 				})
 			}
-			<-c.slots
+			<-pl.slots
 		case <-ctx.Done():
 			return
 		}
@@ -207,17 +266,17 @@ func (c *Consumer) worker(ctx context.Context) {
 
 // acknowledgeTurn is acknowledge for t's prepared records, timed for
 // OldestAcknowledgement.
-func (c *Consumer) acknowledgeTurn(t *turn, p prepared) {
-	c.ackMu.Lock()
-	if c.acking == nil {
-		c.acking = map[*turn]time.Time{}
+func (pl *pipeline) acknowledgeTurn(t *turn, p prepared) {
+	pl.ackMu.Lock()
+	if pl.acking == nil {
+		pl.acking = map[*turn]time.Time{}
 	}
-	c.acking[t] = time.Now()
-	c.ackMu.Unlock()
+	pl.acking[t] = time.Now()
+	pl.ackMu.Unlock()
 	defer func() {
-		c.ackMu.Lock()
-		delete(c.acking, t)
-		c.ackMu.Unlock()
+		pl.ackMu.Lock()
+		delete(pl.acking, t)
+		pl.ackMu.Unlock()
 	}()
-	c.proc.acknowledge(p)
+	pl.proc.acknowledge(p)
 }

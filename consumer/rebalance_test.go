@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -270,6 +271,44 @@ func TestEndedGenerationNotFetched(t *testing.T) {
 	for _, res := range append(sk1.Published(), sk2.Published()...) {
 		if res.Source.Generation == gen1 {
 			t.Errorf("%s published from generation %d, which had ended before it started", res.CallID, gen1)
+		}
+	}
+}
+
+// TestShutdownDuringRebalanceDrain: a member drains its ended generation at
+// a rebalance, waiting for a record still being scored, when it is told to
+// stop. It stops within ShutdownTimeout, publishes nothing of the ended
+// generation after its end, and the record is published by the partition's
+// owner.
+func TestShutdownDuringRebalanceDrain(t *testing.T) {
+	t.Parallel()
+	const topic, group = "drainstop", "g-drainstop"
+	_, brokers := newCluster(t, topic, 2)
+	produce(t, brokers, topic, []kafka.Message{eventMsg(0, "stuck"), eventMsg(1, "other")})
+	sc := &staleScorer{entered: make(chan struct{}), release: make(chan struct{})}
+	defer close(sc.release)
+	skA, skB := &fakeSink{}, &fakeSink{}
+	cfg := testConfig(brokers, topic, group)
+	cfg.BatchMaxMessages, cfg.RevokeTimeout, cfg.ShutdownTimeout = 1, 5*time.Second, 2*time.Second
+	var draining atomic.Bool
+	a := start(t, cfg, sc, skA, testHooks{draining: func(_ int32, why string) { draining.Store(why == "rebalance") }})
+	select {
+	case <-sc.entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("stuck event never reached the scorer")
+	}
+	start(t, testConfig(brokers, topic, group), &fakeScorer{}, skB, testHooks{})
+	// A's generation ends at B's join; A drains, waiting for "stuck".
+	eventually(t, 20*time.Second, "A draining its ended generation", draining.Load)
+	t0 := time.Now()
+	a.stop(t)
+	if d := time.Since(t0); d > cfg.ShutdownTimeout+1500*time.Millisecond {
+		t.Errorf("Run returned %v after the stop signal, ShutdownTimeout %v", d, cfg.ShutdownTimeout)
+	}
+	eventually(t, 30*time.Second, "stuck published by the remaining member", func() bool { return countIDs(skB.Published())["stuck"] > 0 })
+	for _, res := range skA.Published() {
+		if res.ScoredAt == "stale" {
+			t.Errorf("A published %s from its ended generation: %+v", res.CallID, res.Source)
 		}
 	}
 }

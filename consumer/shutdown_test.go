@@ -179,10 +179,10 @@ func TestInflightSettledForQueuedBatches(t *testing.T) {
 			g.pending.Add(1)
 			recs = append(recs, &record{msg: kafka.Message{Offset: int64(b*3 + i)}, gen: g, ps: ps, done: func() {}})
 		}
-		c.slots <- struct{}{}
-		c.work <- sequence(recs)
+		c.pipe.slots <- struct{}{}
+		c.pipe.work <- sequence(recs)
 	}
-	wait := c.startPipeline(ctx)
+	wait := c.pipe.start(ctx)
 	if !wait(time.Now().Add(5 * time.Second)) {
 		t.Fatal("pipeline did not stop")
 	}

@@ -3,6 +3,7 @@ package consumer
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -62,4 +63,39 @@ func TestStuckDeadLetterSparesOtherPartitions(t *testing.T) {
 	if got := committed(t, brokers, group, topic, 2)[0]; got >= 1 {
 		t.Errorf("partition 0 committed %d past the stuck offset 0", got)
 	}
+}
+
+// TestSlowPartitionPausesByBatches: partition 0's results cannot be written
+// for now (its Publish blocks) while scoring goes on. Its scored batches
+// wait for their turn, but no more than twice MaxInflightBatches of them:
+// then its fetching pauses, far below MaxUncommitted records, so the
+// results held in memory stay bounded, while partition 1 publishes all.
+func TestSlowPartitionPausesByBatches(t *testing.T) {
+	t.Parallel()
+	const topic, group = "slowpart", "g-slowpart"
+	_, brokers := newCluster(t, topic, 2)
+	produce(t, brokers, topic, append(msgsFor(0, callIDs("p0", 40)), msgsFor(1, callIDs("p1", 40))...))
+	release := make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) })
+	sk := &fakeSink{publishErr: func(res []schema.ScoredTranscript) error {
+		if res[0].Source.Partition == 0 {
+			<-release
+		}
+		return nil
+	}}
+	cfg := testConfig(brokers, topic, group)
+	cfg.BatchMaxMessages, cfg.MaxInflightBatches = 1, 2
+	c, reg := startMetered(t, cfg, &fakeScorer{}, sk)
+	eventually(t, 20*time.Second, "partition 1 committed to its end", func() bool { return committed(t, brokers, group, topic, 2)[1] == 40 })
+	eventually(t, 10*time.Second, "partition 0 paused", func() bool {
+		v, _ := gaugeOf(t, reg, "scorer_partition_paused", 0)
+		return v == 1
+	})
+	g := c.cur.Load()
+	if n, limit := g.parts[0].wm.Pending(), 2*cfg.MaxInflightBatches*cfg.BatchMaxMessages; n > limit {
+		t.Errorf("partition 0 has %d records in flight, want at most %d (its batches waiting)", n, limit)
+	}
+	once.Do(func() { close(release) })
+	eventually(t, 20*time.Second, "partition 0 committed to its end", func() bool { return committed(t, brokers, group, topic, 2)[0] == 40 })
 }

@@ -300,10 +300,17 @@ type modelNote struct{ source, text string }
 // model made for tests, or with random weights, whose scores say nothing.
 var standInWords = regexp.MustCompile(`(?i)\b(random(ly initiali[sz]ed)? weights|for tests|tests and demos|not the production model|meaningless|stand-in)\b`)
 
+// randomWeights is the one mark of a stand-in looked for past SOURCE.txt's
+// first line: other words there ("not for tests") may be said of anything.
+var randomWeights = regexp.MustCompile(`(?i)\brandom(ly initiali[sz]ed)? weights\b`)
+
 // standInNote reports whether the model folder dir describes itself as a
 // test stand-in, and with what words: config.json's "_note" (a key no
 // exporter writes, which the stand-ins' makers add), else the first line of
-// SOURCE.txt. A real export has neither, so it is never flagged.
+// SOURCE.txt, else a later SOURCE.txt line that says its weights are random
+// (a provenance file may open with the folder's name and purpose, as
+// nli-deberta-v3-hf-tiny's does). A real export has neither, so it is never
+// flagged.
 func standInNote(dir string) (modelNote, bool) {
 	var cfg struct {
 		Note string `json:"_note"`
@@ -312,9 +319,13 @@ func standInNote(dir string) (modelNote, bool) {
 		return modelNote{"config.json", cfg.Note}, true
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "SOURCE.txt")); err == nil {
-		first, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
-		if standInWords.MatchString(first) {
-			return modelNote{"SOURCE.txt", first}, true
+		first := true
+		for line := range strings.Lines(strings.TrimSpace(string(b))) {
+			line = strings.TrimSpace(line)
+			if first && standInWords.MatchString(line) || randomWeights.MatchString(line) {
+				return modelNote{"SOURCE.txt", line}, true
+			}
+			first = false
 		}
 	}
 	return modelNote{}, false

@@ -30,6 +30,7 @@ func TestStandInNote(t *testing.T) {
 		{"source only", `{"id2label":{}}`, "big-model -- RANDOM weights, for speed tests\nmore", true, "SOURCE.txt"},
 		{"note", `{"_note":"tiny model with random weights; scores are meaningless"}`, "", true, "config.json"},
 		{"provenance only", `{"id2label":{}}`, "deberta-zeroshot -- exported from the hub\nnot for tests", false, ""},
+		{"random weights further down", `{"id2label":{}}`, "hf-tiny: HF's own export\n\nWhat it is\n- tiny shape, RANDOM weights (seed 0)", true, "SOURCE.txt"},
 	} {
 		dir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(c.config), 0o644); err != nil {
