@@ -215,16 +215,16 @@ type DeviceCheck struct {
 // and how many rows of the model's longest pairs admission lets one batch
 // have on an otherwise idle GPU.
 type MemoryModel struct {
-	BaseBytes          float64 `json:"base_bytes"`
-	PerRowBytes        float64 `json:"per_row_bytes"`
-	PerTokenBytes      float64 `json:"per_token_bytes"`
-	PerTokenLenBytes   float64 `json:"per_token_len_bytes"`
-	HeldOutError       float64 `json:"held_out_error"`
-	WeightBytes        uint64  `json:"weight_bytes"`
-	BesideArenaBytes   float64 `json:"beside_arena_bytes"`
-	BesideArenaMeasure bool    `json:"beside_arena_measured"`
-	ArenaLimitBytes    uint64  `json:"arena_limit_bytes"`
-	MaxRowsAtModelMax  int     `json:"max_rows_at_max_length"`
+	BaseBytes           float64 `json:"base_bytes"`
+	PerRowBytes         float64 `json:"per_row_bytes"`
+	PerTokenBytes       float64 `json:"per_token_bytes"`
+	PerTokenLenBytes    float64 `json:"per_token_len_bytes"`
+	HeldOutError        float64 `json:"held_out_error"`
+	WeightBytes         uint64  `json:"weight_bytes"`
+	BesideArenaBytes    float64 `json:"beside_arena_bytes"`
+	BesideArenaMeasured bool    `json:"beside_arena_measured"`
+	ArenaLimitBytes     uint64  `json:"arena_limit_bytes"`
+	MaxRowsAtModelMax   int     `json:"max_rows_at_max_length"`
 }
 
 // Recommendation is the settings the doctor suggests for this host.
@@ -662,7 +662,7 @@ func checkGPU(ctx context.Context, m *model.Model, o Options, probe gpupool.Prob
 	}
 	c.Memory = &MemoryModel{BaseBytes: st.EstimateBase, PerRowBytes: st.EstimatePerRow, PerTokenBytes: st.EstimatePerToken,
 		PerTokenLenBytes: st.EstimatePerTokenLen, HeldOutError: st.EstimateHeldOut, WeightBytes: st.WeightBytes,
-		BesideArenaBytes: st.BesideArenaBytes, BesideArenaMeasure: st.BesideArenaMeasured, ArenaLimitBytes: gpupool.ArenaLimit(dev, scfg)}
+		BesideArenaBytes: st.BesideArenaBytes, BesideArenaMeasured: st.BesideArenaMeasured, ArenaLimitBytes: gpupool.ArenaLimit(dev, scfg)}
 	c.Memory.MaxRowsAtModelMax = st.MaxRows(m.MaxLength, budget-float64(st.WeightBytes)-st.BesideArenaBytes)
 	// The GPU's share: the CPU reference still has to run after it.
 	share := func() time.Duration { return b.left() / 2 }

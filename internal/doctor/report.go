@@ -142,7 +142,7 @@ func writeCheck(line func(string, string, ...any), problem func(*Problem), c Dev
 	}
 	if m := c.Memory; m != nil {
 		beside := "the floor, not measured"
-		if m.BesideArenaMeasure {
+		if m.BesideArenaMeasured {
 			beside = "measured"
 		}
 		line("", "memory: %.0f MiB + %.2f MiB·rows + %.1f KiB·rows·len + %.1f B·rows·len² (held-out error %.1f%%); weights %.0f MiB, CUDA beside the arena %.0f MiB (%s); arena cap %.1f GiB; %d rows fit at the model's max length",
