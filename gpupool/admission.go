@@ -6,20 +6,35 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 
 	"github.com/scorer/scorer/model"
 )
 
-// memEstimate is a GPU's memory model: running a batch of rows × len padded
-// tokens needs about base + perToken·rows·len + perTokenLen·rows·len² bytes
-// beyond the weights. The len² term is attention: every layer holds
-// rows·heads·len² scores (and their softmax) at once, which for long pairs
-// outgrows everything linear in the tokens.
+// memEstimate is a device's memory model: running a batch of rows × len
+// padded tokens needs about base + perRow·rows + perToken·rows·len +
+// perTokenLen·rows·len² bytes beyond the weights. The len² term is
+// attention: every layer holds rows·heads·len² scores (and their softmax) at
+// once, which for long pairs outgrows everything linear in the tokens. The
+// per-row term is what a row costs whatever its length: DeBERTa-v3's
+// relative-position Tile on the first GPU run (0.7 MiB fp16, 2.6 MiB fp32),
+// without which short batches of many rows were under-predicted by 20-35%.
 type memEstimate struct {
-	base, perToken, perTokenLen float64
+	base, perRow, perToken, perTokenLen float64
+	// heldOut is the fit's largest under-prediction of a calibration
+	// shape it was not fitted on (leave one out): added to every estimate
+	// on top of fragmentationMargin, so shapes between and beyond the
+	// calibration ladder are not under-predicted by the fit's own error.
+	heldOut float64
 	// weights is what opening the engine took; usedBase is device memory
 	// in use right after that, before any batch ran.
 	weights, usedBase uint64
+	// beside is what the process holds on the device beyond weights and
+	// arena once every worker has run: the CUDA context's growth on first
+	// use and each concurrent run's cuBLAS/cuDNN workspace. besideMeasured
+	// is false while it is still the DefaultGPUMemMargin floor.
+	beside         float64
+	besideMeasured bool
 	// arena is the memory calibration left in ORT's arena (the largest
 	// warm-up batch's footprint), reusable by later batches.
 	arena      float64
@@ -32,18 +47,22 @@ type memEstimate struct {
 // keeps this small, not zero).
 const fragmentationMargin = 0.10
 
-// bytes is what a rows × length batch needs, margin included.
+// factor is what every estimate is multiplied by.
+func (e memEstimate) factor() float64 { return (1 + fragmentationMargin) * (1 + e.heldOut) }
+
+// bytes is what a rows × length batch needs, margins included: what
+// admission reserves for it.
 func (e memEstimate) bytes(rows, length int) float64 {
 	r, l := float64(rows), float64(length)
-	return max(0, e.base+e.perToken*r*l+e.perTokenLen*r*l*l) * (1 + fragmentationMargin)
+	return max(0, e.base+e.perRow*r+e.perToken*r*l+e.perTokenLen*r*l*l) * e.factor()
 }
 
 // maxRows is the most rows of length tokens whose estimate fits in room
 // bytes; 0 when not even one row does.
 func (e memEstimate) maxRows(length int, room float64) int {
 	l := float64(length)
-	per := (e.perToken*l + e.perTokenLen*l*l) * (1 + fragmentationMargin)
-	avail := room - max(0, e.base)*(1+fragmentationMargin)
+	per := (e.perRow + e.perToken*l + e.perTokenLen*l*l) * e.factor()
+	avail := room - max(0, e.base)*e.factor()
 	if per <= 0 || avail <= 0 {
 		return 0
 	}
@@ -98,9 +117,10 @@ func (p *Pool) admit(d *device, rows, length int) admission {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	budget := p.budgetLocked(d)
-	// Other tenants come and go, so only our own weights count against
-	// what the device could ever give a batch.
-	if float64(d.est.weights)+est+head > min(limit, budget) {
+	// Other tenants come and go, so only our own weights and CUDA's
+	// memory beside the arena count against what the device could ever
+	// give a batch.
+	if float64(d.est.weights)+d.est.beside+est+head > min(limit, budget) {
 		return admission{reason: "too_large", est: est, neverFits: true}
 	}
 	// What our arena holds: growth since the engine opened, but never more
@@ -110,10 +130,11 @@ func (p *Pool) admit(d *device, rows, length int) admission {
 	// (held less what running batches reserve) is credited here, so the
 	// checks below count those bytes once, inside used.
 	need := max(0, est-max(0, held-d.reserved))
-	// Our own footprint after admitting: weights plus an arena at least as
-	// large as every batch running at once. It must stay in our budget
-	// whatever the device has free, so a neighbour keeps its share.
-	own := float64(d.est.weights) + max(d.arenaPeak, d.reserved+est)
+	// Our own footprint after admitting: weights, CUDA's own memory
+	// beside the arena (context, each worker's workspace) and an arena at
+	// least as large as every batch running at once. It must stay in our
+	// budget whatever the device has free, so a neighbour keeps its share.
+	own := float64(d.est.weights) + d.est.beside + max(d.arenaPeak, d.reserved+est)
 	switch {
 	case need == 0:
 		d.reserved += est
@@ -173,24 +194,31 @@ func (p *Pool) updateHeat(d *device) {
 	}
 }
 
-// defaultShapes is the calibration ladder: lengths from 32 to maxLen at
-// the row count that fills the token budget at maxLen (so the len² term is
-// seen apart from the linear one), and row counts from 1 to the budget's at
-// a fixed 128 tokens (so per-row cost is seen apart from the intercept). In
+// defaultShapes is the calibration ladder: the shapes the planner builds,
+// every length bucket up to maxLen at the rows the token budget gives it
+// (capped at maxRows), so the fit is made where admission uses it; and a
+// quarter of those rows at the shortest, a middle and the longest length,
+// so the per-batch intercept is seen apart from the per-row and per-token
+// terms (at full rows, rows·len is nearly the budget at every length). In
 // increasing size, so an engine that cannot release its arena between
-// shapes still reads each shape's own footprint as its growth.
+// shapes still reads each shape's own footprint as its growth. The first
+// GPU run's ladder measured short lengths only at 32 rows (50-100 MiB), and
+// the fit under-predicted the planner's 341×48 batches by 20-35%.
 func defaultShapes(maxTokens, maxRows, maxLen int) []Shape {
-	rowsAtMax := max(1, min(maxRows, maxTokens/maxLen))
-	var out []Shape
-	for _, l := range []int{32, 64, 128, 256, maxLen} {
-		if l <= maxLen {
-			out = append(out, Shape{Rows: rowsAtMax, Len: l})
+	rowsAt := func(l int) int { return max(1, min(maxRows, maxTokens/l)) }
+	var lens []int
+	for _, l := range []int{16, 32, 48, 64, 96, 128, 192, 256, 384, 512} {
+		if l < maxLen {
+			lens = append(lens, l)
 		}
 	}
-	l0 := min(128, maxLen)
-	full := max(1, min(maxRows, maxTokens/l0))
-	for _, r := range []int{1, max(1, full/4), full} {
-		out = append(out, Shape{Rows: r, Len: l0})
+	lens = append(lens, maxLen)
+	var out []Shape
+	for _, l := range lens {
+		out = append(out, Shape{Rows: rowsAt(l), Len: l})
+	}
+	for _, l := range []int{lens[0], lens[len(lens)/2], maxLen} {
+		out = append(out, Shape{Rows: max(1, rowsAt(l)/4), Len: l})
 	}
 	slices.SortStableFunc(out, func(a, b Shape) int {
 		if c := a.Rows*a.Len - b.Rows*b.Len; c != 0 {
@@ -213,11 +241,14 @@ type ArenaReleaser interface {
 // calibrate learns dev's memory model: after one small run that absorbs
 // CUDA's one-off initialisation, it runs each calibration shape from an
 // emptied arena (ArenaReleaser; otherwise in rising size, reading the
-// arena's high-water mark) and fits bytes ≈ a + b·rows·len + c·rows·len² by
-// least squares to the memory each shape added. A shape that runs out of
-// memory is left out. Without a usable fit it keeps the configured fallback
-// estimate and says so. An error other than OOM means the engine
-// cannot run on this device, so the device is not used.
+// arena's high-water mark) and fits the memory each shape added
+// (fitActivations). A shape that runs out of memory is left out. Without a
+// usable fit it keeps the configured fallback estimate and says so. Where
+// the engine can empty its arena it then measures what CUDA holds beside
+// it once workers runs went at once (measureBeside); until then, or
+// without that, admission counts DefaultGPUMemMargin there. An error other
+// than OOM means the engine cannot run on this device, so the device is
+// not used.
 //
 // Memory is measured per process where the probe can (ProcessMemoryReader
 // lists this process), so a second process calibrating on the same GPU at
@@ -225,9 +256,9 @@ type ArenaReleaser interface {
 // memory is read, and the log says which. Shapes never exceed
 // Calibration.MaxLen nor the engine's own maximum length (engineMaxLength),
 // because the engine rejects longer pairs.
-func (p *Pool) calibrate(ctx context.Context, dev Device, eng Engine, usedBefore uint64) (memEstimate, error) {
+func (p *Pool) calibrate(ctx context.Context, dev Device, eng Engine, usedBefore uint64, workers int) (memEstimate, error) {
 	cal := p.cfg.calibration
-	est := memEstimate{base: float64(cal.FallbackBase), perToken: float64(cal.FallbackPerToken)}
+	est := memEstimate{base: float64(cal.FallbackBase), perToken: float64(cal.FallbackPerToken), beside: DefaultGPUMemMargin}
 	_, used0, _, err := p.probe.MemoryInfo(dev.Index)
 	if err != nil {
 		if errors.Is(err, ErrGPULost) {
@@ -326,22 +357,68 @@ shapes:
 		slices.Sort(ys)
 		pts = append(pts, memPoint{rows: s.Rows, length: s.Len, bytes: ys[len(ys)/2]})
 	}
-	a, b, c, ok := fitMemory(pts)
+	fit, ok := fitActivations(pts)
 	if !ok {
 		p.log.Warn().Str("device", dev.Label()).Int("points", len(pts)).
 			Msg("gpupool: calibration gave no usable fit, using fallback memory estimate")
 		return est, nil
 	}
-	est.base, est.perToken, est.perTokenLen, est.calibrated = max(0, a), b, c, true
+	if fit.heldOut >= maxHeldOut {
+		p.log.Warn().Str("device", dev.Label()).Float64("held_out_error", fit.heldOut).
+			Msg("gpupool: the memory model misses calibration shapes it was not fitted on by half or more; estimates carry the capped margin")
+	}
+	est.base, est.perRow, est.perToken, est.perTokenLen, est.heldOut, est.calibrated =
+		fit.base, fit.perRow, fit.perToken, fit.perTokenLen, fit.heldOut, true
 	if canRelease {
 		// The arena was emptied before the last shape; it now holds that
 		// shape's footprint only.
 		if used, err := read(); err == nil {
 			peak = max(0, float64(used)-float64(base))
 		}
+		if beside, err := p.measureBeside(ctx, eng, rel, read, base, workers, cal.TokenID); err != nil {
+			p.log.Warn().Err(err).Str("device", dev.Label()).Float64("assumed_bytes", est.beside).
+				Msg("gpupool: cannot measure the memory CUDA takes beside the arena; admission assumes the floor")
+		} else {
+			// The arena is empty again: what is left beside the weights is
+			// CUDA's own. Below the floor is believed: per-process readings
+			// count the context created at open as weights already.
+			est.beside, est.besideMeasured, peak = beside, true, 0
+			// Admission credits used memory's growth past usedBase as our
+			// arena; CUDA's own growth is not arena a batch can reuse.
+			est.usedBase += uint64(beside)
+		}
 	}
 	est.arena = peak
 	return est, nil
+}
+
+// measureBeside runs one small batch per worker at once, empties the arena
+// and returns what the process then holds beyond base: the CUDA context's
+// growth on first use and every concurrent run's own cuBLAS/cuDNN
+// workspace, which ORT's gpu_mem_limit does not cap and admission must
+// count (667 MiB fp16, 764 MiB fp32 on the first GPU run, beside a 512 MiB
+// margin). The runs go at once because a run on its own can reuse the
+// previous run's thread and workspace, as one worker's runs do; two workers
+// running at once cannot.
+func (p *Pool) measureBeside(ctx context.Context, eng Engine, rel ArenaReleaser, read func() (uint64, error), base uint64, workers int, id int32) (float64, error) {
+	pairs := syntheticPairs(Shape{Rows: 1, Len: 8}, id)
+	errs := make([]error, max(1, workers))
+	var wg sync.WaitGroup
+	for i := range errs {
+		wg.Go(func() { _, errs[i] = eng.ScorePairs(ctx, pairs) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	if err := rel.ReleaseArena(ctx); err != nil {
+		return 0, err
+	}
+	used, err := read()
+	if err != nil {
+		return 0, err
+	}
+	return max(0, float64(used)-float64(base)), nil
 }
 
 // errNoReading stops calibration when memory can no longer be read.
@@ -351,6 +428,170 @@ var errNoReading = errors.New("gpupool: memory reading failed during calibration
 type memPoint struct {
 	rows, length int
 	bytes        float64
+}
+
+// maxHeldOut caps the held-out safety margin: a fit that misses a shape it
+// was not fitted on by more than this is wrong, not uncertain, and the log
+// says so rather than every batch reserving double.
+const maxHeldOut = 0.5
+
+// fitActivations fits bytes ≈ a + d·rows + b·rows·len + c·rows·len² to a
+// GPU's calibration points, each weighted by 1/bytes so that the fit
+// minimises relative error: unweighted, the GiB-sized long batches decide
+// and the short ones come out a fifth to a third under. A growth term whose
+// coefficient would come out negative is left out (it extrapolates to an
+// under-prediction): of the subsets of {d, b, c} whose coefficients are all
+// non-negative, the one with the smallest relative error wins, so the full
+// model whenever it is. heldOut is the largest under-prediction, relative
+// to the reading, of a point by the fit on all the others (leave one out):
+// what the fit may miss at a shape it has not seen, capped at maxHeldOut.
+// ok is false when no subset has a positive growth term.
+func fitActivations(pts []memPoint) (memEstimate, bool) {
+	est, ok := fitRelative(pts)
+	if !ok {
+		return memEstimate{}, false
+	}
+	for i, pt := range pts {
+		if pt.bytes <= 0 {
+			continue
+		}
+		rest := append(slices.Clone(pts[:i]), pts[i+1:]...)
+		if e, ok := fitRelative(rest); ok {
+			under := (pt.bytes - e.bytes(pt.rows, pt.length)/e.factor()) / pt.bytes
+			est.heldOut = min(maxHeldOut, max(est.heldOut, under))
+		}
+	}
+	return est, true
+}
+
+// fitRelative is fitActivations without the held-out margin.
+func fitRelative(pts []memPoint) (memEstimate, bool) {
+	var top float64
+	for _, pt := range pts {
+		top = max(top, pt.bytes)
+	}
+	if top <= 0 {
+		return memEstimate{}, false
+	}
+	// A reading of nothing (noise around a tiny shape) would get an
+	// infinite weight; a thousandth of the largest bounds it.
+	floor := top / 1000
+	term := func(k int, pt memPoint) float64 {
+		r, l := float64(pt.rows), float64(pt.length)
+		return [...]float64{1, r, r * l, r * l * l}[k]
+	}
+	var best memEstimate
+	bestErr := math.Inf(1)
+	for mask := 1; mask < 8; mask++ {
+		cols := []int{0}
+		for k := 1; k <= 3; k++ {
+			if mask&(1<<(k-1)) != 0 {
+				cols = append(cols, k)
+			}
+		}
+		if len(pts) < len(cols) {
+			continue
+		}
+		x := make([][]float64, len(pts))
+		y := make([]float64, len(pts))
+		for i, pt := range pts {
+			w := 1 / max(pt.bytes, floor)
+			x[i] = make([]float64, len(cols))
+			for j, k := range cols {
+				x[i][j] = term(k, pt) * w
+			}
+			y[i] = pt.bytes * w
+		}
+		coef, ok := leastSquares(x, y)
+		if !ok || slices.ContainsFunc(coef[1:], func(v float64) bool { return v < 0 }) {
+			continue
+		}
+		var e memEstimate
+		terms := [...]*float64{&e.base, &e.perRow, &e.perToken, &e.perTokenLen}
+		for j, k := range cols {
+			*terms[k] = coef[j]
+		}
+		e.base = max(0, e.base)
+		if e.perRow <= 0 && e.perToken <= 0 && e.perTokenLen <= 0 {
+			continue
+		}
+		var sse float64
+		for _, pt := range pts {
+			d := (e.bytes(pt.rows, pt.length)/e.factor() - pt.bytes) / max(pt.bytes, floor)
+			sse += d * d
+		}
+		if sse < bestErr {
+			best, bestErr = e, sse
+		}
+	}
+	return best, !math.IsInf(bestErr, 1)
+}
+
+// leastSquares solves min |x·c − y| through the normal equations on
+// columns scaled to unit maximum (rows·len² reaches 1e8 beside a constant
+// 1, so unscaled normal equations lose every digit), by Gaussian
+// elimination with partial pivoting; ok is false when the columns are
+// (nearly) dependent.
+func leastSquares(x [][]float64, y []float64) ([]float64, bool) {
+	n := len(x[0])
+	scale := make([]float64, n)
+	for _, row := range x {
+		for j, v := range row {
+			scale[j] = max(scale[j], math.Abs(v))
+		}
+	}
+	if slices.Contains(scale, 0) {
+		return nil, false
+	}
+	// a is the augmented normal matrix [XᵀX | Xᵀy] of the scaled columns.
+	a := make([][]float64, n)
+	for j := range a {
+		a[j] = make([]float64, n+1)
+	}
+	for i, row := range x {
+		for j := range n {
+			for k := range n {
+				a[j][k] += row[j] / scale[j] * row[k] / scale[k]
+			}
+			a[j][n] += row[j] / scale[j] * y[i]
+		}
+	}
+	diag := make([]float64, n)
+	for j := range n {
+		diag[j] = a[j][j]
+	}
+	for col := range n {
+		piv := col
+		for r := col + 1; r < n; r++ {
+			if math.Abs(a[r][col]) > math.Abs(a[piv][col]) {
+				piv = r
+			}
+		}
+		a[col], a[piv] = a[piv], a[col]
+		// A pivot this small against the column's own norm means the
+		// column is a combination of the ones before it.
+		if math.Abs(a[col][col]) < 1e-10*diag[col] {
+			return nil, false
+		}
+		for r := col + 1; r < n; r++ {
+			f := a[r][col] / a[col][col]
+			for k := col; k <= n; k++ {
+				a[r][k] -= f * a[col][k]
+			}
+		}
+	}
+	c := make([]float64, n)
+	for j := n - 1; j >= 0; j-- {
+		v := a[j][n]
+		for k := j + 1; k < n; k++ {
+			v -= a[j][k] * c[k]
+		}
+		c[j] = v / a[j][j]
+	}
+	for j := range c {
+		c[j] /= scale[j]
+	}
+	return c, true
 }
 
 // fitMemory fits bytes ≈ a + b·rows·len + c·rows·len² by least squares.

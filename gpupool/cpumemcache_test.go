@@ -27,18 +27,7 @@ func TestCPUMemoryCalibrationCache(t *testing.T) {
 	dir := t.TempDir()
 	start := func(t *testing.T, eng Engine, fake *fakeEngine, rss uint64, cacheDir string) (DeviceStats, int) {
 		t.Helper()
-		mem := &fakeMemory{rss: rss, cost: debertaCPU}
-		fake.maxLength = 512
-		fake.onRun = func(rows, maxLen int) { mem.run(rows, maxLen) }
-		p, err := New(testCtx(t), func(Device) (Engine, error) { return eng, nil }, Mode(ModeCPU), CPUWorkers(2), MaxBatchRows(16),
-			MaxBatchTokens(16384), withProcessMemory(mem), CPUMemory(CPUMemoryConfig{CacheDir: cacheDir}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = p.Close(testCtx(t)) })
-		fake.mu.Lock()
-		defer fake.mu.Unlock()
-		return p.Stats().Devices[0], fake.calls
+		return startCPUCalibration(t, eng, fake, rss, CPUMemoryConfig{CacheDir: cacheDir})
 	}
 	keyed := func(key string) (Engine, *fakeEngine) {
 		f := &fakeEngine{}
@@ -138,4 +127,42 @@ func TestCPUMemoryCalibrationCache(t *testing.T) {
 			t.Errorf("a cache directory that cannot be made: %d runs, estimate %+v; want a measured fit and a start", runs, st)
 		}
 	})
+}
+
+// With CachedOnly, a start takes a kept fit as any start would, and without
+// one runs no calibration batch at all: the pool starts with CPU batches
+// bounded by rows and tokens only (no batch budget).
+func TestCPUMemoryCachedOnly(t *testing.T) {
+	dir := t.TempDir()
+	start := func(t *testing.T, key string, cachedOnly bool) (DeviceStats, int) {
+		t.Helper()
+		fake := &fakeEngine{}
+		return startCPUCalibration(t, keyedEngine{fakeEngine: fake, key: key}, fake, 2<<30, CPUMemoryConfig{CacheDir: dir, CachedOnly: cachedOnly})
+	}
+	if st, runs := start(t, "model=a", true); runs != 0 || st.BatchBytes != 0 {
+		t.Errorf("nothing kept: %d calibration runs, batch budget %.0f bytes; want none and none", runs, st.BatchBytes)
+	}
+	measured, _ := start(t, "model=a", false)
+	if st, runs := start(t, "model=a", true); runs != 0 || st.BatchBytes != measured.BatchBytes || st.BatchBytes <= 0 {
+		t.Errorf("kept fit: %d calibration runs, batch budget %.0f bytes; want none and the measured %.0f", runs, st.BatchBytes, measured.BatchBytes)
+	}
+}
+
+// startCPUCalibration starts a CPU pool on eng (fake is its fakeEngine)
+// with DeBERTa-like memory per batch over rss resident bytes, and returns
+// its device's stats and how many batches calibration ran.
+func startCPUCalibration(t *testing.T, eng Engine, fake *fakeEngine, rss uint64, mc CPUMemoryConfig) (DeviceStats, int) {
+	t.Helper()
+	mem := &fakeMemory{rss: rss, cost: debertaCPU}
+	fake.maxLength = 512
+	fake.onRun = func(rows, maxLen int) { mem.run(rows, maxLen) }
+	p, err := New(testCtx(t), func(Device) (Engine, error) { return eng, nil }, Mode(ModeCPU), CPUWorkers(2), MaxBatchRows(16),
+		MaxBatchTokens(16384), withProcessMemory(mem), CPUMemory(mc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(testCtx(t)) })
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	return p.Stats().Devices[0], fake.calls
 }

@@ -8,9 +8,11 @@
 // queue; each device has one or more workers that pull a batch only when
 // idle, so an idle pool adds no delay and a faster device naturally takes
 // more work. Before a batch runs on a GPU it passes admission: its calibrated
-// estimate (a + b·rows·len + c·rows·len², measured per shape at start) must
-// fit the device's free memory plus headroom, its memory fraction, and this
-// process's own budget (GPUMemLimit, so several processes can share a GPU).
+// estimate (a + d·rows + b·rows·len + c·rows·len², measured at the
+// planner's shapes at start) must fit the device's free memory plus
+// headroom, its memory fraction, and this process's own budget (GPUMemLimit,
+// so several processes can share a GPU) beside its weights and what CUDA
+// itself holds, measured once every worker has run.
 // Failures split the batch and retry; a device that keeps failing is marked
 // degraded and its work moves elsewhere, with the CPU as the last resort,
 // until a re-probe after its probation brings it back. Every batch either

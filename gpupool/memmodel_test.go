@@ -3,6 +3,7 @@ package gpupool
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -16,19 +17,24 @@ import (
 )
 
 // transformerMem is a transformer encoder's device memory per batch: a
-// fixed workspace, activations linear in the tokens, and attention scores
-// growing with rows·heads·len² (several such tensors live at once, folded
-// into perScore).
+// fixed workspace, a per-row cost whatever the length (DeBERTa-v3's
+// relative-position Tile), activations linear in the tokens, and attention
+// scores growing with rows·heads·len² (several such tensors live at once,
+// folded into perScore). Beside the arena, CUDA takes context bytes on the
+// first run and stream bytes of workspace for every run going on at once
+// (each worker's cuBLAS/cuDNN handles), outside ORT's gpu_mem_limit.
 type transformerMem struct {
 	weights, workspace uint64
+	perRow             float64 // bytes per row, independent of length
 	perToken           float64 // bytes per token of activations
 	heads              int
 	perScore           float64 // bytes per attention score element
+	context, stream    uint64
 }
 
 func (m transformerMem) footprint(rows, length int) uint64 {
 	r, l := float64(rows), float64(length)
-	return m.workspace + uint64(r*l*m.perToken+r*float64(m.heads)*l*l*m.perScore)
+	return m.workspace + uint64(r*m.perRow+r*l*m.perToken+r*float64(m.heads)*l*l*m.perScore)
 }
 
 // fakeDevice is one GPU's memory shared by every engine on it (one per
@@ -83,11 +89,19 @@ type arenaEngine struct {
 	mem   transformerMem
 	cap   uint64 // arena cap; 0 = none
 	delay func(rows, length int) time.Duration
+	// need is a batch's arena footprint: mem.footprint unless set.
+	need func(rows, length int) uint64
 
 	mu          sync.Mutex
 	arena, busy uint64
 	ooms        int
 	closed      bool
+	// running is the runs going on now; streams how many at once there
+	// ever were, each holding mem.stream; beside what context and streams
+	// hold; maxOwn the most weights, arena and beside ever held together.
+	running, streams int
+	beside, maxOwn   uint64
+	overlap          chan struct{} // closed once two runs went at once
 }
 
 const arenaChunk = 2 << 20
@@ -96,9 +110,52 @@ func newArenaEngine(dev *fakeDevice, mem transformerMem, arenaCap uint64) (*aren
 	if !dev.alloc(mem.weights) {
 		return nil, fmt.Errorf("fake: weights: %w", model.ErrOutOfMemory)
 	}
-	return &arenaEngine{dev: dev, mem: mem, cap: arenaCap, delay: func(rows, length int) time.Duration {
+	return &arenaEngine{dev: dev, mem: mem, cap: arenaCap, need: mem.footprint, overlap: make(chan struct{}), delay: func(rows, length int) time.Duration {
 		return time.Duration(rows*length/64) * time.Microsecond
 	}}, nil
+}
+
+// startRun counts a run in and allocates what CUDA takes outside the arena
+// on a first run and on a new high of runs at once.
+func (e *arenaEngine) startRun() bool {
+	e.running++
+	var grow uint64
+	if e.streams == 0 {
+		grow += e.mem.context
+	}
+	if e.running > e.streams {
+		grow += e.mem.stream
+	}
+	if grow > 0 && !e.dev.alloc(grow) {
+		e.running--
+		return false
+	}
+	e.streams = max(e.streams, e.running)
+	if e.streams == 2 {
+		select {
+		case <-e.overlap:
+		default:
+			close(e.overlap)
+		}
+	}
+	e.beside += grow
+	return true
+}
+
+// awaitOverlap holds the one-row run that follows calibration, when only
+// one run has ever gone at a time, until a second starts (or a second
+// passes): the pool's concurrent warm-up runs then overlap whatever the
+// scheduler does, as they do on a GPU where each takes milliseconds.
+func (e *arenaEngine) awaitOverlap(rows int) {
+	e.mu.Lock()
+	wait := rows == 1 && e.streams == 1 && e.running == 1 && e.mem.stream > 0
+	e.mu.Unlock()
+	if wait {
+		select {
+		case <-e.overlap:
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 func (e *arenaEngine) ScorePairs(ctx context.Context, pairs []model.Pair) ([]float32, error) {
@@ -106,24 +163,34 @@ func (e *arenaEngine) ScorePairs(ctx context.Context, pairs []model.Pair) ([]flo
 	for _, p := range pairs {
 		length = max(length, p.Len())
 	}
-	need := e.mem.footprint(len(pairs), length)
+	need := e.need(len(pairs), length)
 	e.mu.Lock()
+	oom := func() ([]float32, error) {
+		e.ooms++
+		e.mu.Unlock()
+		return nil, fmt.Errorf("fake: %d×%d batch: %w", len(pairs), length, model.ErrOutOfMemory)
+	}
+	if !e.startRun() {
+		return oom()
+	}
 	if e.busy+need > e.arena {
 		grow := (e.busy + need - e.arena + arenaChunk - 1) / arenaChunk * arenaChunk
 		if (e.cap > 0 && e.arena+grow > e.cap) || !e.dev.alloc(grow) {
-			e.ooms++
-			e.mu.Unlock()
-			return nil, fmt.Errorf("fake: %d×%d batch: %w", len(pairs), length, model.ErrOutOfMemory)
+			e.running--
+			return oom()
 		}
 		e.arena += grow
 	}
 	e.busy += need
+	e.maxOwn = max(e.maxOwn, e.mem.weights+e.arena+e.beside)
 	e.mu.Unlock()
 	defer func() {
 		e.mu.Lock()
 		e.busy -= need
+		e.running--
 		e.mu.Unlock()
 	}()
+	e.awaitOverlap(len(pairs))
 	select {
 	case <-time.After(e.delay(len(pairs), length)):
 	case <-ctx.Done():
@@ -155,7 +222,7 @@ func (e *arenaEngine) Close() error {
 	defer e.mu.Unlock()
 	if !e.closed {
 		e.closed = true
-		e.dev.free(e.arena + e.mem.weights)
+		e.dev.free(e.arena + e.mem.weights + e.beside)
 	}
 	return nil
 }
@@ -164,6 +231,16 @@ func (e *arenaEngine) oomCount() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.ooms
+}
+
+// ownPeak is the most the engine held since the last call: weights, arena
+// and CUDA's own memory.
+func (e *arenaEngine) ownPeak() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	peak := e.maxOwn
+	e.maxOwn = e.mem.weights + e.arena + e.beside
+	return peak
 }
 
 // mixedLengths is a transcript-like workload with a heavy tail: most pairs
@@ -181,9 +258,12 @@ func mixedLengths(r *rand.Rand, n int) []int {
 }
 
 // deberta is roughly deberta-v3-large in fp32 on a GPU: 1.7 GB of weights,
-// 100 KiB of live activations per token, 16 heads and about six live
-// float32 tensors per attention score.
-var deberta = transformerMem{weights: 1700 << 20, workspace: 64 << 20, perToken: 100 << 10, heads: 16, perScore: 24}
+// 2.6 MiB per row whatever its length and 100 KiB of live activations per
+// token, 16 heads and about six live float32 tensors per attention score;
+// beside the arena a 400 MiB context and 180 MiB of workspace per run at
+// once (764 MiB with two workers, as measured on an H200).
+var deberta = transformerMem{weights: 1700 << 20, workspace: 64 << 20, perRow: 2.6 * (1 << 20), perToken: 100 << 10,
+	heads: 16, perScore: 24, context: 400 << 20, stream: 182 << 20}
 
 // In float16 the two differ by more than the weights. BERT-large keeps
 // about four float16 tensors per attention score (scores, mask-added,
@@ -193,9 +273,13 @@ var deberta = transformerMem{weights: 1700 << 20, workspace: 64 << 20, perToken:
 // more than the float16 scores themselves) beside their gathered float16
 // results: about 16 + 4·2 = 24 bytes, three times BERT's len² coefficient
 // at the same hidden size.
+// Its per-row term (the relative-position Tile) is 0.7 MiB in fp16;
+// BERT has none.
 var (
-	bertFP16    = transformerMem{weights: 670 << 20, workspace: 64 << 20, perToken: 50 << 10, heads: 16, perScore: 8}
-	debertaFP16 = transformerMem{weights: 870 << 20, workspace: 64 << 20, perToken: 50 << 10, heads: 16, perScore: 24}
+	bertFP16 = transformerMem{weights: 670 << 20, workspace: 64 << 20, perToken: 50 << 10, heads: 16, perScore: 8,
+		context: 400 << 20, stream: 134 << 20}
+	debertaFP16 = transformerMem{weights: 870 << 20, workspace: 64 << 20, perRow: 0.7 * (1 << 20), perToken: 50 << 10,
+		heads: 16, perScore: 24, context: 400 << 20, stream: 134 << 20}
 )
 
 // TestCalibrationFitsTransformerMemory: calibration measures each shape
@@ -223,9 +307,10 @@ func TestCalibrationFitsTransformerMemory(t *testing.T) {
 			defer p.Close(context.Background())
 			est := p.devices[0].est
 			wantC := float64(mem.heads) * mem.perScore
-			if !est.calibrated || rel(est.perToken, mem.perToken) > 0.05 || rel(est.perTokenLen, wantC) > 0.05 {
-				t.Fatalf("fit base %.3g, per token %.4g (want %.4g), per token·len %.4g (want %.4g)",
-					est.base, est.perToken, mem.perToken, est.perTokenLen, wantC)
+			if !est.calibrated || rel(est.perToken, mem.perToken) > 0.05 || rel(est.perTokenLen, wantC) > 0.05 ||
+				math.Abs(est.perRow-mem.perRow) > 0.1*mem.perRow+64<<10 {
+				t.Fatalf("fit base %.3g, per row %.4g (want %.4g), per token %.4g (want %.4g), per token·len %.4g (want %.4g)",
+					est.base, est.perRow, mem.perRow, est.perToken, mem.perToken, est.perTokenLen, wantC)
 			}
 			fitted[tc.name] = est.perTokenLen
 			if est.weights != mem.weights {
@@ -293,6 +378,11 @@ func workloadStaysInMemory(t *testing.T, mem transformerMem) {
 	}
 	defer p.Close(context.Background())
 	calOOMs := eng.oomCount() // calibration may probe past the arena cap; that is its job
+	// Calibration's largest shapes are bounded by the arena cap (ORT's
+	// gpu_mem_limit), not by admission: the limit holds from here on.
+	dev.mu.Lock()
+	dev.maxUsed = dev.used
+	dev.mu.Unlock()
 
 	r := rand.New(rand.NewPCG(12, 1))
 	var calls [][]model.Pair
@@ -311,9 +401,9 @@ func workloadStaysInMemory(t *testing.T, mem transformerMem) {
 	}
 	// The best possible: the planner cutting every call with the true
 	// memory cost of an idle device (no margin, no estimate).
-	room := float64(limit) - float64(mem.weights) - headroom
+	room := float64(limit) - float64(mem.weights) - float64(mem.context+2*mem.stream) - headroom
 	truth := func(length int) int {
-		per := mem.perToken*float64(length) + float64(mem.heads)*mem.perScore*float64(length*length)
+		per := mem.perRow + mem.perToken*float64(length) + float64(mem.heads)*mem.perScore*float64(length*length)
 		return max(1, int((room-float64(mem.workspace))/per))
 	}
 	var bestBatches, pairs int
@@ -434,9 +524,11 @@ func TestDegradedGPUReprobedAfterProbation(t *testing.T) {
 }
 
 // Two scorers share one GPU, each with GPU_MEM_LIMIT=0.45: under a backlog
-// in both, each keeps its footprint in its share, so together they never
-// pass the device, nothing runs out of memory, and both keep the GPU
-// (neither degrades to the CPU).
+// in both, each keeps its footprint in its share, CUDA's own memory beside
+// the arena included (the first GPU run measured 764 MiB of it, which
+// admission used to leave out), so together they never pass the device,
+// nothing runs out of memory, and both keep the GPU (neither degrades to
+// the CPU).
 func TestTwoPoolsShareOneGPU(t *testing.T) {
 	const total = 16 << 30
 	dev := &fakeDevice{total: total}
@@ -465,6 +557,8 @@ func TestTwoPoolsShareOneGPU(t *testing.T) {
 	calOOMs := 0
 	for _, e := range engines {
 		calOOMs += e.oomCount()
+		// Calibration is bounded by the arena cap, not admission.
+		e.ownPeak()
 	}
 	r := rand.New(rand.NewPCG(7, 3))
 	var calls [][]model.Pair
@@ -487,6 +581,11 @@ func TestTwoPoolsShareOneGPU(t *testing.T) {
 	}
 	if ooms != 0 {
 		t.Errorf("%d OOMs after start", ooms)
+	}
+	for i, e := range engines {
+		if own, budget := e.ownPeak(), share.Of(total); own > budget {
+			t.Errorf("scorer %d held %d MiB at most (weights, arena, CUDA's own), over its %d MiB share", i, own>>20, budget>>20)
+		}
 	}
 	if limit := uint64(total) / 10 * 9; dev.maxUsed > limit {
 		t.Errorf("device peak %d MiB, over the %d MiB the two may use", dev.maxUsed>>20, limit>>20)
@@ -541,5 +640,45 @@ func TestCalibrationIgnoresNeighbour(t *testing.T) {
 			t.Errorf("neighbour events %v: fit per token %.4g (want %.4g), per token·len %.4g (want %.4g)",
 				events, est.perToken, deberta.perToken, est.perTokenLen, wantC)
 		}
+	}
+}
+
+// Admission counts what CUDA takes beside the weights and the arena: an
+// engine that can empty its arena gets it measured after its two workers
+// ran at once (context plus a workspace each), one that cannot gets the
+// DefaultGPUMemMargin floor, at least the 764 MiB the first GPU run
+// measured. A batch that fits the share beside the weights alone, but not
+// beside CUDA's memory too, is refused, as the arena cap would fail it.
+func TestAdmissionCountsMemoryBesideArena(t *testing.T) {
+	if DefaultGPUMemMargin < 764<<20 {
+		t.Fatalf("DefaultGPUMemMargin %d MiB, below the 764 MiB measured on an H200", DefaultGPUMemMargin>>20)
+	}
+	dev := &fakeDevice{total: 16 << 30}
+	share := MemLimit{Fraction: 0.45}
+	factory := func(Device) (Engine, error) { return newArenaEngine(dev, deberta, 0) }
+	p, err := New(testCtx(t), factory, Mode(ModeCUDA), WithProbe(deviceProbe{dev}), MemFraction(0.9), GPUMemLimit(share),
+		CPUFallback(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	st := p.Stats().Devices[0]
+	want := float64(deberta.context + 2*deberta.stream)
+	if !st.BesideArenaMeasured || st.BesideArenaBytes < want || st.BesideArenaBytes > want+2*arenaChunk {
+		t.Fatalf("beside the arena: %.0f MiB (measured %v), want the %.0f MiB two workers' runs took",
+			st.BesideArenaBytes/(1<<20), st.BesideArenaMeasured, want/(1<<20))
+	}
+	d := p.devices[0]
+	budget := float64(share.Of(dev.total))
+	rows := d.est.maxRows(512, budget-float64(d.est.weights)-float64(p.cfg.headroom))
+	if a := p.admit(d, rows, 512); a.ok {
+		t.Errorf("%d×512 (%.0f MiB) beside %d MiB of weights and %.0f MiB of CUDA's own, in a %.0f MiB share: admitted (%s)",
+			rows, a.est/(1<<20), d.est.weights>>20, d.est.beside/(1<<20), budget/(1<<20), a.reason)
+	}
+
+	unmeasured := newPool(t, newFakeFactory(nil), Mode(ModeCUDA), WithProbe(newFakeProbe(&fakeGPU{total: 16 << 30})))
+	if st := unmeasured.Stats().Devices[0]; st.BesideArenaMeasured || st.BesideArenaBytes != DefaultGPUMemMargin {
+		t.Errorf("engine that cannot empty its arena: beside %.0f MiB (measured %v), want the %d MiB floor",
+			st.BesideArenaBytes/(1<<20), st.BesideArenaMeasured, DefaultGPUMemMargin>>20)
 	}
 }

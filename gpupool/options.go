@@ -41,13 +41,15 @@ func ParseDeviceMode(s string) (DeviceMode, error) {
 type Shape struct{ Rows, Len int }
 
 // Calibration configures how the pool learns each GPU's memory cost per
-// batch. At start every CUDA device runs a few warm-up batches of different
-// shapes (lengths varied at fixed rows, rows varied at fixed length), each
-// measured from an emptied arena where the engine can release it
-// (ArenaReleaser), and fits bytes ≈ a + b·rows·len + c·rows·len²; admission
-// then asks for that much (plus a 10% fragmentation margin) before each
-// batch, and the planner caps rows per batch so long pairs fit. The zero
-// value means "calibrate with the default shapes".
+// batch. At start every CUDA device runs warm-up batches of the shapes the
+// planner builds (every length bucket at the rows the token budget gives,
+// and a quarter of those rows at three lengths), each measured from an
+// emptied arena where the engine can release it (ArenaReleaser), and fits
+// bytes ≈ a + d·rows + b·rows·len + c·rows·len² weighted by relative error;
+// admission then asks for that much, plus a 10% fragmentation margin and
+// the fit's held-out error, before each batch, and the planner caps rows
+// per batch so long pairs fit. The zero value means "calibrate with the
+// default shapes".
 type Calibration struct {
 	// Disabled skips the warm-up runs; admission then uses FallbackBase and
 	// FallbackPerToken (e.g. for tests, or when start time matters more).

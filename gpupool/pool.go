@@ -191,15 +191,38 @@ type DeviceStats struct {
 	Batches, Pairs uint64
 	Degraded, Hot  bool
 	Fallback       bool
-	// EstimateBase, EstimatePerToken and EstimatePerTokenLen are the
-	// calibrated memory model bytes ≈ base + perToken·rows·len +
-	// perTokenLen·rows·len² (zero on a CPU without CPUMemory).
-	EstimateBase, EstimatePerToken, EstimatePerTokenLen float64
+	// EstimateBase, EstimatePerRow, EstimatePerToken and
+	// EstimatePerTokenLen are the calibrated memory model bytes ≈ base +
+	// perRow·rows + perToken·rows·len + perTokenLen·rows·len² (zero on a
+	// CPU without CPUMemory), before the margins EstimateBytes adds.
+	EstimateBase, EstimatePerRow, EstimatePerToken, EstimatePerTokenLen float64
+	// EstimateHeldOut is the GPU fit's largest relative under-prediction of
+	// a calibration shape left out of it, added to every estimate.
+	EstimateHeldOut float64
+	// WeightBytes is what opening a GPU's engine took (its weights, and
+	// the CUDA context where readings are per process). BesideArenaBytes is
+	// what its admission counts beside that and the arena (the context's
+	// growth, each worker's workspace): measured once every worker has run
+	// when BesideArenaMeasured, else DefaultGPUMemMargin.
+	WeightBytes         uint64
+	BesideArenaBytes    float64
+	BesideArenaMeasured bool
 	// BatchBytes is the most modelled memory one CPU batch may take and
 	// BaselineBytes the resident memory once the CPU engine was open and
 	// calibrated (both zero without CPUMemory).
 	BatchBytes, BaselineBytes float64
+
+	est memEstimate
 }
+
+// EstimateBytes is what admission reserves on this device for a batch of
+// rows pairs padded to length tokens: the memory model with its margins,
+// beyond the weights and BesideArenaBytes.
+func (s DeviceStats) EstimateBytes(rows, length int) float64 { return s.est.bytes(rows, length) }
+
+// MaxRows is the most rows of length tokens whose EstimateBytes fits in
+// room bytes (0: not one).
+func (s DeviceStats) MaxRows(length int, room float64) int { return s.est.maxRows(length, room) }
 
 // PaddingEfficiency is RealTokens / PaddedTokens: 1 means no padding.
 func (s Stats) PaddingEfficiency() float64 {
@@ -408,7 +431,7 @@ func (p *Pool) openGPUs(ctx context.Context) error {
 			reasons = append(reasons, fmt.Errorf("gpupool: %s (%s): opening engine: %w", dev.Label(), dev.UUID, err))
 			continue
 		}
-		est, err := p.calibrate(ctx, dev, eng, usedBefore)
+		est, err := p.calibrate(ctx, dev, eng, usedBefore, p.workersFor(dev))
 		if err != nil {
 			_ = eng.Close()
 			reasons = append(reasons, err)
@@ -417,7 +440,9 @@ func (p *Pool) openGPUs(ctx context.Context) error {
 		p.log.Info().Str("device", dev.Label()).Str("uuid", dev.UUID).Str("name", dev.Name).
 			Uint64("total_bytes", dev.TotalMemory).Uint64("weights_bytes", est.weights).
 			Float64("estimate_base_bytes", est.base).Float64("estimate_bytes_per_token", est.perToken).
-			Float64("estimate_bytes_per_token_len", est.perTokenLen).Float64("arena_bytes", est.arena).
+			Float64("estimate_bytes_per_token_len", est.perTokenLen).Float64("estimate_bytes_per_row", est.perRow).
+			Float64("estimate_held_out_error", est.heldOut).Float64("arena_bytes", est.arena).
+			Float64("beside_arena_bytes", est.beside).Bool("beside_arena_measured", est.besideMeasured).
 			Bool("calibrated", est.calibrated).Msg("gpupool: GPU ready")
 		p.addDeviceLocked(dev, eng, est, false)
 	}
@@ -519,8 +544,9 @@ func (p *Pool) Stats() Stats {
 	s.Devices = make([]DeviceStats, len(p.devices))
 	for i, d := range p.devices {
 		s.Devices[i] = DeviceStats{Device: d.dev, Workers: d.workers, Batches: d.batches, Pairs: d.pairs, Degraded: d.degraded,
-			Hot: d.hot, Fallback: d.fallback, EstimateBase: d.est.base, EstimatePerToken: d.est.perToken,
-			EstimatePerTokenLen: d.est.perTokenLen}
+			Hot: d.hot, Fallback: d.fallback, EstimateBase: d.est.base, EstimatePerRow: d.est.perRow,
+			EstimatePerToken: d.est.perToken, EstimatePerTokenLen: d.est.perTokenLen, EstimateHeldOut: d.est.heldOut,
+			WeightBytes: d.est.weights, BesideArenaBytes: d.est.beside, BesideArenaMeasured: d.est.besideMeasured, est: d.est}
 		if d.cpu != nil {
 			s.Devices[i].BatchBytes, s.Devices[i].BaselineBytes = d.cpu.room, float64(d.cpu.baseline)
 		}
@@ -597,7 +623,7 @@ func (p *Pool) rowCapFunc() func(length int) int {
 		switch {
 		case d.degraded:
 		case d.dev.Kind == CUDA && d.est.calibrated:
-			devs = append(devs, dev{d.est, p.budgetLocked(d) - float64(d.est.weights) - float64(p.cfg.headroom)})
+			devs = append(devs, dev{d.est, p.budgetLocked(d) - float64(d.est.weights) - d.est.beside - float64(p.cfg.headroom)})
 		case d.dev.Kind == CPU && d.cpu != nil:
 			devs = append(devs, dev{d.est, d.cpu.room})
 		}

@@ -84,7 +84,8 @@ func TestPullSchedulingFasterDeviceTakesMore(t *testing.T) {
 
 func TestAdmissionSplitsWhenFreeMemoryIsLow(t *testing.T) {
 	// 1 KiB per padded token: a 64×16 batch needs 1 MiB, a 16×16 one 256 KiB.
-	probe := newFakeProbe(&fakeGPU{total: 100 << 20, used: 100<<20 - 400<<10})
+	// 2 GiB leave room for the 768 MiB CUDA takes beside the arena.
+	probe := newFakeProbe(&fakeGPU{total: 2 << 30, used: 2<<30 - 400<<10})
 	f := newFakeFactory(nil)
 	reg := prometheus.NewRegistry()
 	p := newPool(t, f, Mode(ModeCUDA), WithProbe(probe), Registerer(reg), withHeadroom(1), MemFraction(1),

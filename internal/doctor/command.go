@@ -30,11 +30,13 @@ var Spec = cli.Spec{
 type doctorFlags struct {
 	asJSON   bool
 	duration time.Duration
+	budget   time.Duration
 }
 
 func (f *doctorFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.asJSON, "json", false, "print the report as JSON")
-	fs.DurationVar(&f.duration, "duration", 3*time.Second, "length of each device's throughput run")
+	fs.DurationVar(&f.duration, "duration", 3*time.Second, "longest throughput run on each device")
+	fs.DurationVar(&f.budget, "budget", DefaultBudget, "time to answer in: past proving the path works, the rest of the sample, the CPU parity reference, the TF32 comparison and the throughput runs get what is left, and the report lists what was cut")
 }
 
 // Command is `scorer doctor`: it parses the service's configuration plus
@@ -49,8 +51,8 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if f.duration <= 0 {
-		return cli.UsageError{Msg: "doctor: --duration must be > 0"}
+	if f.duration <= 0 || f.budget <= 0 {
+		return cli.UsageError{Msg: "doctor: --duration and --budget must be > 0"}
 	}
 	// The pool's own lines would interleave with the report.
 	log, err := cli.ReportLogger(e, fs, e.Stderr, cfg.LogLevel, cfg.LogFormat)
@@ -65,7 +67,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 		scoring.PCIBusOrder(log) // as the service does, so the mapping shown is the one it uses
 	}
 	// CUDA reads the real environment, so the mapping must too.
-	rep, err := Run(ctx, Options{Config: cfg, ORTLib: lib, Duration: f.duration, LookupEnv: os.LookupEnv, Log: log})
+	rep, err := Run(ctx, Options{Config: cfg, ORTLib: lib, Duration: f.duration, Budget: f.budget, LookupEnv: os.LookupEnv, Log: log})
 	if err != nil {
 		return fmt.Errorf("doctor: %w", err)
 	}

@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"path/filepath"
 	"strings"
@@ -34,7 +35,10 @@ func optionsFor(t *testing.T, device gpupool.DeviceMode, modelDir string) Option
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Options{Config: cfg, ORTLib: testenv.ORTLib(t), Duration: 100 * time.Millisecond}
+	// The checks of what the report says get all the time they need (under
+	// -race a pool can take longer to open than the default budget);
+	// TestDoctorBudgetCutsAndSaysSo checks the cuts.
+	return Options{Config: cfg, ORTLib: testenv.ORTLib(t), Duration: 100 * time.Millisecond, Budget: 10 * time.Minute}
 }
 
 // On a host without a GPU, the doctor runs the real model on the real
@@ -87,7 +91,7 @@ func TestDoctorWithoutGPU(t *testing.T) {
 				t.Errorf("DEVICE=cpu looked up CUDA libraries: %+v", rep.CUDALibs)
 			}
 			if rep.CPU == nil || !rep.CPU.OK || rep.CPU.PairsPerSecond <= 0 || rep.CPU.Batches == 0 || rep.Sample.Pairs != 24 {
-				t.Errorf("CPU check %+v (sample %d pairs): want a working session with a throughput", rep.CPU, rep.Sample.Pairs)
+				t.Errorf("CPU check %+v (sample %d pairs; skipped %q): want a working session with a throughput", rep.CPU, rep.Sample.Pairs, rep.Skipped)
 			}
 			// The service's CPU batch shape (CPU_MAX_BATCH_ROWS=16 caps
 			// MAX_BATCH_ROWS=256), not the GPU's.
@@ -172,5 +176,66 @@ func TestVerdictAndRecommendationWithGPU(t *testing.T) {
 	verdict(Options{Config: config.Config{Device: "cpu"}}, &rep, nil)
 	if !rep.OK || rep.Path != "cpu" {
 		t.Errorf("DEVICE=cpu: %+v", rep)
+	}
+}
+
+// The budget bounds everything past proving the path works: with none
+// left, the doctor still opens the configured CPU pool and scores the
+// sample's first pair on the real model, then
+// skips the rest of the sample and the throughput run, and says so in both
+// reports; the verdict stays OK. The CPU as a GPU's parity reference is not
+// even opened when less is left than a GPU's pool took to open.
+func TestDoctorBudgetCutsAndSaysSo(t *testing.T) {
+	noGPUHere(t)
+	o := optionsFor(t, gpupool.ModeAuto, testenv.ScorerModelDir(t))
+	o.Budget = time.Nanosecond
+	rep, err := Run(t.Context(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK || rep.CPU == nil || !rep.CPU.OK || rep.CPU.SamplePairs != 1 || rep.CPU.Batches != 0 {
+		t.Fatalf("ok %v, CPU %+v: want OK with the first pair scored and no throughput run", rep.OK, rep.CPU)
+	}
+	all := strings.Join(rep.Skipped, "\n")
+	for _, want := range []string{"cpu: scored 1 of the sample's 24 pairs", "cpu: throughput run skipped"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("skipped %q, want it to say %q", all, want)
+		}
+	}
+	var text bytes.Buffer
+	if err := WriteText(&text, rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"skipped        cpu: scored 1 of", "throughput not measured", "budget 0 s"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("text report lacks %q:\n%s", want, text.String())
+		}
+	}
+
+	ref := checkCPU(t.Context(), nil, o, nil, &budget{deadline: time.Now().Add(time.Minute), skipped: new([]string)}, false, time.Hour)
+	if ref.Skipped == "" || ref.OK {
+		t.Errorf("CPU reference with a minute left after an hour-long GPU pool opening: %+v, want it skipped", ref)
+	}
+}
+
+// scoreSample scores the first pair whatever the budget, and a next chunk
+// only when the time per pair so far says it fits in what is left.
+func TestScoreSampleStopsAtTheBudget(t *testing.T) {
+	pairs := make([]model.Pair, 10)
+	var calls [][]model.Pair
+	score := func(_ context.Context, p []model.Pair) ([]float32, error) {
+		calls = append(calls, p)
+		time.Sleep(time.Millisecond) // a per-pair time above zero
+		return make([]float32, len(p)), nil
+	}
+	for _, tc := range []struct {
+		left       time.Duration
+		want, runs int
+	}{{time.Hour, 10, 4}, {0, 1, 1}, {-time.Second, 1, 1}} {
+		calls = nil
+		got, perPair, err := scoreSample(t.Context(), score, pairs, 3, func() time.Duration { return tc.left })
+		if err != nil || len(got) != tc.want || len(calls) != tc.runs || perPair <= 0 {
+			t.Errorf("left %v: %d scores in %d calls (%v a pair, %v), want %d in %d", tc.left, len(got), len(calls), perPair, err, tc.want, tc.runs)
+		}
 	}
 }

@@ -100,6 +100,10 @@ func WriteText(w io.Writer, r Report) error {
 	if rec.Note != "" {
 		line("", "%s", rec.Note)
 	}
+	for _, s := range r.Skipped {
+		line("skipped", "%s", s)
+	}
+	line("took", "%.1f s (budget %.0f s: --budget)", r.Seconds, r.Budget)
 	line("path", "%s", r.Path)
 	line("verdict", "%s", r.Verdict)
 	if !r.OK && r.Problem != nil {
@@ -111,6 +115,10 @@ func WriteText(w io.Writer, r Report) error {
 
 func writeCheck(line func(string, string, ...any), problem func(*Problem), c DeviceCheck) {
 	key := c.Device
+	if c.Skipped != "" {
+		line(key, "not checked: %s", c.Skipped)
+		return
+	}
 	if !c.OK {
 		cause := "failed"
 		if c.Problem != nil {
@@ -120,7 +128,11 @@ func writeCheck(line func(string, string, ...any), problem func(*Problem), c Dev
 		problem(c.Problem)
 		return
 	}
-	line(key, "session ok; %.0f pairs/s, %.1f pairs per batch, padding efficiency %.2f", c.PairsPerSecond, c.MeanBatchRows, c.Padding)
+	if c.Batches == 0 {
+		line(key, "session ok; %d sample pairs scored; throughput not measured (see skipped)", c.SamplePairs)
+	} else {
+		line(key, "session ok; %.0f pairs/s, %.1f pairs per batch, padding efficiency %.2f", c.PairsPerSecond, c.MeanBatchRows, c.Padding)
+	}
 	if c.MaxAbsDelta != nil && c.Agreement != nil {
 		tf32 := ""
 		if c.TF32MaxAbsDelta != nil {
@@ -129,7 +141,12 @@ func writeCheck(line func(string, string, ...any), problem func(*Problem), c Dev
 		line("", "parity vs CPU: max |Δp| %.2g, decisions agree %.1f%%%s", *c.MaxAbsDelta, 100**c.Agreement, tf32)
 	}
 	if m := c.Memory; m != nil {
-		line("", "memory: %.0f MiB + %.1f KiB·rows·len + %.1f B·rows·len²; arena cap %.1f GiB; %d rows fit at the model's max length",
-			m.BaseBytes/(1<<20), m.PerTokenBytes/1024, m.PerTokenLenBytes, float64(m.ArenaLimitBytes)/(1<<30), m.MaxRowsAtModelMax)
+		beside := "the floor, not measured"
+		if m.BesideArenaMeasured {
+			beside = "measured"
+		}
+		line("", "memory: %.0f MiB + %.2f MiB·rows + %.1f KiB·rows·len + %.1f B·rows·len² (held-out error %.1f%%); weights %.0f MiB, CUDA beside the arena %.0f MiB (%s); arena cap %.1f GiB; %d rows fit at the model's max length",
+			m.BaseBytes/(1<<20), m.PerRowBytes/(1<<20), m.PerTokenBytes/1024, m.PerTokenLenBytes, 100*m.HeldOutError,
+			float64(m.WeightBytes)/(1<<20), m.BesideArenaBytes/(1<<20), beside, float64(m.ArenaLimitBytes)/(1<<30), m.MaxRowsAtModelMax)
 	}
 }

@@ -95,9 +95,10 @@ type Shape struct {
 	MsPerBatch     float64 `json:"ms_per_batch"`
 	// PeakBytes is this process's device memory after the shape's runs
 	// (ORT's arena keeps its high-water mark until released), ActivationBytes
-	// that less the idle footprint, PredictedBytes what the calibrated model
-	// charges for the shape's activations (slopes only; the intercept is
-	// compared with the idle footprint).
+	// that less the idle footprint, PredictedBytes what the pool's admission
+	// reserves for the shape (gpupool.DeviceStats.EstimateBytes: the
+	// calibrated model, intercept and margins included). Files from before
+	// 2026-11-27 have the model's slopes only there.
 	PeakBytes       uint64  `json:"peak_bytes"`
 	ActivationBytes uint64  `json:"activation_bytes"`
 	PredictedBytes  float64 `json:"predicted_activation_bytes"`
@@ -131,20 +132,30 @@ type Bench struct {
 	// IdleBytes is this process's device memory with the session open after
 	// one tiny run and an emptied arena: the CUDA context, cuBLAS/cuDNN
 	// workspaces and the weights. WeightBytes is the graph's initializers
-	// (file size), NonArenaBytes their difference: what the arena cap's
-	// margin (gpupool.DefaultGPUMemMargin) must cover.
-	IdleBytes     uint64 `json:"idle_bytes"`
-	WeightBytes   uint64 `json:"weight_bytes"`
-	NonArenaBytes int64  `json:"non_arena_bytes"`
-	MarginBytes   uint64 `json:"margin_bytes"`
-	// Calibrated is the pool's fitted memory model on this GPU.
+	// (file size), NonArenaBytes their difference: what admission must
+	// count beside the weights and the arena. MarginBytes is what the
+	// pool's admission does count there (its engine's opening footprint
+	// and the memory beside the arena, less WeightBytes), MarginMeasured
+	// whether that was measured after its workers ran (else the
+	// gpupool.DefaultGPUMemMargin floor; before 2026-11-27, always that
+	// constant).
+	IdleBytes      uint64 `json:"idle_bytes"`
+	WeightBytes    uint64 `json:"weight_bytes"`
+	NonArenaBytes  int64  `json:"non_arena_bytes"`
+	MarginBytes    uint64 `json:"margin_bytes"`
+	MarginMeasured bool   `json:"margin_measured,omitempty"`
+	// Calibrated is the pool's fitted memory model on this GPU, HeldOut its
+	// margin for shapes it was not fitted on.
 	Calibrated struct {
-		Base, PerToken, PerTokenLen float64
-		Error                       string `json:",omitempty"`
+		Base, PerRow, PerToken, PerTokenLen, HeldOut float64
+		Error                                        string `json:",omitempty"`
 	} `json:"calibrated"`
 	// MaxRelError is the largest |predicted − measured| / measured over the
-	// shapes with at least 64 MiB of activations.
+	// shapes with at least 64 MiB of activations, MaxUnder the largest
+	// (measured − predicted) / measured (0: never under), UnderAt where.
 	MaxRelError float64 `json:"calibration_max_rel_error"`
+	MaxUnder    float64 `json:"calibration_max_under"`
+	UnderAt     string  `json:"calibration_under_at,omitempty"`
 	Shapes      []Shape `json:"shapes"`
 }
 
@@ -346,19 +357,35 @@ func benchCommand(ctx context.Context, e cli.Env, args []string) error {
 		b.Calibrated.Error = err.Error()
 	} else {
 		st := pool.Stats().Devices[0]
-		b.Calibrated.Base, b.Calibrated.PerToken, b.Calibrated.PerTokenLen = st.EstimateBase, st.EstimatePerToken, st.EstimatePerTokenLen
+		c := &b.Calibrated
+		c.Base, c.PerRow, c.PerToken, c.PerTokenLen, c.HeldOut = st.EstimateBase, st.EstimatePerRow, st.EstimatePerToken, st.EstimatePerTokenLen, st.EstimateHeldOut
+		b.MarginBytes = uint64(max(0, float64(st.WeightBytes)+st.BesideArenaBytes-float64(b.WeightBytes)))
+		b.MarginMeasured = st.BesideArenaMeasured
 		_ = pool.Close(context.Background())
 		for i := range b.Shapes {
-			sh := &b.Shapes[i]
-			rl := float64(sh.Rows * sh.Len)
-			sh.PredictedBytes = b.Calibrated.PerToken*rl + b.Calibrated.PerTokenLen*rl*float64(sh.Len)
-			if sh.Error == "" && sh.ActivationBytes >= 64<<20 {
-				b.MaxRelError = math.Max(b.MaxRelError, math.Abs(sh.PredictedBytes-float64(sh.ActivationBytes))/float64(sh.ActivationBytes))
-			}
+			b.Shapes[i].PredictedBytes = st.EstimateBytes(b.Shapes[i].Rows, b.Shapes[i].Len)
 		}
+		b.compareMemory()
 	}
 	_ = s.Close()
 	return writeJSON(f.out, b)
+}
+
+// compareMemory sets MaxRelError, MaxUnder and UnderAt from the shapes
+// with at least 64 MiB of activations (smaller ones are within the
+// readings' noise).
+func (b *Bench) compareMemory() {
+	b.MaxRelError, b.MaxUnder, b.UnderAt = 0, 0, ""
+	for _, sh := range b.Shapes {
+		if sh.Error != "" || sh.ActivationBytes < 64<<20 {
+			continue
+		}
+		act := float64(sh.ActivationBytes)
+		b.MaxRelError = math.Max(b.MaxRelError, math.Abs(sh.PredictedBytes-act)/act)
+		if under := (act - sh.PredictedBytes) / act; under > b.MaxUnder {
+			b.MaxUnder, b.UnderAt = under, fmt.Sprintf("%d×%d", sh.Rows, sh.Len)
+		}
+	}
 }
 
 // open starts ONNX Runtime, loads the configured model and opens NVML;

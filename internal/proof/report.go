@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/compare"
+	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/doctor"
 )
 
@@ -219,9 +221,9 @@ func (r Report) findings() []string {
 			if on != nil && off != nil {
 				line += fmt.Sprintf("; max |Δp| vs CPU %.2g with it, %.2g without; decisions agree %.4f / %.4f", on.MaxAbsDiff, off.MaxAbsDiff, on.Agreement, off.Agreement)
 				if on.Agreement >= off.Agreement && on.MaxAbsDiff < 1e-3 {
-					line += " → GPU_TF32=true costs no decision here: make it the default"
+					line += " → GPU_TF32=true (the default) costs no decision here"
 				} else {
-					line += " → keep GPU_TF32=false (it moves decisions), or use fp16 for speed"
+					line += " → set GPU_TF32=false here (TF32 moves decisions), or use fp16 for speed"
 				}
 			}
 			f = append(f, line)
@@ -232,15 +234,27 @@ func (r Report) findings() []string {
 		if b.TF32 {
 			label += ", TF32"
 		}
-		margin := "covers it"
-		if b.NonArenaBytes > int64(b.MarginBytes) {
-			margin = fmt.Sprintf("does NOT cover it: raise gpupool.DefaultGPUMemMargin to ≥ %d MiB", (b.NonArenaBytes*5/4)>>20)
+		margin := fmt.Sprintf("the %d MiB admission margin", b.MarginBytes>>20)
+		verdict := "covers it"
+		switch {
+		case b.MarginMeasured:
+			margin = fmt.Sprintf("the %d MiB admission counts there (measured after its workers ran)", b.MarginBytes>>20)
+			if b.NonArenaBytes > int64(b.MarginBytes) {
+				verdict = "does NOT cover it: the pool's measurement missed memory beside the arena"
+			}
+		case b.NonArenaBytes > int64(b.MarginBytes):
+			verdict = fmt.Sprintf("does NOT cover it: raise gpupool.DefaultGPUMemMargin to ≥ %d MiB", (b.NonArenaBytes*5/4)>>20)
 		}
-		f = append(f, fmt.Sprintf("memory %s (%s): idle %.0f MiB = weights %.0f MiB + %.0f MiB CUDA context/workspaces; the %d MiB admission margin %s",
-			b.Model, label, float64(b.IdleBytes)/(1<<20), float64(b.WeightBytes)/(1<<20), float64(b.NonArenaBytes)/(1<<20), b.MarginBytes>>20, margin))
-		if b.Calibrated.Error == "" {
-			f = append(f, fmt.Sprintf("calibration %s (%s): %.0f B·rows·len + %.1f B·rows·len²; largest error against measured activation peaks %.0f%%",
-				b.Model, label, b.Calibrated.PerToken, b.Calibrated.PerTokenLen, 100*b.MaxRelError))
+		f = append(f, fmt.Sprintf("memory %s (%s): idle %.0f MiB = weights %.0f MiB + %.0f MiB CUDA context/workspaces; %s %s",
+			b.Model, label, float64(b.IdleBytes)/(1<<20), float64(b.WeightBytes)/(1<<20), float64(b.NonArenaBytes)/(1<<20), margin, verdict))
+		if c := b.Calibrated; c.Error == "" {
+			b.compareMemory()
+			under := "never under"
+			if b.MaxUnder > 0 {
+				under = fmt.Sprintf("UNDER by %.0f%% at %s: admission can over-commit the GPU", 100*b.MaxUnder, b.UnderAt)
+			}
+			f = append(f, fmt.Sprintf("calibration %s (%s): %.0f B + %.2f MiB·rows + %.0f B·rows·len + %.1f B·rows·len², held-out margin %.1f%%; predicted against measured activation peaks: largest error %.0f%%, %s",
+				b.Model, label, c.Base, c.PerRow/(1<<20), c.PerToken, c.PerTokenLen, 100*c.HeldOut, 100*b.MaxRelError, under))
 		} else {
 			f = append(f, fmt.Sprintf("calibration %s (%s) failed: %s", b.Model, label, b.Calibrated.Error))
 		}
@@ -306,7 +320,9 @@ func (r Report) Markdown() string {
 				s.OOMRetries, s.Refusals, s.Fallbacks, s.Error)
 		}
 	}
-	fmt.Fprintf(&b, "\nDefaults in this build: GPU_TF32=false, admission margin %d MiB (gpupool.DefaultGPUMemMargin).\n", gpupool.DefaultGPUMemMargin>>20)
+	tf32, _ := reflect.TypeFor[config.Config]().FieldByName("GPUTF32")
+	fmt.Fprintf(&b, "\nDefaults in this build: GPU_TF32=%s; admission counts %d MiB beside the weights and the arena until it has measured what CUDA takes there (gpupool.DefaultGPUMemMargin).\n",
+		tf32.Tag.Get("envDefault"), gpupool.DefaultGPUMemMargin>>20)
 	return b.String()
 }
 

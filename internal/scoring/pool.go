@@ -27,7 +27,10 @@ func SessionFactory(cfg config.Config, m *model.Model) gpupool.EngineFactory {
 // load in it, the bench records batches). The returned func shuts NVML down
 // after the pool is closed. The settings the pool was built with are logged
 // at debug level ("scorer built"), the same line for every subcommand.
-func NewPool(ctx context.Context, cfg config.Config, m *model.Model, log zerolog.Logger, reg prometheus.Registerer, wrap func(gpupool.EngineFactory) gpupool.EngineFactory) (*gpupool.Pool, func(), error) {
+// extra options are applied last (the doctor's CPU calibration taken only
+// from the cache).
+func NewPool(ctx context.Context, cfg config.Config, m *model.Model, log zerolog.Logger, reg prometheus.Registerer,
+	wrap func(gpupool.EngineFactory) gpupool.EngineFactory, extra ...gpupool.Option) (*gpupool.Pool, func(), error) {
 	host := config.DetectHost()
 	opts, err := cfg.PoolOptions(host)
 	if err != nil {
@@ -43,6 +46,7 @@ func NewPool(ctx context.Context, cfg config.Config, m *model.Model, log zerolog
 		gpupool.Calibrate(gpupool.Calibration{MaxLen: m.MaxLength}),
 		gpupool.Logger(log.With().Str("component", "gpupool").Logger()),
 		gpupool.Registerer(reg))
+	opts = append(opts, extra...)
 	closeNVML := func() {}
 	probe, closeProbe, err := openProbe(ctx, cfg, log)
 	if err != nil {
