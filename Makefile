@@ -78,7 +78,7 @@ gpu-proof: $(BIN) cuda-ort
 	$(GO) build -o bin/onnx-fp16 ./tools/onnx-fp16
 	./scripts/gpu-proof.sh $(GPU_PROOF_FLAGS)
 
-# Regenerates internal/onnxpb from onnx.proto (protoc + protoc-gen-go); the output is committed.
+# Regenerates model/onnxpb from onnx.proto (protoc + protoc-gen-go); the output is committed.
 onnxpb:
 	./scripts/gen-onnxpb.sh
 
