@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -200,4 +201,39 @@ func rewriteGraph(path string) (f *os.File, sessionPath string, st relAttnStats,
 		return nil, "", st, fmt.Errorf("writing the rewritten graph: %w", err)
 	}
 	return f, fmt.Sprintf("/proc/self/fd/%d", f.Fd()), st, nil
+}
+
+// RelAttentionNodes names the nodes of the graph at path that the
+// relative-attention rewrite replaces or leaves unused (the Tiles, the
+// [rows·heads, L, 512] products, the index Expands, the GatherElements and
+// what only they read), for profiles that compare the relative-position
+// path's cost before and after; the nodes the rewrite adds are named with
+// the prefix it returns. It is errNoRelAttention's error for a graph the
+// rewrite does not recognise.
+func RelAttentionNodes(path string) (removed []string, addedPrefix string, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, "", err
+	}
+	defer f.Close()
+	sg, err := readSplitGraph(f)
+	if err != nil {
+		return nil, "", err
+	}
+	g := sg.m.GetGraph()
+	before := slices.Clone(g.GetNode())
+	addedPrefix = uniquePrefix(indexGraph(g), relAttnPrefix)
+	if _, err := rewriteRelAttention(g, defaultOpset(sg.m)); err != nil {
+		return nil, "", err
+	}
+	kept := map[*onnxpb.NodeProto]bool{}
+	for _, n := range g.GetNode() {
+		kept[n] = true
+	}
+	for _, n := range before {
+		if !kept[n] {
+			removed = append(removed, n.GetName())
+		}
+	}
+	return removed, addedPrefix, nil
 }

@@ -63,6 +63,10 @@ func (s relAttnStats) String() string {
 // the pattern: it runs unchanged.
 var errNoRelAttention = errors.New("no disentangled-attention gather found")
 
+// relAttnPrefix starts the names of the nodes and constants the rewrite
+// adds (with a number when the graph already uses it).
+const relAttnPrefix = "scorer_relattn"
+
 // relAttnMinOpset is the first default-domain opset whose Slice, Range,
 // Reshape and reductions have the forms the rewrite writes.
 const relAttnMinOpset = 13
@@ -275,7 +279,7 @@ func rewriteRelAttention(g *onnxpb.GraphProto, opset int64) (relAttnStats, error
 	if opset < relAttnMinOpset {
 		return st, fmt.Errorf("opset %d is older than %d", opset, relAttnMinOpset)
 	}
-	b := &graphBuilder{prefix: uniquePrefix(x, "scorer_relattn")}
+	b := &graphBuilder{prefix: uniquePrefix(x, relAttnPrefix)}
 	sigs := newSigner(g)
 	indices := map[string]relAttnIndex{}
 	replaced := map[*onnxpb.NodeProto]bool{}
