@@ -30,16 +30,21 @@ import (
 //
 // rewriteRelAttention replaces each such gather by
 //
-//	Gather(Reshape(MatMul(Reshape(A, [rows, heads, L, d]), Transpose(Slice(P, lo, hi+1, axis 1))), [rows·heads, L·W]), F, axis 1)
+//	GatherElements(Reshape(MatMul(Reshape(A, [rows, heads, L, d]), Transpose(Slice(P, lo, hi+1, axis 1))), [-1, L, W]), E, axis 2)
 //
-// with lo, hi = min, max of I, W = hi−lo+1 and F[i, j] = i·W + I[i, j] − lo:
-// the window of positions the sequence can use, multiplied head-major
-// without the Tile, and one flat [L, L] index in place of the
-// [rows·heads, L, L] one. F and the window bounds are built once per
-// distinct I (graphs share I between layers, or compute it identically in
-// each: structurally equal index graphs share one F). Because the window is
-// I's own range, log buckets past 129 tokens keep working: it is then the
-// bucketed range.
+// with lo, hi = min, max of I, W = hi−lo+1 and E = I − lo as int32,
+// expanded to [rows·heads, L, L]: the window of positions the sequence can
+// use, multiplied head-major without the Tile, and one index built once
+// per run in place of one int64 Expand per layer. The window and E are
+// built once per distinct I (graphs share I between layers, or compute it
+// identically in each: structurally equal index graphs share one E).
+// Because the window is I's own range, log buckets past 129 tokens keep
+// working: it is then the bucketed range.
+//
+// Why GatherElements and not a Gather from the flattened scores with a
+// [L, L] index: ORT's CPU Gather copies one element per index there, which
+// on the production-size stand-in at 512 tokens took 2.5× the time of the
+// original Expands and GatherElements together (tools/ortprofile).
 
 // relAttnStats counts what rewriteRelAttention changed.
 type relAttnStats struct {
@@ -287,7 +292,7 @@ func rewriteRelAttention(g *onnxpb.GraphProto, opset int64) (relAttnStats, error
 		sig := sigs.of(s.index)
 		ix, ok := indices[sig]
 		if !ok {
-			ix = b.flatIndex(s.index)
+			ix = b.windowIndex(s.index, s.a)
 			indices[sig] = ix
 		}
 		b.site(s, ix)
@@ -396,32 +401,33 @@ func intsAttr(name string, v ...int64) *onnxpb.AttributeProto {
 }
 
 // relAttnIndex is what one distinct I gives every site that reads it: the
-// window's bounds as Slice's starts and ends ([1] each), the flat [L, L]
-// index F and the [-1, L·W] shape the scores are flattened to.
+// window's bounds as Slice's starts and ends ([1] each), the gather index
+// I − lo as int32 expanded to [rows·heads, L, L] once, and the
+// [-1, L, W] shape the windowed scores take for it.
 type relAttnIndex struct {
-	starts, ends, flat, flatShape string
+	starts, ends, index, scoresShape string
 }
 
-// flatIndex builds F and the window from I (int64, [..., L, L] with
-// leading ones).
-func (b *graphBuilder) flatIndex(idx string) relAttnIndex {
-	one, zero := b.ints(nil, 1), b.ints(nil, 0)
+// windowIndex builds the window and the shared index from I (int64,
+// [..., L, L] with leading ones); a is the first site's [rows·heads, L, d]
+// input, whose first dimension every site shares.
+func (b *graphBuilder) windowIndex(idx, a string) relAttnIndex {
+	one, vec := b.ints(nil, 1), b.ints([]int64{1}, 1)
 	lo := b.node("ReduceMin", []string{idx}, []*onnxpb.AttributeProto{intAttr("keepdims", 0)})
 	hi := b.node("ReduceMax", []string{idx}, []*onnxpb.AttributeProto{intAttr("keepdims", 0)})
 	w := b.node("Add", []string{b.node("Sub", []string{hi, lo}, nil), one}, nil)
 	qk := b.node("Slice", []string{b.node("Shape", []string{idx}, nil), b.ints([]int64{1}, -2), b.ints([]int64{1}, math.MaxInt64)}, nil)
-	sq := b.node("Reshape", []string{idx, qk}, nil)
-	lq := b.node("Gather", []string{qk, zero}, []*onnxpb.AttributeProto{intAttr("axis", 0)})
-	rows := b.node("Range", []string{zero, lq, one}, nil)
-	rowStart := b.node("Reshape", []string{b.node("Mul", []string{rows, w}, nil), b.ints([]int64{2}, -1, 1)}, nil)
-	flat := b.node("Add", []string{b.node("Sub", []string{sq, lo}, nil), rowStart}, nil)
-	vec := b.ints([]int64{1}, 1)
-	lw := b.node("Reshape", []string{b.node("Mul", []string{lq, w}, nil), vec}, nil)
+	rel := b.node("Sub", []string{b.node("Reshape", []string{idx, qk}, nil), lo}, nil)
+	// int32 halves the index's bytes; W < 2³¹ always.
+	rel32 := b.node("Cast", []string{rel}, []*onnxpb.AttributeProto{intAttr("to", int64(onnxpb.TensorProto_INT32))})
+	bh := b.node("Slice", []string{b.node("Shape", []string{a}, nil), b.ints([]int64{1}, 0), vec}, nil)
+	lq := b.node("Slice", []string{qk, b.ints([]int64{1}, 0), vec}, nil)
 	return relAttnIndex{
-		starts:    b.node("Reshape", []string{lo, vec}, nil),
-		ends:      b.node("Reshape", []string{b.node("Add", []string{hi, one}, nil), vec}, nil),
-		flat:      flat,
-		flatShape: b.node("Concat", []string{b.ints([]int64{1}, -1), lw}, []*onnxpb.AttributeProto{intAttr("axis", 0)}),
+		starts: b.node("Reshape", []string{lo, vec}, nil),
+		ends:   b.node("Reshape", []string{b.node("Add", []string{hi, one}, nil), vec}, nil),
+		index:  b.node("Expand", []string{rel32, b.node("Concat", []string{bh, qk}, []*onnxpb.AttributeProto{intAttr("axis", 0)})}, nil),
+		scoresShape: b.node("Concat", []string{b.ints([]int64{1}, -1), lq, b.node("Reshape", []string{w, vec}, nil)},
+			[]*onnxpb.AttributeProto{intAttr("axis", 0)}),
 	}
 }
 
@@ -434,10 +440,10 @@ func (b *graphBuilder) site(s relAttnSite, ix relAttnIndex) {
 	ld := b.node("Slice", []string{b.node("Shape", []string{s.a}, nil), b.ints([]int64{1}, 1), b.ints([]int64{1}, 3)}, nil)
 	shape4 := b.node("Concat", []string{b.ints([]int64{1}, -1), heads, ld}, []*onnxpb.AttributeProto{intAttr("axis", 0)})
 	scores := b.node("MatMul", []string{b.node("Reshape", []string{s.a, shape4}, nil), winT}, nil)
-	flat := b.node("Reshape", []string{scores, ix.flatShape}, nil)
-	b.nodes = append(b.nodes, &onnxpb.NodeProto{OpType: proto.String("Gather"), Name: proto.String(b.name("Gather")),
-		Input: []string{flat, ix.flat}, Output: slices.Clone(s.gather.GetOutput()),
-		Attribute: []*onnxpb.AttributeProto{intAttr("axis", 1)}})
+	b.nodes = append(b.nodes, &onnxpb.NodeProto{OpType: proto.String("GatherElements"), Name: proto.String(b.name("GatherElements")),
+		Input:     []string{b.node("Reshape", []string{scores, ix.scoresShape}, nil), ix.index},
+		Output:    slices.Clone(s.gather.GetOutput()),
+		Attribute: []*onnxpb.AttributeProto{intAttr("axis", 2)}})
 }
 
 // signer names a tensor by how it is computed, so two index graphs built
