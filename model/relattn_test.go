@@ -254,27 +254,45 @@ func TestRelAttentionPairs(t *testing.T) {
 	}
 }
 
+// checkFile is make_deberta.py's --check file, the form hf-logits.json
+// shares: a batch of random ids padded with 0, torch's logits for it
+// padded (Logits) and for each row alone (RowLogits).
+type checkFile struct {
+	Lengths   []int       `json:"lengths"`
+	InputIDs  [][]int64   `json:"input_ids"`
+	Logits    [][]float64 `json:"logits"`
+	RowLogits [][]float64 `json:"row_logits"`
+}
+
+func readCheckFile(t *testing.T, path string) checkFile {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c checkFile
+	if err := json.Unmarshal(data, &c); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	if len(c.Lengths) == 0 || len(c.InputIDs) != len(c.Lengths) || len(c.Logits) != len(c.Lengths) || len(c.RowLogits) != len(c.Lengths) {
+		t.Fatalf("%s: %d lengths, %d rows of ids, %d and %d rows of logits", path, len(c.Lengths), len(c.InputIDs), len(c.Logits), len(c.RowLogits))
+	}
+	return c
+}
+
 // TestRelAttentionHFLogits scores hf-logits.json's rows (lengths 300, 150,
 // 37, 5; padded in one batch and each alone) through Session.Logits with
 // and without the rewrite: within 1e-4 of HF torch's own logits.
 func TestRelAttentionHFLogits(t *testing.T) {
 	dir := testenv.ModelDir(t, "nli-deberta-v3-hf-tiny")
-	data, err := os.ReadFile(filepath.Join(dir, "hf-logits.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ref struct {
-		Lengths   []int       `json:"lengths"`
-		InputIDs  [][]int32   `json:"input_ids"`
-		Logits    [][]float64 `json:"logits"`
-		RowLogits [][]float64 `json:"row_logits"`
-	}
-	if err := json.Unmarshal(data, &ref); err != nil {
-		t.Fatal(err)
-	}
+	ref := readCheckFile(t, filepath.Join(dir, "hf-logits.json"))
 	pairs := make([]Pair, len(ref.Lengths))
 	for i, n := range ref.Lengths {
-		pairs[i] = Pair{IDs: ref.InputIDs[i][:n], TypeIDs: make([]int32, n)}
+		ids := make([]int32, n)
+		for j := range ids {
+			ids[j] = int32(ref.InputIDs[i][j])
+		}
+		pairs[i] = Pair{IDs: ids, TypeIDs: make([]int32, n)}
 	}
 	for _, keep := range []bool{false, true} {
 		t.Run(fmt.Sprintf("keep=%t", keep), func(t *testing.T) {
@@ -358,19 +376,7 @@ func TestRelAttentionUnrecognised(t *testing.T) {
 // within 1e-5 of each other, and both within 1e-4 of torch's logits.
 func TestRelAttentionCheckFixture(t *testing.T) {
 	dir := filepath.Join("testdata", "deberta-check")
-	data, err := os.ReadFile(filepath.Join(dir, "check.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var fx struct {
-		Lengths   []int       `json:"lengths"`
-		InputIDs  [][]int64   `json:"input_ids"`
-		Logits    [][]float64 `json:"logits"`
-		RowLogits [][]float64 `json:"row_logits"`
-	}
-	if err := json.Unmarshal(data, &fx); err != nil {
-		t.Fatal(err)
-	}
+	fx := readCheckFile(t, filepath.Join(dir, "check.json"))
 	path := filepath.Join(dir, "model.onnx")
 	f, rewritten, st, err := rewriteGraph(path)
 	if err != nil {
