@@ -152,7 +152,9 @@ type Loading struct {
 }
 
 // Start checks the options and reads config.json, tokenizer_config.json and
-// the graph's inputs and outputs (milliseconds), then hashes the ONNX file
+// the graph's inputs and outputs (milliseconds), rewrites DeBERTa's
+// relative attention unless KeepRelativeAttention (rewriteGraph: a copy of
+// the file, seconds for a production-size model), then hashes the ONNX file
 // and loads the tokenizer in the background. Its errors are those of
 // Load's first steps; the hash's and the tokenizer's come from Wait.
 func Start(opts LoadOptions) (*Loading, error) {
