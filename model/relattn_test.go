@@ -31,8 +31,8 @@ func relAttnGraphs(t *testing.T) map[string]string {
 	}
 }
 
-// opCounts counts a graph file's node types (top level).
-func opCounts(t *testing.T, path string) map[string]int {
+// readTestGraph reads a graph file's nodes (weights left on disk).
+func readTestGraph(t *testing.T, path string) *onnxpb.GraphProto {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -43,8 +43,14 @@ func opCounts(t *testing.T, path string) map[string]int {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return sg.m.GetGraph()
+}
+
+// opCounts counts a graph file's node types (top level).
+func opCounts(t *testing.T, path string) map[string]int {
+	t.Helper()
 	n := map[string]int{}
-	for _, node := range sg.m.GetGraph().GetNode() {
+	for _, node := range readTestGraph(t, path).GetNode() {
 		n[node.GetOpType()]++
 	}
 	return n
@@ -54,18 +60,10 @@ func opCounts(t *testing.T, path string) map[string]int {
 // its indices.
 func indexExpands(t *testing.T, path string) int {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sg, err := readSplitGraph(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	x := indexGraph(sg.m.GetGraph())
+	g := readTestGraph(t, path)
+	x := indexGraph(g)
 	seen := map[*onnxpb.NodeProto]bool{}
-	for _, n := range sg.m.GetGraph().GetNode() {
+	for _, n := range g.GetNode() {
 		if n.GetOpType() == "GatherElements" {
 			if e := x.op(n.GetInput()[1], "Expand"); e != nil {
 				seen[e] = true
