@@ -38,7 +38,7 @@ STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(abspath $(DEPS)/bin/staticcheck)
 FUZZTIME    ?= 15s
 
-.PHONY: build ort cuda-ort kcat helm promtool duckdb staticcheck test test-short fuzz vet fmt lint docs run bench rawloop golden image image-cuda image-test dist gpu-proof onnxpb clean
+.PHONY: build ort cuda-ort kcat helm promtool duckdb staticcheck test test-short fuzz vet fmt lint docs run bench bench-profile rawloop golden image image-cuda image-test dist gpu-proof onnxpb clean
 
 build: $(BIN) ort
 
@@ -78,7 +78,7 @@ gpu-proof: $(BIN) cuda-ort
 	$(GO) build -o bin/onnx-fp16 ./tools/onnx-fp16
 	./scripts/gpu-proof.sh $(GPU_PROOF_FLAGS)
 
-# Regenerates internal/onnxpb from onnx.proto (protoc + protoc-gen-go); the output is committed.
+# Regenerates model/onnxpb from onnx.proto (protoc + protoc-gen-go); the output is committed.
 onnxpb:
 	./scripts/gen-onnxpb.sh
 
@@ -156,6 +156,15 @@ run: build
 DEBERTA_DIR := $(abspath $(DEPS)/deberta-v3-large-standin)
 bench: build rawloop $(DEBERTA_DIR)/onnx/model_quantized.onnx
 	$(BIN) bench --model-dirs "$(SHARED)/models/nli-unigram-small,$(SHARED)/models/nli-wordpiece-small" --transcripts $(TRANSCRIPTS) --out docs/benchmarks.json --md docs/benchmarks.md --cpuprofile bin/bench-cpu.prof --large-model $(DEBERTA_DIR) --production-model $(DEBERTA_DIR) $(BENCH_FLAGS)
+	$(MAKE) bench-profile
+
+# ONNX Runtime's per-node profile of the production-size stand-in (fp32 and its fp16 twin), with the
+# relative-attention rewrite off and on: time and output bytes by op type and over the relative-position
+# path, and the op types of ORT's optimised graph (what its fusions leave unfused). Prints the tables
+# and keeps them in bin/profile.txt (profiles and optimised graphs under bin/profile); docs/benchmarks.md,
+# "Where the time goes", reads them. About 10 minutes on 2 cores; PROFILE_FLAGS adds flags.
+bench-profile: $(DEBERTA_DIR)/onnx/model_quantized.onnx
+	$(GO) run ./tools/ortprofile -model $(DEBERTA_DIR) -rows 4 -lens 48,512 -runs 2 -fp16 -out bin/profile $(PROFILE_FLAGS) | tee bin/profile.txt
 
 $(DEBERTA_DIR)/onnx/model_quantized.onnx:
 	./scripts/make-deberta.sh $(SHARED) $(DEBERTA_DIR)

@@ -59,6 +59,11 @@ type LoadOptions struct {
 	// PairSeparator goes between premise and hypothesis under EncodeJoined;
 	// empty means DefaultPairSeparator. Ignored under EncodePair.
 	PairSeparator string
+	// KeepRelativeAttention loads the graph as exported. False (the
+	// default) rewrites DeBERTa's disentangled attention, when the graph
+	// has it, to compute only the relative positions a batch can use
+	// (relattn.go); Model.GraphRewrite says what was done.
+	KeepRelativeAttention bool
 }
 
 // Model is a loaded NLI model: its tokenizer, label layout and graph
@@ -99,6 +104,15 @@ type Model struct {
 	// float32, or float16 for a graph exported for GPUs in half precision
 	// (Optimum's --dtype fp16). Sessions convert float16 logits to float32.
 	OutputType ort.TensorElementDataType
+	// GraphRewrite says, in one line for the log, what load changed in the
+	// graph sessions run, or why it changed nothing.
+	GraphRewrite string
+
+	// sessionPath is the graph sessions load: ONNXPath, or the rewritten
+	// graph in rewritten (an unlinked temporary file, open for the life of
+	// the Model so that its /proc/self/fd path stays valid).
+	sessionPath string
+	rewritten   *os.File
 }
 
 // Info is the identity written into every scored record.
@@ -138,7 +152,9 @@ type Loading struct {
 }
 
 // Start checks the options and reads config.json, tokenizer_config.json and
-// the graph's inputs and outputs (milliseconds), then hashes the ONNX file
+// the graph's inputs and outputs (milliseconds), rewrites DeBERTa's
+// relative attention unless KeepRelativeAttention (rewriteGraph: a copy of
+// the file, seconds for a production-size model), then hashes the ONNX file
 // and loads the tokenizer in the background. Its errors are those of
 // Load's first steps; the hash's and the tokenizer's come from Wait.
 func Start(opts LoadOptions) (*Loading, error) {
@@ -246,7 +262,26 @@ func loadGraph(opts LoadOptions) (*Model, int, error) {
 	if err := m.readGraph(); err != nil {
 		return nil, 0, err
 	}
+	m.rewriteGraph(opts.KeepRelativeAttention)
 	return m, cfg.maxPositions, nil
+}
+
+// rewriteGraph rewrites the disentangled attention unless told to keep
+// it. A graph the rewrite does not recognise, or cannot rewrite, runs as
+// exported: the reason goes to GraphRewrite, never into an error.
+func (m *Model) rewriteGraph(keep bool) {
+	m.sessionPath = m.ONNXPath
+	if keep {
+		m.GraphRewrite = "graph as exported: relative-attention rewrite off"
+		return
+	}
+	f, path, st, err := rewriteGraph(m.ONNXPath)
+	if err != nil {
+		m.GraphRewrite = "graph as exported: " + err.Error()
+		return
+	}
+	m.rewritten, m.sessionPath = f, path
+	m.GraphRewrite = "relative attention rewritten: " + st.String()
 }
 
 // modelConfig is the part of config.json Load needs.

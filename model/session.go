@@ -1,6 +1,7 @@
 package model
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -78,7 +79,7 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 			return nil, fmt.Errorf("model: configuring session for %s: %w", m.Name, err)
 		}
 	}
-	sess, err := ort.NewDynamicAdvancedSession(m.ONNXPath, m.InputNames, []string{m.OutputName}, so)
+	sess, err := ort.NewDynamicAdvancedSession(cmp.Or(m.sessionPath, m.ONNXPath), m.InputNames, []string{m.OutputName}, so)
 	if err != nil {
 		if isOutOfMemory(err) {
 			return nil, fmt.Errorf("model: creating session for %s: %w: %w", m.ONNXPath, ErrOutOfMemory, err)
@@ -93,7 +94,8 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 
 // MemoryKey names what the memory of this session's runs depends on besides
 // the batch's shape: the model's version (SHA256) and maximum length, the
-// ONNX Runtime release and the session's options. gpupool keeps CPU memory
+// ONNX Runtime release, the session's options and whether the graph was
+// rewritten (relattn.go moves less memory). gpupool keeps CPU memory
 // calibrations under it (CPUMemoryConfig.CacheDir). It is "" for a session
 // whose options it cannot name (SessionOptions.Configure, which adds
 // execution providers) or whose model has no version yet (Wait has not
@@ -102,8 +104,9 @@ func (s *Session) MemoryKey() string {
 	if s.opts.Configure != nil || s.m.SHA256 == "" {
 		return ""
 	}
-	return fmt.Sprintf("model=%s max_len=%d ort=%s intra_op=%d inter_op=%d mem_pattern=%t",
-		s.m.SHA256, s.m.MaxLength, ort.GetVersion(), s.opts.IntraOpThreads, s.opts.InterOpThreads, !s.opts.DisableMemPattern)
+	return fmt.Sprintf("model=%s max_len=%d ort=%s intra_op=%d inter_op=%d mem_pattern=%t rewritten=%t",
+		s.m.SHA256, s.m.MaxLength, ort.GetVersion(), s.opts.IntraOpThreads, s.opts.InterOpThreads, !s.opts.DisableMemPattern,
+		s.m.rewritten != nil)
 }
 
 // ErrNoArenaShrink is returned by ReleaseArena on a session created without

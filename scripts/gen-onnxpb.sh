@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates internal/onnxpb/onnx.pb.go: the ONNX protobuf schema (onnx.proto) as Go types, compiled by
+# Regenerates model/onnxpb/onnx.pb.go: the ONNX protobuf schema (onnx.proto) as Go types, compiled by
 # protoc with the official Go generator (google.golang.org/protobuf's protoc-gen-go), so the tests and
 # tools/onnx-fp16 edit ONNX graphs with the maintained protobuf runtime rather than a hand-written
 # encoder. The schema comes from Debian's python3-onnx (onnx 1.12, IR version 8); fields a newer graph
@@ -18,6 +18,6 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cp "$proto" "$work/onnx.proto"
 PATH=$bin:$PATH protoc -I "$work" --go_out="$work" \
-	--go_opt=Monnx.proto=github.com/scorer/scorer/internal/onnxpb --go_opt=paths=source_relative "$work/onnx.proto"
-mv "$work/onnx.pb.go" internal/onnxpb/onnx.pb.go
-echo "gen-onnxpb: wrote internal/onnxpb/onnx.pb.go from $proto (protoc-gen-go $version)"
+	--go_opt=Monnx.proto=github.com/scorer/scorer/model/onnxpb --go_opt=paths=source_relative "$work/onnx.proto"
+mv "$work/onnx.pb.go" model/onnxpb/onnx.pb.go
+echo "gen-onnxpb: wrote model/onnxpb/onnx.pb.go from $proto (protoc-gen-go $version)"

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/rs/zerolog"
 
@@ -37,10 +38,10 @@ var Spec = cli.Spec{
 
 // compareFlags are `scorer compare`'s own flags.
 type compareFlags struct {
-	a, b, aFile, bFile, aDev, bDev, aEnc, bEnc, in string
-	limit, flips                                   int
-	minAgree                                       float64
-	asJSON                                         bool
+	a, b, aFile, bFile, aDev, bDev, aEnc, bEnc, aRw, bRw, in string
+	limit, flips                                             int
+	minAgree                                                 float64
+	asJSON                                                   bool
 }
 
 func (f *compareFlags) register(fs *flag.FlagSet) {
@@ -52,6 +53,8 @@ func (f *compareFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.bDev, "b-device", "", "DEVICE for B (default DEVICE)")
 	fs.StringVar(&f.aEnc, "a-pair-encoding", "", "PAIR_ENCODING for A: pair or joined (default PAIR_ENCODING)")
 	fs.StringVar(&f.bEnc, "b-pair-encoding", "", "PAIR_ENCODING for B, e.g. joined against A's pair on one model to see what moves (default PAIR_ENCODING)")
+	fs.StringVar(&f.aRw, "a-rel-attention-rewrite", "", "REL_ATTENTION_REWRITE for A: true or false (default REL_ATTENTION_REWRITE)")
+	fs.StringVar(&f.bRw, "b-rel-attention-rewrite", "", "REL_ATTENTION_REWRITE for B, e.g. false against A's true to check the rewrite (default REL_ATTENTION_REWRITE)")
 	fs.StringVar(&f.in, "in", "", "TranscriptEvent JSONL sample (required)")
 	fs.IntVar(&f.limit, "limit", 0, "score at most this many transcripts of --in; 0 = all")
 	fs.Float64Var(&f.minAgree, "min-agreement", 0.99, "exit 1 when any label's decision agreement at THRESHOLD is below this (0 to 1)")
@@ -81,7 +84,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 		return err
 	}
 	sides := [2]config.Config{cfg, cfg}
-	for i, s := range []struct{ dir, file, dev, enc *string }{{&f.a, &f.aFile, &f.aDev, &f.aEnc}, {&f.b, &f.bFile, &f.bDev, &f.bEnc}} {
+	for i, s := range []struct{ dir, file, dev, enc, rw *string }{{&f.a, &f.aFile, &f.aDev, &f.aEnc, &f.aRw}, {&f.b, &f.bFile, &f.bDev, &f.bEnc, &f.bRw}} {
 		if *s.dir != "" {
 			sides[i].ModelDir = *s.dir
 		} else if i == 1 {
@@ -95,6 +98,13 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 		}
 		if *s.enc != "" {
 			sides[i].PairEncoding = *s.enc
+		}
+		if *s.rw != "" {
+			on, err := strconv.ParseBool(*s.rw)
+			if err != nil {
+				return cli.UsageError{Msg: fmt.Sprintf("compare: --%c-rel-attention-rewrite %q: want true or false", 'a'+i, *s.rw)}
+			}
+			sides[i].RelAttnRewrite = on
 		}
 		// Each side scores everything itself: a cache would make the
 		// second side's throughput meaningless.
@@ -158,6 +168,7 @@ func compareSide(ctx context.Context, cfg config.Config, log zerolog.Logger, eve
 	if err != nil {
 		return Run{}, err
 	}
+	log.Info().Str("model", m.Name).Str("graph_rewrite", m.GraphRewrite).Msg("model graph")
 	pool, closeNVML, err := scoring.NewPool(ctx, cfg, m, log, nil, nil)
 	if err != nil {
 		return Run{}, err

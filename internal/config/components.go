@@ -119,7 +119,8 @@ func (c *Config) PoolOptions(h Host) ([]gpupool.Option, error) {
 }
 
 // ModelOptions is how the model is loaded: MODEL_DIR resolved, MODEL_FILE,
-// SCORE_MODE, ENTAILMENT_INDEX, PAIR_ENCODING and PAIR_SEPARATOR.
+// SCORE_MODE, ENTAILMENT_INDEX, PAIR_ENCODING, PAIR_SEPARATOR and
+// REL_ATTENTION_REWRITE.
 func (c *Config) ModelOptions() (model.LoadOptions, error) {
 	dir, err := ResolvePath(c.ModelDir)
 	if err != nil {
@@ -133,7 +134,8 @@ func (c *Config) ModelOptions() (model.LoadOptions, error) {
 	if err != nil {
 		return model.LoadOptions{}, err
 	}
-	lo := model.LoadOptions{Dir: dir, ONNXFile: c.ModelFile, ScoreMode: mode, PairEncoding: enc, PairSeparator: c.PairSeparator}
+	lo := model.LoadOptions{Dir: dir, ONNXFile: c.ModelFile, ScoreMode: mode, PairEncoding: enc, PairSeparator: c.PairSeparator,
+		KeepRelativeAttention: !c.RelAttnRewrite}
 	if c.EntailmentIndex >= 0 {
 		idx := c.EntailmentIndex
 		lo.EntailmentIndex = &idx

@@ -84,3 +84,25 @@ func TestPoolOptionsBatchShape(t *testing.T) {
 		}
 	}
 }
+
+// TestRelAttnRewriteSetting: REL_ATTENTION_REWRITE is on by default and
+// reaches the model's load options, inverted, as the only switch.
+func TestRelAttnRewriteSetting(t *testing.T) {
+	for env, keep := range map[string]bool{"": false, "true": false, "false": true} {
+		vars := map[string]string{"MODEL_DIR": t.TempDir()}
+		if env != "" {
+			vars["REL_ATTENTION_REWRITE"] = env
+		}
+		cfg, err := parseConfig(t, vars)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lo, err := cfg.ModelOptions()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lo.KeepRelativeAttention != keep {
+			t.Errorf("REL_ATTENTION_REWRITE=%q: KeepRelativeAttention %t, want %t", env, lo.KeepRelativeAttention, keep)
+		}
+	}
+}

@@ -83,6 +83,7 @@ type Config struct {
 	PairEncoding    string `env:"PAIR_ENCODING" envDefault:"pair" group:"model" enum:"pair,joined" help:"pair ([CLS] sentence [SEP] hypothesis [SEP], what NLI models are trained on) or joined (sentence + PAIR_SEPARATOR + hypothesis as one sequence, the Spark job's encoding; over the max length only the sentence is cut)"`
 	PairSeparator   string `env:"PAIR_SEPARATOR" envDefault:"</s></s>" group:"model" help:"text between sentence and hypothesis when PAIR_ENCODING=joined (ordinary text to DeBERTa-v3's tokenizer)"`
 	EntailmentIndex int    `env:"ENTAILMENT_INDEX" envDefault:"-1" group:"model" min:"-1" help:"logit index of entailment; -1 = from id2label"`
+	RelAttnRewrite  bool   `env:"REL_ATTENTION_REWRITE" envDefault:"true" group:"model" help:"rewrite DeBERTa's disentangled attention at load to compute only the relative positions a batch can use (same logits within 1e-5, less time and memory; docs/design.md); false = run the graph as exported. Graphs without it run as exported either way; the log says which"`
 
 	HypothesisTemplate string   `env:"HYPOTHESIS_TEMPLATE" envDefault:"This text is about {}." group:"labels" values:"text with exactly one {}" help:"hypothesis template; {} is replaced by each label"`
 	Labels             []string `env:"LABELS" envSeparator:"," envDefault:"consumer strength,consumer weakness,reduced consumer's spending patterns" group:"labels" help:"comma-separated labels"`

@@ -32,7 +32,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/scorer/scorer/internal/onnxpb"
+	"github.com/scorer/scorer/model/onnxpb"
 )
 
 // Options says which fp16 form to write.

@@ -8,8 +8,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/scorer/scorer/internal/onnxfp16"
-	"github.com/scorer/scorer/internal/onnxpb"
 	"github.com/scorer/scorer/internal/testenv"
+	"github.com/scorer/scorer/model/onnxpb"
 )
 
 // On the production architecture (DeBERTa-v3, nli-deberta-v3-tiny) the

@@ -76,13 +76,17 @@ func (s *Stack) openORT(_ context.Context, cfg config.Config, log zerolog.Logger
 // openModel reads the model's graph and starts hashing it and loading its
 // tokenizer in the background; it holds nothing a closer must free (the
 // sessions are the pool's).
-func (s *Stack) openModel(_ context.Context, cfg config.Config, _ zerolog.Logger, _ prometheus.Registerer) error {
+func (s *Stack) openModel(_ context.Context, cfg config.Config, log zerolog.Logger, _ prometheus.Registerer) error {
 	lo, err := cfg.ModelOptions()
 	if err != nil {
 		return err
 	}
-	s.loading, err = model.Start(lo)
-	return err
+	if s.loading, err = model.Start(lo); err != nil {
+		return err
+	}
+	m := s.loading.Model()
+	log.Info().Str("model", m.Name).Str("graph_rewrite", m.GraphRewrite).Msg("model graph")
+	return nil
 }
 
 // openPool starts NVML and the device pool, with two closers: the pool's,

@@ -1,0 +1,598 @@
+package model
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/scorer/scorer/model/onnxpb"
+)
+
+// DeBERTa-v2/v3's disentangled attention, as every exporter writes it
+// (modeling_deberta_v2.py traced by torch.onnx, TorchScript or dynamo),
+// computes each layer's content-to-position and position-to-content scores
+// as
+//
+//	GatherElements(MatMul(A, Transpose(Tile(P, [rows, 1, 1]))), Expand(I, [rows·heads, L, L]))
+//
+// where P is [heads, 2·span, d] (the projected relative embeddings), A is
+// [rows·heads, L, d] (queries or keys) and I is [L, L] (the clamped
+// relative-position bucket of each query/key pair). Every row multiplies
+// against all 2·span = 512 positions, while only the buckets in I's range
+// are read: for L ≤ 129 the buckets are the identity, so 2L−1 of them.
+//
+// rewriteRelAttention replaces each such gather by
+//
+//	GatherElements(Reshape(MatMul(Reshape(A, [rows, heads, L, d]), Transpose(Slice(P, lo, hi+1, axis 1))), [-1, L, W]), E, axis 2)
+//
+// with lo, hi = min, max of I, W = hi−lo+1 and E = I − lo as int32,
+// expanded to [rows·heads, L, L]: the window of positions the sequence can
+// use, multiplied head-major without the Tile, and one index built once
+// per run in place of one int64 Expand per layer. The window and E are
+// built once per distinct I (graphs share I between layers, or compute it
+// identically in each: structurally equal index graphs share one E).
+// Because the window is I's own range, log buckets past 129 tokens keep
+// working: it is then the bucketed range.
+//
+// Why GatherElements and not a Gather from the flattened scores with a
+// [L, L] index: ORT's CPU Gather copies one element per index there, which
+// on the production-size stand-in at 512 tokens took 2.5× the time of the
+// original Expands and GatherElements together (tools/ortprofile).
+
+// relAttnStats counts what rewriteRelAttention changed.
+type relAttnStats struct {
+	// Gathers is the GatherElements replaced; Indices the flat indices
+	// built for them (one per structurally distinct I).
+	Gathers, Indices int
+	// TilesLeft is the Tiles still computed after the rewrite because
+	// something other than a rewritten product or a Shape reads them.
+	TilesLeft int
+}
+
+func (s relAttnStats) String() string {
+	msg := fmt.Sprintf("%d relative-position gathers windowed, sharing %d indices", s.Gathers, s.Indices)
+	if s.TilesLeft > 0 {
+		msg += fmt.Sprintf(" (%d Tiles still read elsewhere and kept)", s.TilesLeft)
+	}
+	return msg
+}
+
+// errNoRelAttention is rewriteRelAttention's answer for a graph without
+// the pattern: it runs unchanged.
+var errNoRelAttention = errors.New("no disentangled-attention gather found")
+
+// relAttnPrefix starts the names of the nodes and constants the rewrite
+// adds (with a number when the graph already uses it).
+const relAttnPrefix = "scorer_relattn"
+
+// relAttnMinOpset is the first default-domain opset whose Slice, Range,
+// Reshape and reductions have the forms the rewrite writes.
+const relAttnMinOpset = 13
+
+// graphIndex is a graph's producers and consumers by tensor name.
+type graphIndex struct {
+	g         *onnxpb.GraphProto
+	producer  map[string]*onnxpb.NodeProto
+	consumers map[string][]*onnxpb.NodeProto
+	inits     map[string]*onnxpb.TensorProto
+	outputs   map[string]bool
+}
+
+func indexGraph(g *onnxpb.GraphProto) *graphIndex {
+	x := &graphIndex{g: g, producer: map[string]*onnxpb.NodeProto{}, consumers: map[string][]*onnxpb.NodeProto{},
+		inits: map[string]*onnxpb.TensorProto{}, outputs: map[string]bool{}}
+	for _, t := range g.GetInitializer() {
+		x.inits[t.GetName()] = t
+	}
+	for _, o := range g.GetOutput() {
+		x.outputs[o.GetName()] = true
+	}
+	for _, n := range g.GetNode() {
+		for _, o := range n.GetOutput() {
+			x.producer[o] = n
+		}
+		for _, in := range nodeReads(n) {
+			x.consumers[in] = append(x.consumers[in], n)
+		}
+	}
+	return x
+}
+
+// nodeReads is every tensor a node reads: its inputs and, for If, Loop and
+// Scan, the outer-scope names its subgraphs refer to.
+func nodeReads(n *onnxpb.NodeProto) []string {
+	reads := slices.Clone(n.GetInput())
+	for _, a := range n.GetAttribute() {
+		for _, sg := range append(slices.Clone(a.GetGraphs()), a.GetG()) {
+			if sg != nil {
+				reads = append(reads, outerReads(sg)...)
+			}
+		}
+	}
+	return reads
+}
+
+// outerReads is the names a subgraph reads that it does not define.
+func outerReads(g *onnxpb.GraphProto) []string {
+	local := map[string]bool{}
+	for _, t := range g.GetInitializer() {
+		local[t.GetName()] = true
+	}
+	for _, in := range g.GetInput() {
+		local[in.GetName()] = true
+	}
+	for _, n := range g.GetNode() {
+		for _, o := range n.GetOutput() {
+			local[o] = true
+		}
+	}
+	var outer []string
+	for _, n := range g.GetNode() {
+		for _, in := range nodeReads(n) {
+			if in != "" && !local[in] {
+				outer = append(outer, in)
+			}
+		}
+	}
+	for _, o := range g.GetOutput() {
+		if !local[o.GetName()] {
+			outer = append(outer, o.GetName())
+		}
+	}
+	return outer
+}
+
+// only is the node reading name when it is the single reader and name is
+// not a graph output, else nil.
+func (x *graphIndex) only(name string) *onnxpb.NodeProto {
+	if cs := x.consumers[name]; len(cs) == 1 && !x.outputs[name] {
+		return cs[0]
+	}
+	return nil
+}
+
+// op is the node producing name if its type is opType, else nil.
+func (x *graphIndex) op(name, opType string) *onnxpb.NodeProto {
+	if n := x.producer[name]; n != nil && n.GetOpType() == opType && n.GetDomain() == "" {
+		return n
+	}
+	return nil
+}
+
+// constInts is the value of an int64 constant (initializer or Constant
+// node), or false.
+func (x *graphIndex) constInts(name string) ([]int64, bool) {
+	t := x.inits[name]
+	if n := x.op(name, "Constant"); n != nil {
+		for _, a := range n.GetAttribute() {
+			if a.GetName() == "value" {
+				t = a.GetT()
+			}
+		}
+	}
+	if t == nil || t.GetDataType() != int32(onnxpb.TensorProto_INT64) {
+		return nil, false
+	}
+	if raw := t.GetRawData(); len(raw) > 0 {
+		if len(raw)%8 != 0 {
+			return nil, false
+		}
+		v := make([]int64, len(raw)/8)
+		for i := range v {
+			v[i] = int64(binary.LittleEndian.Uint64(raw[8*i:]))
+		}
+		return v, true
+	}
+	return t.GetInt64Data(), t.GetDataLocation() != onnxpb.TensorProto_EXTERNAL
+}
+
+func attrInt(n *onnxpb.NodeProto, name string, def int64) int64 {
+	for _, a := range n.GetAttribute() {
+		if a.GetName() == name {
+			return a.GetI()
+		}
+	}
+	return def
+}
+
+// relAttnSite is one matched gather: out = GatherElements(A·Transpose(Tile(X, reps)), Expand(I, _)).
+type relAttnSite struct {
+	gather, matmul, transpose, tile, expand *onnxpb.NodeProto
+	a, x, index                             string
+}
+
+// matchRelAttn matches the pattern at a GatherElements node.
+func (x *graphIndex) matchRelAttn(ge *onnxpb.NodeProto) (relAttnSite, bool) {
+	s := relAttnSite{gather: ge}
+	if ge.GetOpType() != "GatherElements" || ge.GetDomain() != "" || len(ge.GetInput()) != 2 {
+		return s, false
+	}
+	if ax := attrInt(ge, "axis", 0); ax != -1 && ax != 2 {
+		return s, false
+	}
+	data, idx := ge.GetInput()[0], ge.GetInput()[1]
+	if s.matmul = x.op(data, "MatMul"); s.matmul == nil || x.only(data) != ge {
+		return s, false
+	}
+	t := s.matmul.GetInput()[1]
+	if s.transpose = x.op(t, "Transpose"); s.transpose == nil || x.only(t) != s.matmul {
+		return s, false
+	}
+	var perm []int64
+	for _, a := range s.transpose.GetAttribute() {
+		if a.GetName() == "perm" {
+			perm = a.GetInts()
+		}
+	}
+	if !slices.Equal(perm, []int64{0, 2, 1}) {
+		return s, false
+	}
+	if s.tile = x.op(s.transpose.GetInput()[0], "Tile"); s.tile == nil || !x.repeatsFirstAxis(s.tile.GetInput()[1]) {
+		return s, false
+	}
+	// The Expand may be shared (dynamo's export reuses one for every
+	// layer); it goes when its last reader does.
+	if s.expand = x.op(idx, "Expand"); s.expand == nil {
+		return s, false
+	}
+	s.a, s.x, s.index = s.matmul.GetInput()[0], s.tile.GetInput()[0], s.expand.GetInput()[0]
+	return s, true
+}
+
+// repeatsFirstAxis reports whether a Tile's repeats are [n, 1, 1]: the
+// batch copies of a [heads, positions, d] tensor, so that row k·heads+h of
+// the tiled tensor is head h. Exporters write them as a constant or as
+// Concat(n, 1, 1).
+func (x *graphIndex) repeatsFirstAxis(reps string) bool {
+	if v, ok := x.constInts(reps); ok {
+		return len(v) == 3 && v[1] == 1 && v[2] == 1
+	}
+	c := x.op(reps, "Concat")
+	if c == nil || len(c.GetInput()) != 3 {
+		return false
+	}
+	for _, in := range c.GetInput()[1:] {
+		if v, ok := x.constInts(in); !ok || !slices.Equal(v, []int64{1}) {
+			return false
+		}
+	}
+	return true
+}
+
+// rewriteRelAttention rewrites g in place (see the comment above); opset is
+// the model's default-domain opset. A graph without the pattern comes back
+// untouched with errNoRelAttention.
+func rewriteRelAttention(g *onnxpb.GraphProto, opset int64) (relAttnStats, error) {
+	var st relAttnStats
+	x := indexGraph(g)
+	var sites []relAttnSite
+	for _, n := range g.GetNode() {
+		if s, ok := x.matchRelAttn(n); ok {
+			sites = append(sites, s)
+		}
+	}
+	if len(sites) == 0 {
+		return st, errNoRelAttention
+	}
+	if opset < relAttnMinOpset {
+		return st, fmt.Errorf("opset %d is older than %d", opset, relAttnMinOpset)
+	}
+	b := &graphBuilder{prefix: uniquePrefix(x, relAttnPrefix)}
+	sigs := newSigner(g)
+	indices := map[string]relAttnIndex{}
+	replaced := map[*onnxpb.NodeProto]bool{}
+	for _, s := range sites {
+		sig := sigs.of(s.index)
+		ix, ok := indices[sig]
+		if !ok {
+			ix = b.windowIndex(s.index, s.a)
+			indices[sig] = ix
+		}
+		b.site(s, ix)
+		replaced[s.gather] = true
+	}
+	st.Gathers, st.Indices = len(sites), len(indices)
+
+	// Shape(Tile(X, reps)) is Shape(X)·reps; written so, a Tile whose
+	// shape is read (HF's scale, sqrt(d·3)) is no longer computed.
+	tiles := map[*onnxpb.NodeProto]bool{}
+	for _, s := range sites {
+		if tiles[s.tile] {
+			continue
+		}
+		tiles[s.tile] = true
+		for _, c := range x.consumers[s.tile.GetOutput()[0]] {
+			if c.GetOpType() != "Shape" || len(c.GetAttribute()) > 0 || replaced[c] {
+				continue
+			}
+			shp := b.node("Shape", []string{s.x}, nil)
+			b.nodes = append(b.nodes, &onnxpb.NodeProto{OpType: proto.String("Mul"), Name: proto.String(b.name("shape_of_tile")),
+				Input: []string{shp, s.tile.GetInput()[1]}, Output: slices.Clone(c.GetOutput())})
+			replaced[c] = true
+		}
+	}
+	g.Node = slices.DeleteFunc(g.Node, func(n *onnxpb.NodeProto) bool { return replaced[n] })
+	g.Node = append(g.Node, b.nodes...)
+	g.Initializer = append(g.Initializer, b.inits...)
+	pruneDead(g)
+	for _, n := range g.GetNode() {
+		if tiles[n] {
+			st.TilesLeft++
+		}
+	}
+	if err := sortTopologically(g); err != nil {
+		return st, err
+	}
+	return st, nil
+}
+
+// uniquePrefix is base, or base with a number, that no tensor or node name
+// of the graph starts with.
+func uniquePrefix(x *graphIndex, base string) string {
+	used := func(p string) bool {
+		for name := range x.producer {
+			if strings.HasPrefix(name, p) {
+				return true
+			}
+		}
+		for name := range x.inits {
+			if strings.HasPrefix(name, p) {
+				return true
+			}
+		}
+		return false
+	}
+	p := base + "/"
+	for i := 2; used(p); i++ {
+		p = fmt.Sprintf("%s%d/", base, i)
+	}
+	return p
+}
+
+// graphBuilder appends nodes and int64 constants under one name prefix.
+type graphBuilder struct {
+	prefix string
+	n      int
+	nodes  []*onnxpb.NodeProto
+	inits  []*onnxpb.TensorProto
+	consts map[string]string
+}
+
+func (b *graphBuilder) name(what string) string {
+	b.n++
+	return fmt.Sprintf("%s%s_%d", b.prefix, what, b.n)
+}
+
+// node adds a single-output node and returns its output's name.
+func (b *graphBuilder) node(op string, inputs []string, attrs []*onnxpb.AttributeProto) string {
+	out := b.name(op)
+	b.nodes = append(b.nodes, &onnxpb.NodeProto{OpType: proto.String(op), Name: proto.String(out), Input: inputs, Output: []string{out}, Attribute: attrs})
+	return out
+}
+
+// ints is an int64 initializer holding v, with dims (nil: a scalar).
+func (b *graphBuilder) ints(dims []int64, v ...int64) string {
+	key := fmt.Sprint(dims, v)
+	if name, ok := b.consts[key]; ok {
+		return name
+	}
+	if b.consts == nil {
+		b.consts = map[string]string{}
+	}
+	name := b.name("const")
+	b.inits = append(b.inits, &onnxpb.TensorProto{Name: proto.String(name), Dims: dims, DataType: proto.Int32(int32(onnxpb.TensorProto_INT64)), Int64Data: v})
+	b.consts[key] = name
+	return name
+}
+
+func intAttr(name string, v int64) *onnxpb.AttributeProto {
+	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_INT.Enum(), I: proto.Int64(v)}
+}
+
+func intsAttr(name string, v ...int64) *onnxpb.AttributeProto {
+	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_INTS.Enum(), Ints: v}
+}
+
+// relAttnIndex is what one distinct I gives every site that reads it: the
+// window's bounds as Slice's starts and ends ([1] each), the gather index
+// I − lo as int32 expanded to [rows·heads, L, L] once, and the
+// [-1, L, W] shape the windowed scores take for it.
+type relAttnIndex struct {
+	starts, ends, index, scoresShape string
+}
+
+// windowIndex builds the window and the shared index from I (int64,
+// [..., L, L] with leading ones); a is the first site's [rows·heads, L, d]
+// input, whose first dimension every site shares.
+func (b *graphBuilder) windowIndex(idx, a string) relAttnIndex {
+	one, vec := b.ints(nil, 1), b.ints([]int64{1}, 1)
+	lo := b.node("ReduceMin", []string{idx}, []*onnxpb.AttributeProto{intAttr("keepdims", 0)})
+	hi := b.node("ReduceMax", []string{idx}, []*onnxpb.AttributeProto{intAttr("keepdims", 0)})
+	w := b.node("Add", []string{b.node("Sub", []string{hi, lo}, nil), one}, nil)
+	qk := b.node("Slice", []string{b.node("Shape", []string{idx}, nil), b.ints([]int64{1}, -2), b.ints([]int64{1}, math.MaxInt64)}, nil)
+	rel := b.node("Sub", []string{b.node("Reshape", []string{idx, qk}, nil), lo}, nil)
+	// int32 halves the index's bytes; W < 2³¹ always.
+	rel32 := b.node("Cast", []string{rel}, []*onnxpb.AttributeProto{intAttr("to", int64(onnxpb.TensorProto_INT32))})
+	bh := b.node("Slice", []string{b.node("Shape", []string{a}, nil), b.ints([]int64{1}, 0), vec}, nil)
+	lq := b.node("Slice", []string{qk, b.ints([]int64{1}, 0), vec}, nil)
+	return relAttnIndex{
+		starts: b.node("Reshape", []string{lo, vec}, nil),
+		ends:   b.node("Reshape", []string{b.node("Add", []string{hi, one}, nil), vec}, nil),
+		index:  b.node("Expand", []string{rel32, b.node("Concat", []string{bh, qk}, []*onnxpb.AttributeProto{intAttr("axis", 0)})}, nil),
+		scoresShape: b.node("Concat", []string{b.ints([]int64{1}, -1), lq, b.node("Reshape", []string{w, vec}, nil)},
+			[]*onnxpb.AttributeProto{intAttr("axis", 0)}),
+	}
+}
+
+// site replaces one gather; its output keeps the gather's name, so every
+// reader is unchanged.
+func (b *graphBuilder) site(s relAttnSite, ix relAttnIndex) {
+	win := b.node("Slice", []string{s.x, ix.starts, ix.ends, b.ints([]int64{1}, 1)}, nil)
+	winT := b.node("Transpose", []string{win}, []*onnxpb.AttributeProto{intsAttr("perm", 0, 2, 1)})
+	heads := b.node("Slice", []string{b.node("Shape", []string{s.x}, nil), b.ints([]int64{1}, 0), b.ints([]int64{1}, 1)}, nil)
+	ld := b.node("Slice", []string{b.node("Shape", []string{s.a}, nil), b.ints([]int64{1}, 1), b.ints([]int64{1}, 3)}, nil)
+	shape4 := b.node("Concat", []string{b.ints([]int64{1}, -1), heads, ld}, []*onnxpb.AttributeProto{intAttr("axis", 0)})
+	scores := b.node("MatMul", []string{b.node("Reshape", []string{s.a, shape4}, nil), winT}, nil)
+	b.nodes = append(b.nodes, &onnxpb.NodeProto{OpType: proto.String("GatherElements"), Name: proto.String(b.name("GatherElements")),
+		Input:     []string{b.node("Reshape", []string{scores, ix.scoresShape}, nil), ix.index},
+		Output:    slices.Clone(s.gather.GetOutput()),
+		Attribute: []*onnxpb.AttributeProto{intAttr("axis", 2)}})
+}
+
+// signer names a tensor by how it is computed, so two index graphs built
+// alike (HF computes the same relative positions in every layer) share one
+// flat index. Graph inputs and initializers are named by name, Constants
+// by value, nodes by type, attributes and their inputs' signatures, and a
+// subgraph by its nodes with outer names replaced by their signatures.
+type signer struct {
+	x      *graphIndex
+	parent *signer
+	memo   map[string]string
+}
+
+func newSigner(g *onnxpb.GraphProto) *signer {
+	return &signer{x: indexGraph(g), memo: map[string]string{}}
+}
+
+// of is name's signature as read in this scope: made by the innermost
+// scope that produces it.
+func (s *signer) of(name string) string {
+	for sc := s; sc != nil; sc = sc.parent {
+		if n := sc.x.producer[name]; n != nil {
+			return sc.node(name, n)
+		}
+	}
+	return "value:" + name
+}
+
+func (s *signer) node(name string, n *onnxpb.NodeProto) string {
+	if v, ok := s.memo[name]; ok {
+		return v
+	}
+	var sig string
+	if n.GetOpType() == "Constant" && n.GetDomain() == "" {
+		b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(&onnxpb.NodeProto{Attribute: n.GetAttribute()})
+		sig = "const:" + hex.EncodeToString(b)
+	} else {
+		h := sha256.New()
+		fmt.Fprintf(h, "%s|%s|%d|", n.GetDomain(), n.GetOpType(), slices.Index(n.GetOutput(), name))
+		for _, in := range n.GetInput() {
+			fmt.Fprintf(h, "%s,", s.of(in))
+		}
+		for _, a := range n.GetAttribute() {
+			if a.GetG() == nil && len(a.GetGraphs()) == 0 {
+				b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(a)
+				fmt.Fprintf(h, "|%x", b)
+				continue
+			}
+			fmt.Fprintf(h, "|%s=", a.GetName())
+			for _, sg := range append(slices.Clone(a.GetGraphs()), a.GetG()) {
+				if sg == nil {
+					continue
+				}
+				child := &signer{x: indexGraph(sg), parent: s, memo: map[string]string{}}
+				for _, o := range sg.GetOutput() {
+					fmt.Fprintf(h, "%s;", child.of(o.GetName()))
+				}
+			}
+		}
+		sig = hex.EncodeToString(h.Sum(nil))
+	}
+	s.memo[name] = sig
+	return sig
+}
+
+// pruneDead removes the nodes no graph output depends on.
+func pruneDead(g *onnxpb.GraphProto) {
+	x := indexGraph(g)
+	live := map[*onnxpb.NodeProto]bool{}
+	var stack []string
+	for _, o := range g.GetOutput() {
+		stack = append(stack, o.GetName())
+	}
+	seen := map[string]bool{}
+	for len(stack) > 0 {
+		name := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		if n := x.producer[name]; n != nil && !live[n] {
+			live[n] = true
+			stack = append(stack, nodeReads(n)...)
+		}
+	}
+	g.Node = slices.DeleteFunc(g.Node, func(n *onnxpb.NodeProto) bool { return !live[n] })
+	g.ValueInfo = slices.DeleteFunc(g.ValueInfo, func(v *onnxpb.ValueInfoProto) bool { return !seen[v.GetName()] })
+}
+
+// sortTopologically orders g's nodes so each comes after what it reads,
+// keeping the existing order where it already does (ONNX requires it).
+func sortTopologically(g *onnxpb.GraphProto) error {
+	x := indexGraph(g)
+	ready := map[string]bool{"": true}
+	for _, t := range g.GetInitializer() {
+		ready[t.GetName()] = true
+	}
+	for _, in := range g.GetInput() {
+		ready[in.GetName()] = true
+	}
+	// waiting counts each node's reads of tensors not yet computed.
+	waiting := map[*onnxpb.NodeProto]int{}
+	var queue []*onnxpb.NodeProto
+	pos := map[*onnxpb.NodeProto]int{}
+	for i, n := range g.GetNode() {
+		pos[n] = i
+		for _, in := range nodeReads(n) {
+			if !ready[in] && x.producer[in] != nil {
+				waiting[n]++
+			}
+		}
+		if waiting[n] == 0 {
+			queue = append(queue, n)
+		}
+	}
+	var order []*onnxpb.NodeProto
+	for len(queue) > 0 {
+		// The earliest ready node first keeps the original order.
+		k := 0
+		for i, n := range queue {
+			if pos[n] < pos[queue[k]] {
+				k = i
+			}
+		}
+		n := queue[k]
+		queue = slices.Delete(queue, k, k+1)
+		order = append(order, n)
+		for _, o := range n.GetOutput() {
+			seen := map[*onnxpb.NodeProto]bool{}
+			for _, c := range x.consumers[o] {
+				if seen[c] {
+					continue
+				}
+				seen[c] = true
+				for _, in := range nodeReads(c) {
+					if in == o {
+						waiting[c]--
+					}
+				}
+				if waiting[c] == 0 {
+					queue = append(queue, c)
+				}
+			}
+		}
+	}
+	if len(order) != len(g.GetNode()) {
+		return fmt.Errorf("graph has a cycle or an undefined input (%d of %d nodes ordered)", len(order), len(g.GetNode()))
+	}
+	g.Node = order
+	return nil
+}
