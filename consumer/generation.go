@@ -107,7 +107,7 @@ loop:
 			c.observePartitions(g)
 			select {
 			case <-committing:
-				committing = c.commitAsync(gen, g)
+				committing = c.commitAsync(gen, g, false)
 			default: // the previous commit is still running
 			}
 		case <-gctx.Done():
@@ -147,7 +147,7 @@ loop:
 	budget := c.cfg.rebalanceCommitBudget()
 	if why == "rebalance" && !g.revoked.Load() {
 		deadline := time.Now().Add(budget)
-		if !waitChan(committing, deadline) || !waitChan(c.probeAsync(gen, g), deadline) {
+		if !waitChan(committing, deadline) || !waitChan(c.commitAsync(gen, g, true), deadline) {
 			c.log.Warn().Int32("generation", g.id).Dur("budget", budget).Msg("commit at the rebalance did not answer in time; draining without it")
 		}
 	}
@@ -170,7 +170,7 @@ loop:
 	g.revoke()
 	if why == "shutdown" {
 		deadline := m.stop.mark().Add(c.cfg.ShutdownTimeout)
-		if !waitChan(committing, deadline) || !waitChan(c.commitAsync(gen, g), deadline) {
+		if !waitChan(committing, deadline) || !waitChan(c.commitAsync(gen, g, false), deadline) {
 			c.log.Warn().Int32("generation", g.id).Msg("final commit did not finish by the shutdown deadline")
 		}
 		// Leave now, while this function still holds the generation open:
@@ -181,7 +181,7 @@ loop:
 		waitChan(gctx.Done(), later(deadline, time.Now().Add(stopGrace)))
 	} else if why == "rebalance" {
 		deadline := time.Now().Add(budget)
-		if !waitChan(committing, deadline) || !waitChan(c.commitAsync(gen, g), deadline) {
+		if !waitChan(committing, deadline) || !waitChan(c.commitAsync(gen, g, false), deadline) {
 			c.log.Warn().Int32("generation", g.id).Dur("budget", budget).Msg("final commit did not finish within the rebalance's commit budget")
 		}
 	}
@@ -230,27 +230,16 @@ func closedChan() <-chan struct{} {
 	return ch
 }
 
-// commitAsync runs commit in the background and returns a channel closed
+// commitAsync runs commitOffsets in the background and returns a channel closed
 // when it returned, so a caller can stop waiting at a deadline (a stuck
 // commit ends when the generation's connection closes).
-func (c *Consumer) commitAsync(gen *kafka.Generation, g *genState) <-chan struct{} {
+// With probe it re-sends committed offsets too (see commitOffsets), so the
+// coordinator answers even when nothing moved and an expulsion shows.
+func (c *Consumer) commitAsync(gen *kafka.Generation, g *genState, probe bool) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := c.commit(gen, g); expelled(err) {
-			c.expel(g, err)
-		}
-	}()
-	return done
-}
-
-// probeAsync is commitAsync with probe: the coordinator answers even when
-// nothing moved, so an expulsion shows.
-func (c *Consumer) probeAsync(gen *kafka.Generation, g *genState) <-chan struct{} {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := c.commitOffsets(gen, g, true); expelled(err) {
+		if err := c.commitOffsets(gen, g, probe); expelled(err) {
 			c.expel(g, err)
 		}
 	}()
@@ -285,14 +274,9 @@ func (g *genState) revoke() {
 	g.cancel()
 }
 
-// commit commits each partition's watermark that moved since the last
-// commit and returns the commit's error. Only the generation's manager
-// calls it.
-func (c *Consumer) commit(gen *kafka.Generation, g *genState) error {
-	return c.commitOffsets(gen, g, false)
-}
-
-// commitOffsets is commit; with probe it also sends the offsets already
+// commitOffsets commits each partition's watermark that moved since the
+// last commit and returns the commit's error; only the generation's manager
+// starts it. With probe it also sends the offsets already
 // committed, so that the coordinator answers even when nothing moved
 // (re-committing an offset changes nothing). Nothing is sent when no
 // partition has an offset to commit at all.
