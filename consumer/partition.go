@@ -139,7 +139,9 @@ const spanPoll = 20 * time.Millisecond
 // waitSpan pauses the partition's fetching while MaxUncommitted of its
 // records are in flight (fetched, not yet acknowledged), or twice
 // MaxInflightBatches of its batches are being scored or wait to be
-// acknowledged. So one stuck record (a dead letter that cannot be written,
+// acknowledged (plus the one record handed to the batch loop while it cut
+// the batch that reached the count: batches are counted when cut, records
+// when fetched). So one stuck record (a dead letter that cannot be written,
 // a publish that keeps failing) or a sink slower than scoring cannot grow
 // the uncommitted span, the memory of the scored records waiting behind it
 // and the duplicates a crash would replay without bound, and it holds its

@@ -92,9 +92,12 @@ func TestSlowPartitionPausesByBatches(t *testing.T) {
 		v, _ := gaugeOf(t, reg, "scorer_partition_paused", 0)
 		return v == 1
 	})
+	// The bound is the waiting batches plus one record: the fetcher checks
+	// the batch count when it takes the next record, which can be before the
+	// batch loop has cut the batch holding the record it handed over last.
 	g := c.cur.Load()
-	if n, limit := g.parts[0].wm.Pending(), 2*cfg.MaxInflightBatches*cfg.BatchMaxMessages; n > limit {
-		t.Errorf("partition 0 has %d records in flight, want at most %d (its batches waiting)", n, limit)
+	if n, limit := g.parts[0].wm.Pending(), 2*cfg.MaxInflightBatches*cfg.BatchMaxMessages+1; n > limit {
+		t.Errorf("partition 0 has %d records in flight, want at most %d (its batches waiting and one handed over)", n, limit)
 	}
 	once.Do(func() { close(release) })
 	eventually(t, 20*time.Second, "partition 0 committed to its end", func() bool { return committed(t, brokers, group, topic, 2)[0] == 40 })
