@@ -205,5 +205,7 @@ func compareSide(ctx context.Context, cfg config.Config, log zerolog.Logger, eve
 		enc = fmt.Sprintf("%s %q", enc, m.PairSeparator)
 	}
 	name := fmt.Sprintf("%s/%s on %s (sha256 %.12s, %s encoding)", m.Name, rel, devs, m.SHA256, enc)
-	return Score(ctx, name, ts, events, 8)
+	r, err := Score(ctx, name, ts, events, 8)
+	r.GraphRewrite = m.GraphRewrite
+	return r, err
 }

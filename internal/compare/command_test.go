@@ -106,6 +106,50 @@ func TestCommand(t *testing.T) {
 	}
 }
 
+// TestCommandRelAttentionRewrite is issue 32's gate by hand, as the docs
+// give it: on every shared model with DeBERTa's relative attention,
+// `scorer compare` between REL_ATTENTION_REWRITE on and off scores real
+// transcripts with A's graph rewritten and B's as exported, and agrees on
+// every decision with scores within 1e-5.
+func TestCommandRelAttentionRewrite(t *testing.T) {
+	file, events := testenv.ShortestTranscripts(t, 3)
+	sentences := 0
+	for i := range events {
+		sentences += events[i].SentenceCount()
+	}
+	env := testenv.ScorerEnv(t)
+	env["DEVICE"] = "cpu"
+	rewritten := 0
+	for _, dir := range testenv.ModelDirs(t) {
+		stdout, stderr, err := runCLI(t, env, "", "compare", "--in", file, "--a", dir,
+			"--a-rel-attention-rewrite=true", "--b-rel-attention-rewrite=false", "--threshold", "0.5", "--min-agreement", "1", "--json")
+		if err != nil {
+			t.Fatalf("%s: rewrite on vs off: %v\n%s", filepath.Base(dir), err, testenv.Tail(stderr, 2000))
+		}
+		var rep Report
+		if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+			t.Fatalf("--json output: %v\n%s", err, stdout)
+		}
+		if !strings.HasPrefix(rep.B.GraphRewrite, "graph as exported") {
+			t.Errorf("%s: B's graph %q, want it as exported", filepath.Base(dir), rep.B.GraphRewrite)
+		}
+		if !strings.HasPrefix(rep.A.GraphRewrite, "relative attention rewritten") {
+			t.Logf("%s: not rewritten (%s)", filepath.Base(dir), rep.A.GraphRewrite)
+			continue
+		}
+		rewritten++
+		if !rep.Pass || rep.Agreement != 1 || rep.FlipCount != 0 || rep.Pairs != 3*sentences || rep.MaxAbsDiff > 1e-5 {
+			t.Errorf("%s: rewrite on vs off: pass %t, agreement %v, %d flips, %d pairs (want %d), max |Δp| %g",
+				filepath.Base(dir), rep.Pass, rep.Agreement, rep.FlipCount, rep.Pairs, 3*sentences, rep.MaxAbsDiff)
+		}
+	}
+	// nli-deberta-v3-tiny (make_deberta.py) and nli-deberta-v3-hf-tiny
+	// (HF's TorchScript export).
+	if rewritten < 2 {
+		t.Errorf("%d shared models rewritten, want the two DeBERTa ones", rewritten)
+	}
+}
+
 // `scorer compare` is the gate for a float16 export against its float32
 // source on the same device: on real transcripts the fp16 file (float16
 // logits, selected with --b-file as MODEL_FILE would) agrees on every

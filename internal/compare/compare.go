@@ -37,6 +37,10 @@ type Run struct {
 	Pairs int
 	// Seconds is the wall time of scoring, tokenizing included.
 	Seconds float64
+	// GraphRewrite is what loading changed in the side's graph
+	// (model.Model.GraphRewrite): REL_ATTENTION_REWRITE's A/B names its
+	// sides by it.
+	GraphRewrite string
 }
 
 // Score runs events through s chunk transcripts at a time, as `scorer
@@ -113,6 +117,7 @@ type Side struct {
 	Name          string  `json:"name"`
 	PairEncoding  string  `json:"pair_encoding"`
 	PairSeparator string  `json:"pair_separator,omitempty"`
+	GraphRewrite  string  `json:"graph_rewrite,omitempty"`
 	Seconds       float64 `json:"seconds"`
 	PairsPerSec   float64 `json:"pairs_per_sec"`
 }
@@ -266,7 +271,7 @@ func Compare(a, b Run, opts Options) (Report, error) {
 }
 
 func side(r Run) Side {
-	s := Side{Name: r.Name, Seconds: r.Seconds}
+	s := Side{Name: r.Name, Seconds: r.Seconds, GraphRewrite: r.GraphRewrite}
 	if len(r.Results) > 0 {
 		s.PairEncoding, s.PairSeparator = r.Results[0].PairEncoding, r.Results[0].PairSeparator
 	}
@@ -295,6 +300,9 @@ func truncate(s string, n int) string {
 func (r Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "A: %s\nB: %s\n", r.A.Name, r.B.Name)
+	if r.A.GraphRewrite != r.B.GraphRewrite {
+		fmt.Fprintf(&b, "A's graph: %s\nB's graph: %s\n", r.A.GraphRewrite, r.B.GraphRewrite)
+	}
 	fmt.Fprintf(&b, "transcripts %d, pairs %d\n", r.Transcripts, r.Pairs)
 	fmt.Fprintf(&b, "|Δp|: max %.6f  p99 %.6f  p50 %.6f  mean %.6f\n", r.MaxAbsDiff, r.P99AbsDiff, r.P50AbsDiff, r.MeanAbsDiff)
 	fmt.Fprintf(&b, "decision agreement at threshold %g: %.4f%% overall (%d flips)\n", r.Threshold, 100*r.Agreement, r.FlipCount)
