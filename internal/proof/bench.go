@@ -210,17 +210,24 @@ func (s modelShape) params() int64 {
 	return int64(s.Layers) * (4*int64(s.Hidden)*int64(s.Hidden) + 2*int64(s.Hidden)*int64(s.Intermediate))
 }
 
-// flopsPerPair is the arithmetic of one pair of len tokens: 2 per weight
-// per token, plus attention's two len×len×H products per layer (DeBERTa
-// adds c2p and p2c: two more, against 2·256 relative positions; projecting
-// those positions is once per batch and left out).
+// flopsPerPair is the useful arithmetic of one pair of len tokens: 2 per
+// weight per token, plus attention's two len×len×H products per layer
+// (QK^T and the weighted values); DeBERTa adds two more, c2p and p2c,
+// because each of its scores also reads one relative position per
+// (query, key) pair. What a graph computes beyond that is not counted: the
+// graph as exported multiplies every query and key against all 2·256
+// relative positions (at 48 tokens 10.7× the QK^T product, ~8% of the
+// pair's arithmetic), and counting it (as this did until 2026-11-26) made
+// the waste issue 32's rewrite removes look like GPU utilisation, and the
+// rewritten graph look slower than it is. Projecting the relative
+// positions is once per batch and left out.
 func (s modelShape) flopsPerPair(length int) float64 {
 	l, h := float64(length), float64(s.Hidden)
-	f := 2*float64(s.params())*l + float64(s.Layers)*4*l*l*h
+	products := 2.0
 	if s.DeBERTa {
-		f += float64(s.Layers) * 4 * l * 512 * h
+		products = 4
 	}
-	return f
+	return 2*float64(s.params())*l + float64(s.Layers)*products*2*l*l*h
 }
 
 // benchFlags are `scorer gpu-proof bench`'s own flags.

@@ -19,7 +19,16 @@ func TestFLOPsOfDeBERTaLarge(t *testing.T) {
 		t.Errorf("params %d, want ~302M", p)
 	}
 	if perToken := s.flopsPerPair(48) / 48; perToken < 0.6e9 || perToken > 0.75e9 {
-		t.Errorf("%.3g FLOP per token at 48 tokens, want ~0.66e9", perToken)
+		t.Errorf("%.3g FLOP per token at 48 tokens, want ~0.61e9", perToken)
+	}
+	// Attention's useful work: four L×L×H products per layer (QK^T, the
+	// values, c2p, p2c), not c2p/p2c against all 512 relative positions
+	// (which would add 2.4 GFLOP at 48 tokens).
+	bert := s
+	bert.DeBERTa = false
+	weights := 2 * float64(s.params()) * 48
+	if att, plain := s.flopsPerPair(48)-weights, bert.flopsPerPair(48)-weights; att != 2*plain || att != 24*8*48*48*1024 {
+		t.Errorf("attention at 48 tokens: DeBERTa %.4g FLOP, BERT-like %.4g; want 2× and 24·8·48²·1024", att, plain)
 	}
 	if fp16Peak("NVIDIA H100 80GB HBM3") != 989 || fp16Peak("NVIDIA H100 PCIe") != 756 || fp16Peak("NVIDIA H200") != 989 || fp16Peak("Tesla X") != 0 {
 		t.Error("fp16 peak table lookups")
