@@ -1,6 +1,9 @@
 package bench
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestProductionChecks derives issue 25's targets from whole-process rows:
 // each check passes or misses on its own row's figures, and a first start's
@@ -42,6 +45,12 @@ func TestProductionChecks(t *testing.T) {
 		int8File + " typical: scorer / raw loop pairs/s, first start (calibration measured)": true,
 		int8File + " long: scorer / raw loop pairs/s, first start (calibration measured)":    false,
 	}
+	// Issue 32's checks only where the rewrite A/B ran.
+	for name := range got {
+		if strings.Contains(name, "rewrite") {
+			t.Errorf("%s: a rewrite check without the A/B's rows", name)
+		}
+	}
 	for name, ok := range want {
 		if g, found := got[name]; !found || g != ok {
 			t.Errorf("%s: got ok=%v (found %v), want %v", name, g, found, ok)
@@ -66,4 +75,37 @@ func TestRunProcPeakIsTheChilds(t *testing.T) {
 		t.Errorf("sleep's peak RSS %.1f MiB beside a parent holding 300 MiB; want its own few MiB", r.peakRSSMiB)
 	}
 	t.Logf("parent touched %d MiB; sleep peaked at %.1f MiB", len(big)>>20, r.peakRSSMiB)
+}
+
+// TestRewriteChecks derives issue 32's targets from rows that ran the
+// rewrite A/B: each input has its own speed target against the raw loop,
+// int8 is held to the same, and the peak RSS may not exceed the
+// unrewritten scorer's.
+func TestRewriteChecks(t *testing.T) {
+	rows := map[string]*wholeProcess{
+		"model.onnx typical":  {RawSeconds: 10, SpeedRatio: 1.12, RewriteSpeedup: 1.1, RewriteRSSRatio: 0.98},
+		"model.onnx long":     {RawSeconds: 10, SpeedRatio: 1.3, RewriteSpeedup: 1.5, RewriteRSSRatio: 1.01}, // 1.3 < 1.4; RSS up
+		int8File + " long":    {RawSeconds: 10, SpeedRatio: 1.45, RewriteSpeedup: 1.6, RewriteRSSRatio: 0.9},
+		int8File + " typical": {SpeedRatio: 2, RawSeconds: 10}, // no A/B: no checks
+	}
+	got := map[string]bool{}
+	for _, c := range rewriteChecks(func(g, in string) *wholeProcess { return rows[g+" "+in] }) {
+		got[c.Name] = c.OK
+	}
+	want := map[string]bool{
+		"model.onnx typical: scorer (rewrite) / raw loop (graph as exported) pairs/s": true,
+		"model.onnx typical: scorer peak RSS, rewrite / as exported":                  true,
+		"model.onnx long: scorer (rewrite) / raw loop (graph as exported) pairs/s":    false,
+		"model.onnx long: scorer peak RSS, rewrite / as exported":                     false,
+		int8File + " long: scorer (rewrite) / raw loop (graph as exported) pairs/s":   true,
+		int8File + " long: scorer peak RSS, rewrite / as exported":                    true,
+	}
+	if len(got) != len(want) {
+		t.Errorf("got %d checks %v, want %d", len(got), got, len(want))
+	}
+	for name, ok := range want {
+		if g, found := got[name]; !found || g != ok {
+			t.Errorf("%s: got ok=%v (found %v), want %v", name, g, found, ok)
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -59,6 +60,18 @@ type wholeProcess struct {
 	ScorerCPUSeconds float64 `json:"scorer_cpu_seconds"`
 	RawCPUSeconds    float64 `json:"raw_cpu_seconds,omitempty"`
 	CPURatio         float64 `json:"cpu_ratio,omitempty"`
+	// The Unrewritten figures are `scorer score` with
+	// REL_ATTENTION_REWRITE=false (the graph as exported), in the same
+	// rounds, where asked (the production rows) and the scorer side ran
+	// with the rewrite: what the relative-attention rewrite changes, with
+	// everything else the scorer does the same. RewriteSpeedup is the
+	// rewritten run's pairs/s over the unrewritten one's, RewriteRSSRatio
+	// its peak RSS over the unrewritten one's.
+	UnrewrittenSeconds    float64 `json:"unrewritten_seconds,omitempty"`
+	UnrewrittenCPUSeconds float64 `json:"unrewritten_cpu_seconds,omitempty"`
+	UnrewrittenPeakRSSMiB float64 `json:"unrewritten_peak_rss_mib,omitempty"`
+	RewriteSpeedup        float64 `json:"rewrite_speedup,omitempty"`
+	RewriteRSSRatio       float64 `json:"rewrite_rss_ratio,omitempty"`
 }
 
 // startupPoint is a graph's start-up: the wall time of `scorer score` on a
@@ -235,9 +248,12 @@ type wholeProcOpts struct {
 	rawNote      string
 	startup      bool
 	startupInput string
-	workDir      string
-	cfg          config.Config
-	m            *model.Model
+	// rewriteAB adds the unrewritten scorer to each round (see
+	// wholeProcess.UnrewrittenSeconds).
+	rewriteAB bool
+	workDir   string
+	cfg       config.Config
+	m         *model.Model
 }
 
 // runWholeProcess measures `scorer score` (this binary, with the bench's
@@ -259,11 +275,16 @@ func runWholeProcess(ctx context.Context, e cli.Env, o wholeProcOpts) ([]wholePr
 	if err != nil {
 		return nil, nil, err
 	}
+	// The rewrite setting is passed on explicitly: the bench's own flags
+	// may have set it, and the A/B run below sets it off.
 	env := []string{"ORT_LIB=" + lib, "LOG_LEVEL=warn", "DEVICE=" + o.cfg.Device, "CPU_CALIBRATION_CACHE=" + calDir}
 	out := filepath.Join(o.workDir, "scored.jsonl")
-	scorer := func(in string) (procResult, error) {
+	run := func(rewrite bool, in string) (procResult, error) {
+		env := append(env[:len(env):len(env)], "REL_ATTENTION_REWRITE="+strconv.FormatBool(rewrite))
 		return runProc(ctx, env, exe, "score", "--model", o.dir, "--model-file", o.graph, "--in", in, "--out", out, "--progress", "off")
 	}
+	scorer := func(in string) (procResult, error) { return run(o.cfg.RelAttnRewrite, in) }
+	ab := o.rewriteAB && o.cfg.RelAttnRewrite
 	labels := o.cfg.LabelConfig()
 	var sp *startupPoint
 	if o.startup {
@@ -277,6 +298,15 @@ func runWholeProcess(ctx context.Context, e cli.Env, o wholeProcOpts) ([]wholePr
 			return nil, nil, err
 		}
 		sp.CachedSeconds, sp.CachedPeakRSSMiB = r.seconds, r.peakRSSMiB
+	}
+	if ab {
+		// The unrewritten graph's calibration is its own (the memory key
+		// names the rewrite): measured here, so its rounds keep it as the
+		// rewritten ones do.
+		progress(e, "%s: %s without the relative-attention rewrite, calibration run", filepath.Base(o.dir), o.graph)
+		if _, err := run(false, o.startupInput); err != nil {
+			return nil, nil, err
+		}
 	}
 	// keep folds one round's run into a side's figures: its best wall and
 	// CPU time, its worst peak.
@@ -303,6 +333,13 @@ func runWholeProcess(ctx context.Context, e cli.Env, o wholeProcOpts) ([]wholePr
 				return nil, nil, err
 			}
 			keep(round, &w.ScorerSeconds, &w.ScorerCPUSeconds, &w.ScorerPeakRSSMiB, r)
+			if ab {
+				progress(e, "%s: %s, %s input, round %d/%d: scorer score, REL_ATTENTION_REWRITE=false", filepath.Base(o.dir), o.graph, input, round+1, o.rounds)
+				if r, err = run(false, in); err != nil {
+					return nil, nil, err
+				}
+				keep(round, &w.UnrewrittenSeconds, &w.UnrewrittenCPUSeconds, &w.UnrewrittenPeakRSSMiB, r)
+			}
 			if o.rawLoop == "" {
 				continue
 			}
@@ -321,6 +358,10 @@ func runWholeProcess(ctx context.Context, e cli.Env, o wholeProcOpts) ([]wholePr
 			keep(round, &w.RawSeconds, &w.RawCPUSeconds, &w.RawPeakRSSMiB, r)
 		}
 		w.ScorerPairsPerSec = float64(w.Pairs) / w.ScorerSeconds
+		if w.UnrewrittenSeconds > 0 {
+			w.RewriteSpeedup = w.UnrewrittenSeconds / w.ScorerSeconds
+			w.RewriteRSSRatio = w.ScorerPeakRSSMiB / w.UnrewrittenPeakRSSMiB
+		}
 		if w.RawSeconds > 0 {
 			w.RawPairsPerSec = float64(w.Pairs) / w.RawSeconds
 			w.SpeedRatio = w.ScorerPairsPerSec / w.RawPairsPerSec
