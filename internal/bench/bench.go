@@ -224,16 +224,12 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 		}
 		rep.Models = append(rep.Models, mr)
 	}
-	perfDirs := slices.Clone(dirs)
-	if bf.largeModel != "" && !skip["large"] {
-		perfDirs = append(perfDirs, bf.largeModel)
-	}
-	for i, d := range perfDirs {
-		dir, err := config.ResolvePath(d)
+	for _, pd := range perfDirs(dirs, bf.largeModel, skip) {
+		dir, err := config.ResolvePath(pd.dir)
 		if err != nil {
 			return fmt.Errorf("bench: model dir: %w", err)
 		}
-		large := bf.largeModel != "" && i == len(perfDirs)-1
+		large := pd.large
 		r, t := rows, tokens
 		if large {
 			// At ~11 pairs/s fp32 the full sweep would take an hour.
@@ -582,4 +578,25 @@ func machineInfo() machine {
 		}
 	}
 	return mi
+}
+
+// perfDir is a model folder the "less work per pair" sections run on;
+// large marks --large-model, which runs its own smaller sweep.
+type perfDir struct {
+	dir   string
+	large bool
+}
+
+// perfDirs is the small model folders, then --large-model unless the
+// large section is skipped (a skipped one must not turn the last small
+// folder into "the large stand-in").
+func perfDirs(dirs []string, largeModel string, skip map[string]bool) []perfDir {
+	out := make([]perfDir, 0, len(dirs)+1)
+	for _, d := range dirs {
+		out = append(out, perfDir{dir: d})
+	}
+	if largeModel != "" && !skip["large"] {
+		out = append(out, perfDir{dir: largeModel, large: true})
+	}
+	return out
 }
