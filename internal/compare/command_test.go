@@ -12,13 +12,13 @@ import (
 
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/testenv"
+	"github.com/scorer/scorer/schema"
 )
 
-// TestCommand compares real exports on real transcripts: in every model
-// folder with an int8 file, fp32 against it passes a loose gate with small
-// but nonzero differences; the in-test scorer's model (the production
-// architecture) against a different model fails a strict one (exit 1).
-func TestCommand(t *testing.T) {
+// commandSample is the compare tests' input: the 3 shortest real
+// transcripts (file and events), their sentence count and a CPU scorer
+// environment.
+func commandSample(t *testing.T) (string, []schema.TranscriptEvent, int, map[string]string) {
 	file, events := testenv.ShortestTranscripts(t, 3)
 	sentences := 0
 	for i := range events {
@@ -26,6 +26,15 @@ func TestCommand(t *testing.T) {
 	}
 	env := testenv.ScorerEnv(t)
 	env["DEVICE"] = "cpu"
+	return file, events, sentences, env
+}
+
+// TestCommand compares real exports on real transcripts: in every model
+// folder with an int8 file, fp32 against it passes a loose gate with small
+// but nonzero differences; the in-test scorer's model (the production
+// architecture) against a different model fails a strict one (exit 1).
+func TestCommand(t *testing.T) {
+	file, events, sentences, env := commandSample(t)
 
 	const int8File = "onnx/model_quantized.onnx"
 	quantized := 0
@@ -112,13 +121,7 @@ func TestCommand(t *testing.T) {
 // transcripts with A's graph rewritten and B's as exported, and agrees on
 // every decision with scores within 1e-5.
 func TestCommandRelAttentionRewrite(t *testing.T) {
-	file, events := testenv.ShortestTranscripts(t, 3)
-	sentences := 0
-	for i := range events {
-		sentences += events[i].SentenceCount()
-	}
-	env := testenv.ScorerEnv(t)
-	env["DEVICE"] = "cpu"
+	file, _, sentences, env := commandSample(t)
 	rewritten := 0
 	for _, dir := range testenv.ModelDirs(t) {
 		stdout, stderr, err := runCLI(t, env, "", "compare", "--in", file, "--a", dir,
