@@ -271,10 +271,7 @@ func TestBackpressure(t *testing.T) {
 	t.Parallel()
 	const topic, group, parts = "bp", "g-bp", 2
 	_, brokers := newCluster(t, topic, parts)
-	var msgs []kafka.Message
-	for i := range 60 {
-		msgs = append(msgs, eventMsg(i%parts, fmt.Sprintf("bp-%d", i)))
-	}
+	msgs := spreadMsgs(parts, callIDs("bp", 60))
 	produce(t, brokers, topic, msgs)
 	release := make(chan struct{})
 	var blocked sync.WaitGroup

@@ -271,3 +271,12 @@ func msgsFor(p int, ids []string) []kafka.Message {
 	}
 	return msgs
 }
+
+// spreadMsgs is one event per id, the i-th to partition i mod parts.
+func spreadMsgs(parts int, ids []string) []kafka.Message {
+	msgs := make([]kafka.Message, len(ids))
+	for i, id := range ids {
+		msgs[i] = eventMsg(i%parts, id)
+	}
+	return msgs
+}

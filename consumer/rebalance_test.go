@@ -235,10 +235,7 @@ func TestEndedGenerationNotFetched(t *testing.T) {
 	t.Parallel()
 	const topic, group, parts = "ended", "g-ended", 2
 	_, brokers := newCluster(t, topic, parts)
-	var msgs []kafka.Message
-	for i := range 20 {
-		msgs = append(msgs, eventMsg(i%parts, fmt.Sprintf("e-%d", i)))
-	}
+	msgs := spreadMsgs(parts, callIDs("e", 20))
 	produce(t, brokers, topic, msgs)
 	cfg := testConfig(brokers, topic, group)
 	secondAssigned := make(chan struct{})
