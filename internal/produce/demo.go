@@ -272,7 +272,11 @@ func (s *demoSummary) add(st *schema.ScoredTranscript) {
 	}
 }
 
-func (s *demoSummary) print(w io.Writer, elapsed time.Duration, broker string, stack *scoring.Stack) {
+// print writes the summary in one Write: whoever reads w while the demo
+// runs (a test's buffer, a terminal shared with the log) sees all of it or
+// none of it, never the header without the counts.
+func (s *demoSummary) print(out io.Writer, elapsed time.Duration, broker string, stack *scoring.Stack) {
+	w := &bytes.Buffer{}
 	fmt.Fprintf(w, "\n=== scorer demo summary ===\n")
 	fmt.Fprintf(w, "model        %s (sha256 %s…)\n", stack.Model.Name, stack.Model.SHA256[:12])
 	if note, ok := standInNote(stack.Model.Dir); ok {
@@ -291,6 +295,7 @@ func (s *demoSummary) print(w io.Writer, elapsed time.Duration, broker string, s
 	}
 	fmt.Fprintf(w, "\nstill serving: produce more with `bin/scorer produce --brokers %s --file FILE`,\n", broker)
 	fmt.Fprintf(w, "read results with `kcat -b %s -t transcripts.scored -C -e`; Ctrl-C to stop.\n", broker)
+	_, _ = out.Write(w.Bytes())
 }
 
 // modelNote is what a model folder says about itself, and where.
