@@ -114,6 +114,48 @@ func TestBatchTooLargeResentIndividually(t *testing.T) {
 	}
 }
 
+// TestBatchTooLargeResendKeepsOrder: eleven 100 KiB records to one partition
+// go as two requests, [0..9] (over the topic's max.message.bytes, rejected
+// whole) and [10] (not sent behind it). Records 0 and 10 are two versions of
+// one call: the resend of 0..9 one per request must land before 10, or an
+// upsert sink ends on the older version.
+func TestBatchTooLargeResendKeepsOrder(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	const topic = "small.ordered"
+	createTopic(t, c, topic, 1, map[string]string{"max.message.bytes": "150000"})
+	cfg := testConfig(c)
+	cfg.Topic, cfg.RowsTopic, cfg.Compression = topic, "", "none"
+	p := newProducer(t, cfg)
+
+	var sts []schema.ScoredTranscript
+	for i := range 11 {
+		id := fmt.Sprintf("call-%d", i)
+		if i == 10 {
+			id = "call-0"
+		}
+		st := bigSample(id, 100<<10)
+		st.Source.Offset = int64(i)
+		sts = append(sts, st)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := p.Publish(ctx, sts); err != nil {
+		t.Fatalf("Publish = %v, want nil (every record fits alone)", err)
+	}
+	var order []string
+	for _, r := range readAll(t, c, topic, 11) {
+		off, _ := header(r, schema.HeaderSourceOffset)
+		order = append(order, off)
+	}
+	if len(order) != 11 {
+		t.Fatalf("read %d records %v, want 11", len(order), order)
+	}
+	if first, second := slices.Index(order, "0"), slices.Index(order, "10"); first < 0 || second < first {
+		t.Fatalf("source offsets in topic order %v: call-0's second version (10) landed before its first (0)", order)
+	}
+}
+
 // TestDeadLetterBatchRejectionIsolated: one poisoned dead letter makes the
 // broker reject its partition batch (INVALID_RECORD). Its neighbours must
 // land in full; it lands in minimal form; DeadLetter succeeds.

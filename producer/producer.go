@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,14 +65,8 @@ const (
 // the requests already on the wire). It is safe for concurrent use. Create
 // it with New and release it with Close.
 type Producer struct {
-	cfg Config
-	w   *requestWriter
-	// single writes one record per produce request. A broker rejects a
-	// whole partition batch for one bad record (MESSAGE_TOO_LARGE when the
-	// batch exceeds max.message.bytes, INVALID_RECORD, …), and that error
-	// covers every record of the request, so such records are resent
-	// through single before any is declared permanent.
-	single    *requestWriter
+	cfg       Config
+	w         *requestWriter
 	transport kafka.RoundTripper
 	log       zerolog.Logger
 	metrics   *metrics
@@ -99,7 +94,6 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Producer, 
 	return &Producer{
 		cfg:       cfg,
 		w:         newWriter(cfg, comp, transport, cfg.BatchSize),
-		single:    newWriter(cfg, comp, transport, 1),
 		transport: transport,
 		log:       log,
 		metrics:   m,
@@ -107,8 +101,7 @@ func New(cfg Config, log zerolog.Logger, reg prometheus.Registerer) (*Producer, 
 }
 
 // newWriter builds an acks=all request writer with at most batchSize
-// records per request. Both of a Producer's writers share one transport
-// (and so its connections).
+// records per request.
 func newWriter(cfg Config, comp kafka.Compression, transport kafka.RoundTripper, batchSize int) *requestWriter {
 	return &requestWriter{
 		client: &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: cfg.WriteTimeout, Transport: transport},
@@ -134,8 +127,10 @@ func (p *Producer) WriterConfig() (acks kafka.RequiredAcks, balancer kafka.Balan
 
 // outMsg is a message plus what it belongs to: owner is its index in the
 // caller's slice, kind its metric label. alone is set once a batch-level
-// rejection covered it: from then on it is sent through Producer.single, so
-// its errors are its own.
+// rejection covered it: a broker rejects a whole partition batch for one
+// bad record (MESSAGE_TOO_LARGE when the batch exceeds max.message.bytes,
+// INVALID_RECORD, …), so from then on it is sent in a request of its own,
+// and its errors are its own, before it is declared permanent.
 type outMsg struct {
 	msg   kafka.Message
 	owner int
@@ -403,46 +398,30 @@ func (p *Producer) enter() bool {
 // recorded in perm and their owners' remaining messages dropped. Messages
 // covered by a batch-level rejection (see isBatchRejection) are resent at
 // once, one per request, and only then declared permanent.
+//
+// Every attempt sends what is left in the order of msgs through one
+// writer, so a partition's resent records go before the records behind
+// them: when [0..9] is rejected whole and [10] is held back, 0..9 are
+// resent alone and 10 follows, never the other way round (two versions of
+// a call share a key, and so a partition).
 func (p *Producer) write(ctx context.Context, msgs []outMsg, perm *permanent, callID func(int) string) error {
 	backoff := retryBackoffMin
 	for attempt := 1; len(msgs) > 0; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("producer: write: %w", err)
 		}
-		var batched, alone []outMsg
-		for _, m := range msgs {
-			if m.alone {
-				alone = append(alone, m)
-			} else {
-				batched = append(batched, m)
-			}
+		pending, transient, err := p.attempt(ctx, msgs, perm, callID)
+		if err != nil {
+			return err
 		}
-		var retry, again []outMsg
-		var firstTransient error
-		for _, group := range []struct {
-			w    *requestWriter
-			msgs []outMsg
-		}{{p.w, batched}, {p.single, alone}} {
-			if len(group.msgs) == 0 {
-				continue
-			}
-			r, a, transient, err := p.attempt(ctx, group.w, group.msgs, perm, callID)
-			if err != nil {
-				return err
-			}
-			retry, again = append(retry, r...), append(again, a...)
-			if firstTransient == nil {
-				firstTransient = transient
-			}
-		}
-		msgs = dropOwners(append(again, retry...), perm)
+		msgs = dropOwners(pending, perm)
 		if len(msgs) == 0 {
 			return nil
 		}
-		if len(dropOwners(retry, perm)) == 0 {
+		if transient == nil {
 			continue // only resends that need no backoff
 		}
-		p.log.Warn().Err(firstTransient).Int("attempt", attempt).Int("messages", len(msgs)).
+		p.log.Warn().Err(transient).Int("attempt", attempt).Int("messages", len(msgs)).
 			Dur("backoff", backoff).Msg("transient produce failure; retrying")
 		// Full jitter keeps many scorer replicas from retrying in lockstep.
 		sleep := time.Duration(rand.Int64N(int64(backoff))) + backoff/2
@@ -450,7 +429,7 @@ func (p *Producer) write(ctx context.Context, msgs []outMsg, perm *permanent, ca
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("producer: write: %w (last error: %v)", ctx.Err(), firstTransient)
+			return fmt.Errorf("producer: write: %w (last error: %v)", ctx.Err(), transient)
 		case <-t.C:
 		}
 		backoff = min(backoff*2, retryBackoffMax)
@@ -458,27 +437,29 @@ func (p *Producer) write(ctx context.Context, msgs []outMsg, perm *permanent, ca
 	return nil
 }
 
-// attempt sends msgs once through w. It records permanent failures in perm
-// and returns the messages to retry after a backoff (with the first
-// transient error) and those to resend at once: messages moved to the
-// one-per-request path, or the rest of a call kafka-go refused up front. A
-// non-nil err (fatal error or ctx ended) ends the write.
-func (p *Producer) attempt(ctx context.Context, w *requestWriter, msgs []outMsg, perm *permanent, callID func(int) string) (retry, again []outMsg, transient, err error) {
+// attempt sends msgs once. It records permanent failures in perm and
+// returns the messages still to send, in the order of msgs: those to retry
+// after a backoff and those to resend at once (moved to a request of their
+// own, or the rest of a call kafka-go refused up front). transient is the
+// first transient error, nil when no message still pending needs a
+// backoff. A non-nil err (fatal error or ctx ended) ends the write.
+func (p *Producer) attempt(ctx context.Context, msgs []outMsg, perm *permanent, callID func(int) string) (pending []outMsg, transient, err error) {
 	// Fresh Message values every attempt; the byte slices are never
 	// modified (a request cut off by ctx may still be encoding them).
 	batch := make([]kafka.Message, len(msgs))
+	alone := make([]bool, len(msgs))
 	for i := range msgs {
-		batch[i] = msgs[i].msg
+		batch[i], alone[i] = msgs[i].msg, msgs[i].alone
 	}
 	start := time.Now()
-	werr := w.writeMessages(ctx, batch...)
+	werr := p.w.writeMessages(ctx, batch, alone)
 	p.metrics.observe(time.Since(start))
 	if werr == nil {
 		p.metrics.count(msgs)
-		return nil, nil, nil, nil
+		return nil, nil, nil
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil {
-		return nil, nil, nil, fmt.Errorf("producer: write: %w (last error: %v)", ctxErr, werr)
+		return nil, nil, fmt.Errorf("producer: write: %w (last error: %v)", ctxErr, werr)
 	}
 
 	// rejected handles a permanent error for m: final when m was sent
@@ -486,11 +467,15 @@ func (p *Producer) attempt(ctx context.Context, w *requestWriter, msgs []outMsg,
 	rejected := func(m outMsg, e error) {
 		if !m.alone && isBatchRejection(e) {
 			m.alone = true
-			again = append(again, m)
+			pending = append(pending, m)
 			return
 		}
 		perm.add(m.owner, callID(m.owner), e)
 	}
+	// retried keeps the transient error only if a message that needs the
+	// backoff is still pending once this attempt's permanent failures
+	// dropped their owners' other messages.
+	var retried []int
 	var werrs kafka.WriteErrors
 	var tooLarge kafka.MessageTooLargeError
 	switch {
@@ -506,12 +491,13 @@ func (p *Producer) attempt(ctx context.Context, w *requestWriter, msgs []outMsg,
 				rejected(msgs[i], e)
 			case classFatal:
 				p.metrics.count(ok)
-				return nil, nil, nil, fmt.Errorf("producer: write to %s: %w", msgs[i].msg.Topic, e)
+				return nil, nil, fmt.Errorf("producer: write to %s: %w", msgs[i].msg.Topic, e)
 			default:
 				if transient == nil {
 					transient = e
 				}
-				retry = append(retry, msgs[i])
+				retried = append(retried, msgs[i].owner)
+				pending = append(pending, msgs[i])
 			}
 		}
 		p.metrics.count(ok)
@@ -520,10 +506,10 @@ func (p *Producer) attempt(ctx context.Context, w *requestWriter, msgs []outMsg,
 		// offender and resend the rest at once (no backoff needed).
 		idx := indexOf(msgs, tooLarge.Message)
 		if idx < 0 {
-			return nil, nil, nil, fmt.Errorf("producer: write: %w", werr)
+			return nil, nil, fmt.Errorf("producer: write: %w", werr)
 		}
 		perm.add(msgs[idx].owner, callID(msgs[idx].owner), werr)
-		again = dropOwners(msgs, perm)
+		pending = dropOwners(msgs, perm)
 	default:
 		switch classifyFor(msgs[0].kind, werr) {
 		case classPermanent:
@@ -531,12 +517,18 @@ func (p *Producer) attempt(ctx context.Context, w *requestWriter, msgs []outMsg,
 				rejected(m, werr)
 			}
 		case classFatal:
-			return nil, nil, nil, fmt.Errorf("producer: write: %w", werr)
+			return nil, nil, fmt.Errorf("producer: write: %w", werr)
 		default:
-			transient, retry = werr, msgs
+			transient, pending = werr, msgs
+			for _, m := range msgs {
+				retried = append(retried, m.owner)
+			}
 		}
 	}
-	return retry, again, transient, nil
+	if transient != nil && !slices.ContainsFunc(retried, func(o int) bool { return !perm.has(o) }) {
+		transient = nil
+	}
+	return pending, transient, nil
 }
 
 // indexOf finds the message kafka-go reported by comparing the identity of

@@ -27,7 +27,9 @@ var errNotSent = errors.New("producer: not sent, an earlier request of the parti
 //
 // Records of one partition are sent in order, one request at a time, and
 // a failed request stops that partition's later requests (errNotSent), so
-// a retry never writes a record before the ones in front of it.
+// a retry never writes a record before the ones in front of it. Records
+// resent alone after a whole-request rejection go through the same
+// partition loop as the rest, so that rule covers them too.
 type requestWriter struct {
 	client      *kafka.Client
 	balancer    kafka.Balancer
@@ -50,7 +52,9 @@ type partKey struct {
 // acknowledged, a kafka.WriteErrors with one entry per message when some
 // failed, kafka.MessageTooLargeError (nothing sent) when a record alone is
 // over batchBytes, or another error (metadata, ctx) when nothing was sent.
-func (w *requestWriter) writeMessages(ctx context.Context, msgs ...kafka.Message) error {
+// A message whose alone entry is true (alone may be nil) is sent in a
+// request of its own, so the broker's answer to it is about it alone.
+func (w *requestWriter) writeMessages(ctx context.Context, msgs []kafka.Message, alone []bool) error {
 	for _, m := range msgs {
 		if recordSize(m) > w.recordLimit(m.Topic) {
 			return kafka.MessageTooLargeError{Message: m}
@@ -77,7 +81,7 @@ func (w *requestWriter) writeMessages(ctx context.Context, msgs ...kafka.Message
 	errs := make(kafka.WriteErrors, len(msgs))
 	var wg sync.WaitGroup
 	for _, k := range order {
-		wg.Go(func() { w.writePartition(ctx, k, msgs, groups[k], errs) })
+		wg.Go(func() { w.writePartition(ctx, k, msgs, alone, groups[k], errs) })
 	}
 	wg.Wait()
 	for _, e := range errs {
@@ -91,19 +95,24 @@ func (w *requestWriter) writeMessages(ctx context.Context, msgs ...kafka.Message
 // writePartition sends the messages idx of msgs to partition k in chunks of
 // at most batchSize records and batchBytes bytes (or the topic's record
 // limit, when smaller; a larger record goes alone), one request at a time,
-// recording each message's error in errs. Each index belongs to one
-// partition, so goroutines write disjoint entries of errs.
-func (w *requestWriter) writePartition(ctx context.Context, k partKey, msgs []kafka.Message, idx []int, errs kafka.WriteErrors) {
+// recording each message's error in errs. A message marked in alone is a
+// chunk by itself. Each index belongs to one partition, so goroutines write
+// disjoint entries of errs.
+func (w *requestWriter) writePartition(ctx context.Context, k partKey, msgs []kafka.Message, alone []bool, idx []int, errs kafka.WriteErrors) {
 	limit := min(w.batchBytes, w.recordLimit(k.topic))
+	isAlone := func(i int) bool { return alone != nil && alone[i] }
 	for len(idx) > 0 {
 		n, size := 0, int64(0)
 		for n < len(idx) && n < w.batchSize {
 			s := recordSize(msgs[idx[n]])
-			if n > 0 && size+s > limit {
+			if n > 0 && (size+s > limit || isAlone(idx[n])) {
 				break
 			}
 			size += s
 			n++
+			if isAlone(idx[n-1]) {
+				break
+			}
 		}
 		chunk := idx[:n]
 		idx = idx[n:]
