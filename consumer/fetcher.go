@@ -168,6 +168,14 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 			c.m.fetchErrors.WithLabelValues(c.cfg.Topic, partLabel).Inc()
 			c.log.Warn().Err(err).Int("partition", ps.partition).Msg("fetch failed; retrying")
 		})
+		// A failed fetch can still carry records: franz-go returns those
+		// decoded before a bad batch (a CRC mismatch, a truncated batch)
+		// with the error and reads on from the bad batch, so dropping them
+		// here would lose them for good, the commit moving past them. They
+		// are handed over first, and the backoff follows.
+		if !c.handOver(ctx, g, ps, fs, partLabel, &next) {
+			return
+		}
 		if failed {
 			if !sleepCtx(ctx, backoff) {
 				return
@@ -176,48 +184,55 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 			continue
 		}
 		backoff = c.cfg.RetryBackoff
-		var recs []*kgo.Record
-		fs.EachPartition(func(p kgo.FetchTopicPartition) {
-			if len(p.Records) == 0 {
-				return
-			}
-			ps.logEnd.Store(p.HighWatermark)
-			if first := p.Records[0].Offset; next >= 0 && first > next && p.LogStartOffset > next {
-				c.offsetReset(ps, fmt.Sprintf("offsets %d to %d were deleted before they were read; reading on from %d",
-					next, p.LogStartOffset-1, first))
-			}
-			next = p.Records[len(p.Records)-1].Offset + 1
-			recs = append(recs, p.Records...)
+	}
+}
+
+// handOver tracks the records of one poll in the partition's watermark and
+// hands them to the batch loop, in offset order; next is the offset the
+// partition is read at (see fetch). It reports false if ctx ended first.
+func (c *Consumer) handOver(ctx context.Context, g *genState, ps *partState, fs kgo.Fetches, partLabel string, next *int64) bool {
+	var recs []*kgo.Record
+	fs.EachPartition(func(p kgo.FetchTopicPartition) {
+		if len(p.Records) == 0 {
+			return
+		}
+		ps.logEnd.Store(p.HighWatermark)
+		if first := p.Records[0].Offset; *next >= 0 && first > *next && p.LogStartOffset > *next {
+			c.offsetReset(ps, fmt.Sprintf("offsets %d to %d were deleted before they were read; reading on from %d",
+				*next, p.LogStartOffset-1, first))
+		}
+		*next = p.Records[len(p.Records)-1].Offset + 1
+		recs = append(recs, p.Records...)
+	})
+	for _, kr := range recs {
+		c.messagesIn.Add(1)
+		c.m.messagesIn.WithLabelValues(c.cfg.Topic).Inc()
+		ps.gauges(func() {
+			c.m.lag.WithLabelValues(c.cfg.Topic, partLabel).Set(float64(max(ps.logEnd.Load()-kr.Offset-1, 0)))
 		})
-		for _, kr := range recs {
-			c.messagesIn.Add(1)
-			c.m.messagesIn.WithLabelValues(c.cfg.Topic).Inc()
-			ps.gauges(func() {
-				c.m.lag.WithLabelValues(c.cfg.Topic, partLabel).Set(float64(max(ps.logEnd.Load()-kr.Offset-1, 0)))
-			})
-			ps.first.CompareAndSwap(-1, kr.Offset)
-			if !c.waitSpan(ctx, ps) {
-				return
-			}
-			done, err := ps.wm.Track(kr.Offset)
-			if err != nil {
-				c.log.Debug().Err(err).Int("partition", ps.partition).Int64("offset", kr.Offset).Msg("skipping repeated offset")
-				continue
-			}
-			rec := &record{msg: message(kr), gen: g, ps: ps, done: done}
-			c.addInflight(1)
-			g.pending.Add(1)
-			select {
-			case c.pipe.in <- rec:
-			case <-ctx.Done():
-				// Never handed over: it stays unresolved, so the commit stops
-				// before it and the next owner reads it again.
-				c.addInflight(-1)
-				g.pending.Add(-1)
-				return
-			}
+		ps.first.CompareAndSwap(-1, kr.Offset)
+		if !c.waitSpan(ctx, ps) {
+			return false
+		}
+		done, err := ps.wm.Track(kr.Offset)
+		if err != nil {
+			c.log.Debug().Err(err).Int("partition", ps.partition).Int64("offset", kr.Offset).Msg("skipping repeated offset")
+			continue
+		}
+		rec := &record{msg: message(kr), gen: g, ps: ps, done: done}
+		c.addInflight(1)
+		g.pending.Add(1)
+		select {
+		case c.pipe.in <- rec:
+		case <-ctx.Done():
+			// Never handed over: it stays unresolved, so the commit stops
+			// before it and the next owner reads it again.
+			c.addInflight(-1)
+			g.pending.Add(-1)
+			return false
 		}
 	}
+	return true
 }
 
 // message is r as the pipeline carries records. An empty value reads as a
