@@ -1,13 +1,13 @@
 package model
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"runtime"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -15,41 +15,57 @@ import (
 	"github.com/scorer/scorer/model/onnxpb"
 )
 
-// smallInitializer is the largest initializer, in encoded bytes, that a
-// graph rewrite decodes; larger ones (the weights) are copied through as
-// bytes, never decoded, so rewriting a 1.7 GB graph holds only its nodes
-// and small constants in memory.
+// smallInitializer is the largest initializer, in encoded bytes, that
+// reading a graph decodes; larger ones (the weights) are not read at all:
+// leanGraph references their bytes where they lie in the file, so a
+// 1.7 GB graph is held as its nodes and small constants (a few MB).
 const smallInitializer = 16 << 10
 
-// splitGraph is an ONNX file read for rewriting: the model with its graph's
-// nodes and small initializers decoded, and the file ranges of the large
-// initializers (TensorProto messages), which stay on disk.
-type splitGraph struct {
-	m     *onnxpb.ModelProto
-	large []pbMsg
+// leanGraph is a graph file as sessions load it: the model with every large
+// initializer's data left on disk and referenced as ONNX external data
+// (location, offset, length) relative to the graph's folder, whether the
+// export kept the weights inline (the reference then points into the graph
+// file itself) or in external data files (their references are kept).
+//
+// Why: ORT maps external data instead of reading it into the protobuf it
+// parses, so a session is created from a graph of a few MB and mapped
+// weights, about half the time and half the peak memory of the same graph
+// inline (docs/benchmarks.md, "Peak RSS"), and a rewritten graph needs no
+// copy of the weights: sessions load it from memory with the original
+// folder as the external data's base (Model.NewSession).
+type leanGraph struct {
+	m *onnxpb.ModelProto
+	// dir is the folder the external locations in m are relative to: the
+	// deepest folder holding the graph file and every data file, each with
+	// its links resolved (dir itself has none).
+	dir string
+	// files are the external data files the graph references, as paths in
+	// the graph's folder, sorted; the graph file itself is not among them.
+	files []string
 }
 
-// readSplitGraph reads path as splitGraph. It refuses a graph whose large
-// initializers keep their data in external files: the rewrite writes one
-// self-contained file.
-func readSplitGraph(f *os.File) (*splitGraph, error) {
+// readLeanGraph reads the graph file at path as a leanGraph and checks
+// every external data reference it holds: a location inside the folder, a
+// file that exists and holds the bytes referenced.
+func readLeanGraph(path string) (*leanGraph, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
 		return nil, err
 	}
+	lg := &leanGraph{}
+	self := filepath.Base(path)
 	r := &pbReader{r: f}
 	var skel []byte
-	sg := &splitGraph{}
 	// ModelProto: 7 is the graph; 1 (ir_version) and 5 (model_version) are
 	// the varints, every other field is length-delimited.
 	err = r.fields(0, st.Size(), func(field int, m pbMsg) error {
-		switch field {
-		case 1, 5:
-			skel = protowire.AppendTag(skel, protowire.Number(field), protowire.VarintType)
-			skel = protowire.AppendVarint(skel, m.val)
-			return nil
-		case 7:
-			graph, err := sg.readGraph(r, m)
+		if field == 7 {
+			graph, err := readLeanGraphProto(r, m, self)
 			if err != nil {
 				return err
 			}
@@ -58,97 +74,229 @@ func readSplitGraph(f *os.File) (*splitGraph, error) {
 			return nil
 		}
 		var err error
-		skel, err = appendField(r, skel, field, m)
+		skel, err = appendAny(r, skel, field, m)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	sg.m = &onnxpb.ModelProto{}
-	if err := proto.Unmarshal(skel, sg.m); err != nil {
+	lg.m = &onnxpb.ModelProto{}
+	if err := proto.Unmarshal(skel, lg.m); err != nil {
 		return nil, err
 	}
-	if sg.m.GetGraph() == nil {
+	if lg.m.GetGraph() == nil {
 		return nil, errors.New("no graph in the file")
 	}
-	return sg, nil
+	if err := lg.locate(path); err != nil {
+		return nil, err
+	}
+	return lg, nil
 }
 
-// readGraph returns the GraphProto's bytes without its large initializers,
-// whose ranges it records.
-func (sg *splitGraph) readGraph(r *pbReader, g pbMsg) ([]byte, error) {
+// readLeanGraphProto returns the GraphProto's bytes with each large
+// initializer's inline data replaced by a reference to where it lies in
+// the graph file, named self in its folder.
+func readLeanGraphProto(r *pbReader, g pbMsg, self string) ([]byte, error) {
 	var out []byte
 	err := r.fields(g.off, g.end, func(field int, m pbMsg) error {
 		if field == 5 && m.end-m.off > smallInitializer {
-			external := false
-			// TensorProto: 14 is data_location (1 = EXTERNAL).
-			err := r.fields(m.off, m.end, func(f int, v pbMsg) error {
-				if f == 14 && v.off == v.end && v.val == 1 {
-					external = true
-				}
-				return nil
-			})
+			t, err := leanTensor(r, m, self)
 			if err != nil {
 				return err
 			}
-			if external {
-				return errors.New("weights in external data files are not supported")
-			}
-			sg.large = append(sg.large, m)
+			out = protowire.AppendTag(out, 5, protowire.BytesType)
+			out = protowire.AppendBytes(out, t)
 			return nil
 		}
 		var err error
-		out, err = appendField(r, out, field, m)
+		out, err = appendAny(r, out, field, m)
 		return err
 	})
 	return out, err
 }
 
-// appendField appends a length-delimited field read from the file to buf.
-func appendField(r *pbReader, buf []byte, field int, m pbMsg) ([]byte, error) {
+// leanTensor returns the TensorProto m with its raw_data replaced by an
+// external data reference to the same bytes in the graph file. A tensor
+// whose data is in a typed field (float_data and the like: exporters write
+// raw_data) is copied whole.
+func leanTensor(r *pbReader, m pbMsg, self string) ([]byte, error) {
+	var out []byte
+	var raw *pbMsg
+	// TensorProto: 9 is raw_data, 13 external_data, 14 data_location.
+	err := r.fields(m.off, m.end, func(f int, v pbMsg) error {
+		switch f {
+		case 9:
+			raw = &v
+			return nil
+		case 13, 14:
+			return nil
+		}
+		var err error
+		out, err = appendAny(r, out, f, v)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if raw == nil {
+		return appendAny(r, nil, 0, m) // the message as exported
+	}
+	for _, kv := range [][2]string{
+		{"location", self},
+		{"offset", strconv.FormatInt(raw.off, 10)},
+		{"length", strconv.FormatInt(raw.end-raw.off, 10)},
+	} {
+		var e []byte
+		e = protowire.AppendTag(e, 1, protowire.BytesType)
+		e = protowire.AppendString(e, kv[0])
+		e = protowire.AppendTag(e, 2, protowire.BytesType)
+		e = protowire.AppendString(e, kv[1])
+		out = protowire.AppendTag(out, 13, protowire.BytesType)
+		out = protowire.AppendBytes(out, e)
+	}
+	out = protowire.AppendTag(out, 14, protowire.VarintType)
+	return protowire.AppendVarint(out, uint64(onnxpb.TensorProto_EXTERNAL)), nil
+}
+
+// appendAny appends a varint or length-delimited field read from the file
+// to buf. Field 0 means m's bytes themselves, unframed.
+func appendAny(r *pbReader, buf []byte, field int, m pbMsg) ([]byte, error) {
+	if m.varint {
+		buf = protowire.AppendTag(buf, protowire.Number(field), protowire.VarintType)
+		return protowire.AppendVarint(buf, m.val), nil
+	}
 	b := make([]byte, m.end-m.off)
 	if _, err := r.r.ReadAt(b, m.off); err != nil {
 		return buf, err
+	}
+	if field == 0 {
+		return append(buf, b...), nil
 	}
 	buf = protowire.AppendTag(buf, protowire.Number(field), protowire.BytesType)
 	return protowire.AppendBytes(buf, b), nil
 }
 
-// write writes the (rewritten) model and then a second graph field holding
-// the large initializers copied from src: protobuf merges repeated
-// occurrences of a message field, so readers see one graph.
-func (sg *splitGraph) write(w io.Writer, src io.ReaderAt) error {
-	b, err := proto.Marshal(sg.m)
+// ErrExternalData is the error of a graph whose external data cannot be
+// read: a location outside the model folder, a missing file, a range past
+// a file's end.
+var ErrExternalData = errors.New("external data")
+
+// locate checks the external data references of the graph's
+// initializers (read from the graph file at path), records the files they
+// name and re-bases every location on the folder of their resolved paths.
+//
+// Why re-base: ORT takes locations relative to a base folder and refuses
+// any whose path, links resolved, leaves it. A model folder of links (a
+// Hugging Face cache snapshot, a Kubernetes volume) points elsewhere by
+// design, and the references into the graph file itself that
+// readLeanGraph makes would leave any folder of the graph's links. The
+// user's locations are checked lexically against the graph's folder first,
+// so a graph cannot name a file outside what the folder holds or links to.
+//
+// Why check here and not leave it to ORT: ORT reports a bad location deep
+// in session creation, once per device, after the model has been hashed;
+// users get one line naming the tensor and the file.
+func (lg *leanGraph) locate(path string) error {
+	path, err := filepath.Abs(path)
 	if err != nil {
 		return err
 	}
-	if _, err := w.Write(b); err != nil {
-		return err
+	graphDir, self := filepath.Dir(path), filepath.Base(path)
+	type file struct {
+		real string
+		size int64
 	}
-	var size uint64
-	for _, m := range sg.large {
-		n := uint64(m.end - m.off)
-		size += uint64(protowire.SizeTag(5)) + uint64(protowire.SizeBytes(int(n)))
+	files := map[string]file{}
+	var tensors []*onnxpb.TensorProto
+	for _, t := range lg.m.GetGraph().GetInitializer() {
+		if t.GetDataLocation() != onnxpb.TensorProto_EXTERNAL {
+			continue
+		}
+		tensors = append(tensors, t)
+		var loc string
+		var off, n int64 = 0, -1
+		for _, kv := range t.GetExternalData() {
+			var err error
+			switch kv.GetKey() {
+			case "location":
+				loc = kv.GetValue()
+			case "offset":
+				off, err = strconv.ParseInt(kv.GetValue(), 10, 64)
+			case "length":
+				n, err = strconv.ParseInt(kv.GetValue(), 10, 64)
+			}
+			if err != nil || off < 0 {
+				return fmt.Errorf("%w: initializer %s: bad %s %q", ErrExternalData, t.GetName(), kv.GetKey(), kv.GetValue())
+			}
+		}
+		if !filepath.IsLocal(loc) {
+			return fmt.Errorf("%w: initializer %s: location %q is not a path inside the graph's folder %s", ErrExternalData, t.GetName(), loc, graphDir)
+		}
+		f, ok := files[loc]
+		if !ok {
+			p := filepath.Join(graphDir, loc)
+			real, err := filepath.EvalSymlinks(p)
+			if err != nil {
+				return fmt.Errorf("%w: initializer %s: %w", ErrExternalData, t.GetName(), err)
+			}
+			st, err := os.Stat(real)
+			if err != nil {
+				return fmt.Errorf("%w: initializer %s: %w", ErrExternalData, t.GetName(), err)
+			}
+			f = file{real: real, size: st.Size()}
+			files[loc] = f
+		}
+		if n < 0 {
+			n = f.size - off
+		}
+		if off+n > f.size {
+			return fmt.Errorf("%w: initializer %s: bytes %d to %d of %s, which has %d", ErrExternalData, t.GetName(), off, off+n, filepath.Join(graphDir, loc), f.size)
+		}
 	}
-	if len(sg.large) == 0 {
-		return nil
+	var reals []string
+	for loc, f := range files {
+		reals = append(reals, f.real)
+		if loc != self {
+			lg.files = append(lg.files, filepath.Join(graphDir, loc))
+		}
 	}
-	head := protowire.AppendTag(nil, 7, protowire.BytesType)
-	head = protowire.AppendVarint(head, size)
-	if _, err := w.Write(head); err != nil {
-		return err
-	}
-	for _, m := range sg.large {
-		head = protowire.AppendTag(head[:0], 5, protowire.BytesType)
-		head = protowire.AppendVarint(head, uint64(m.end-m.off))
-		if _, err := w.Write(head); err != nil {
+	slices.Sort(lg.files)
+	lg.dir = commonDir(reals)
+	if lg.dir == "" {
+		// No external data: the base is unused, but a folder ORT can check.
+		real, err := filepath.EvalSymlinks(path)
+		if err != nil {
 			return err
 		}
-		if _, err := io.Copy(w, io.NewSectionReader(src, m.off, m.end-m.off)); err != nil {
-			return err
+		lg.dir = filepath.Dir(real)
+	}
+	for _, t := range tensors {
+		for _, kv := range t.GetExternalData() {
+			if kv.GetKey() == "location" {
+				rel, err := filepath.Rel(lg.dir, files[kv.GetValue()].real)
+				if err != nil {
+					return err
+				}
+				kv.Value = proto.String(rel)
+			}
 		}
 	}
 	return nil
+}
+
+// commonDir is the deepest folder holding every one of the absolute,
+// clean paths; "" for none.
+func commonDir(paths []string) string {
+	if len(paths) == 0 {
+		return ""
+	}
+	dir := filepath.Dir(paths[0])
+	for _, p := range paths[1:] {
+		for dir != "/" && !strings.HasPrefix(p, dir+string(filepath.Separator)) {
+			dir = filepath.Dir(dir)
+		}
+	}
+	return dir
 }
 
 // defaultOpset is the model's default-domain ("" or "ai.onnx") opset.
@@ -161,48 +309,6 @@ func defaultOpset(m *onnxpb.ModelProto) int64 {
 	return 0
 }
 
-// rewriteGraph applies rewriteRelAttention to the graph at path and, when
-// it changed anything, writes the result to an unnamed temporary file held
-// open by the returned *os.File, whose /proc/self/fd path sessions load.
-// The file disappears with the process (or Close), so nothing is left
-// behind by a crash; a production-size graph takes as much temporary disk
-// as the original, and about a second to copy.
-func rewriteGraph(path string) (f *os.File, sessionPath string, st relAttnStats, err error) {
-	if runtime.GOOS != "linux" {
-		return nil, "", st, errors.New("rewritten graphs are loaded through /proc/self/fd, which only Linux has")
-	}
-	src, err := os.Open(path)
-	if err != nil {
-		return nil, "", st, err
-	}
-	defer src.Close()
-	sg, err := readSplitGraph(src)
-	if err != nil {
-		return nil, "", st, fmt.Errorf("reading the graph: %w", err)
-	}
-	if st, err = rewriteRelAttention(sg.m.GetGraph(), defaultOpset(sg.m)); err != nil {
-		return nil, "", st, err
-	}
-	if f, err = os.CreateTemp("", "scorer-graph-*.onnx"); err != nil {
-		return nil, "", st, err
-	}
-	// Unlinked at once: the open file is the only name it needs.
-	if err := os.Remove(f.Name()); err != nil {
-		f.Close()
-		return nil, "", st, err
-	}
-	bw := bufio.NewWriterSize(f, 1<<20)
-	if err := sg.write(bw, src); err != nil {
-		f.Close()
-		return nil, "", st, fmt.Errorf("writing the rewritten graph: %w", err)
-	}
-	if err := bw.Flush(); err != nil {
-		f.Close()
-		return nil, "", st, fmt.Errorf("writing the rewritten graph: %w", err)
-	}
-	return f, fmt.Sprintf("/proc/self/fd/%d", f.Fd()), st, nil
-}
-
 // RelAttentionNodes names the nodes of the graph at path that the
 // relative-attention rewrite replaces or leaves unused (the Tiles, the
 // [rows·heads, L, 512] products, the index Expands, the GatherElements and
@@ -211,19 +317,14 @@ func rewriteGraph(path string) (f *os.File, sessionPath string, st relAttnStats,
 // the prefix it returns. It is errNoRelAttention's error for a graph the
 // rewrite does not recognise.
 func RelAttentionNodes(path string) (removed []string, addedPrefix string, err error) {
-	f, err := os.Open(path)
+	lg, err := readLeanGraph(path)
 	if err != nil {
 		return nil, "", err
 	}
-	defer f.Close()
-	sg, err := readSplitGraph(f)
-	if err != nil {
-		return nil, "", err
-	}
-	g := sg.m.GetGraph()
+	g := lg.m.GetGraph()
 	before := slices.Clone(g.GetNode())
 	addedPrefix = uniquePrefix(indexGraph(g), relAttnPrefix)
-	if _, err := rewriteRelAttention(g, defaultOpset(sg.m)); err != nil {
+	if _, err := rewriteRelAttention(g, defaultOpset(lg.m)); err != nil {
 		return nil, "", err
 	}
 	kept := map[*onnxpb.NodeProto]bool{}

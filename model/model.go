@@ -16,6 +16,7 @@ import (
 	"sync"
 
 	ort "github.com/yalue/onnxruntime_go"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/scorer/scorer/model/tokenizer"
 	"github.com/scorer/scorer/schema"
@@ -108,11 +109,22 @@ type Model struct {
 	// graph sessions run, or why it changed nothing.
 	GraphRewrite string
 
-	// sessionPath is the graph sessions load: ONNXPath, or the rewritten
-	// graph in rewritten (an unlinked temporary file, open for the life of
-	// the Model so that its /proc/self/fd path stays valid).
-	sessionPath string
-	rewritten   *os.File
+	// graph is the graph sessions load, encoded (leanGraph: its weights
+	// referenced where they lie on disk), rewritten unless
+	// KeepRelativeAttention; graphDir is the folder its external data
+	// locations are relative to; dataFiles are the data files it reads
+	// besides the graph file.
+	graph     []byte
+	graphDir  string
+	dataFiles []string
+	// relAttn is whether the relative-attention rewrite changed the graph.
+	relAttn bool
+}
+
+// Files are the files that hold the graph and its weights: the graph file
+// and the external data files it references, if any.
+func (m *Model) Files() []string {
+	return append([]string{m.ONNXPath}, m.dataFiles...)
 }
 
 // Info is the identity written into every scored record.
@@ -182,7 +194,7 @@ func Start(opts LoadOptions) (*Loading, error) {
 				tokErr = fmt.Errorf("model: loading tokenizer %s: %w", tokPath, tokErr)
 			}
 		})
-		sha, hashErr := hashModel(m.ONNXPath)
+		sha, hashErr := hashModel(m.ONNXPath, m.dataFiles)
 		wg.Wait()
 		l.sha, l.loadErr = sha, cmp.Or(tokErr, hashErr)
 	}()
@@ -262,26 +274,43 @@ func loadGraph(opts LoadOptions) (*Model, int, error) {
 	if err := m.readGraph(); err != nil {
 		return nil, 0, err
 	}
-	m.rewriteGraph(opts.KeepRelativeAttention)
+	if err := m.prepareGraph(opts.KeepRelativeAttention); err != nil {
+		return nil, 0, err
+	}
 	return m, cfg.maxPositions, nil
 }
 
-// rewriteGraph rewrites the disentangled attention unless told to keep
-// it. A graph the rewrite does not recognise, or cannot rewrite, runs as
-// exported: the reason goes to GraphRewrite, never into an error.
-func (m *Model) rewriteGraph(keep bool) {
-	m.sessionPath = m.ONNXPath
-	if keep {
-		m.GraphRewrite = "graph as exported: relative-attention rewrite off"
-		return
-	}
-	f, path, st, err := rewriteGraph(m.ONNXPath)
+// prepareGraph reads the graph as sessions load it (leanGraph) and
+// rewrites the disentangled attention unless told to keep it. A graph the
+// rewrite does not recognise, or cannot rewrite, runs as exported: the
+// reason goes to GraphRewrite, never into an error. An error is a graph
+// that cannot be read or whose external data is not there.
+func (m *Model) prepareGraph(keep bool) error {
+	lg, err := readLeanGraph(m.ONNXPath)
 	if err != nil {
-		m.GraphRewrite = "graph as exported: " + err.Error()
-		return
+		return fmt.Errorf("model: reading %s: %w", m.ONNXPath, err)
 	}
-	m.rewritten, m.sessionPath = f, path
-	m.GraphRewrite = "relative attention rewritten: " + st.String()
+	m.graphDir, m.dataFiles = lg.dir, lg.files
+	switch {
+	case keep:
+		m.GraphRewrite = "graph as exported: relative-attention rewrite off"
+	default:
+		st, err := rewriteRelAttention(lg.m.GetGraph(), defaultOpset(lg.m))
+		if err != nil {
+			m.GraphRewrite = "graph as exported: " + err.Error()
+			// A failed rewrite may have left the graph half changed.
+			if lg, err = readLeanGraph(m.ONNXPath); err != nil {
+				return fmt.Errorf("model: reading %s: %w", m.ONNXPath, err)
+			}
+		} else {
+			m.relAttn = true
+			m.GraphRewrite = "relative attention rewritten: " + st.String()
+		}
+	}
+	if m.graph, err = proto.Marshal(lg.m); err != nil {
+		return fmt.Errorf("model: encoding the graph of %s: %w", m.ONNXPath, err)
+	}
+	return nil
 }
 
 // modelConfig is the part of config.json Load needs.
@@ -414,21 +443,27 @@ func findONNX(dir, name string) (string, error) {
 var externalDataSuffixes = [...]string{"_data", ".data"}
 
 // hashModel is the model's version: the SHA-256 of the ONNX file, streamed
-// so a multi-gigabyte graph is not held in memory twice. When the export
-// keeps its weights in an external-data file beside the graph, that file
-// is hashed in after the graph: new weights under an unchanged graph must be
-// a new version. A graph without one hashes exactly as its file alone.
-func hashModel(path string) (string, error) {
+// so a multi-gigabyte graph is not held in memory twice, then of each
+// external data file the graph references (data, sorted)
+// and of an external-data file beside the graph by an exporter's name
+// (model.onnx_data), each once: new weights under an unchanged graph must
+// be a new version. A graph without either hashes exactly as its file
+// alone.
+func hashModel(path string, data []string) (string, error) {
 	h := sha256.New()
 	if err := hashInto(h, path); err != nil {
 		return "", err
 	}
+	files := slices.Clone(data)
 	for _, suffix := range externalDataSuffixes {
-		data := path + suffix
-		if _, err := os.Stat(data); err == nil {
-			if err := hashInto(h, data); err != nil {
-				return "", err
-			}
+		if _, err := os.Stat(path + suffix); err == nil {
+			files = append(files, path+suffix)
+		}
+	}
+	slices.Sort(files)
+	for _, f := range slices.Compact(files) {
+		if err := hashInto(h, f); err != nil {
+			return "", err
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil

@@ -96,10 +96,11 @@ func readGraphIO(path string) (inputs, outputs []graphValue, err error) {
 }
 
 // pbMsg is a length-delimited field's value: bytes [off, end) of the file.
-// For varint fields val holds the value and off == end.
+// For varint fields val holds the value, off == end and varint is set.
 type pbMsg struct {
 	off, end int64
 	val      uint64
+	varint   bool
 }
 
 // pbReader walks protobuf messages in a file through a small read window,
@@ -166,7 +167,7 @@ func (p *pbReader) fields(off, end int64, fn func(field int, m pbMsg) error) err
 				return err
 			}
 			off = next
-			if err := fn(field, pbMsg{off: off, end: off, val: v}); err != nil {
+			if err := fn(field, pbMsg{off: off, end: off, val: v, varint: true}); err != nil {
 				return err
 			}
 		case 1:

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -34,16 +35,55 @@ func relAttnGraphs(t *testing.T) map[string]string {
 // readTestGraph reads a graph file's nodes (weights left on disk).
 func readTestGraph(t *testing.T, path string) *onnxpb.GraphProto {
 	t.Helper()
-	f, err := os.Open(path)
+	lg, err := readLeanGraph(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	sg, err := readSplitGraph(f)
+	return lg.m.GetGraph()
+}
+
+// rewrittenFile rewrites the graph at path as Load does and writes it, its
+// weights inline again, to a file of the test's, for plain ORT sessions.
+func rewrittenFile(t *testing.T, path string) (string, relAttnStats) {
+	t.Helper()
+	lg, err := readLeanGraph(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return sg.m.GetGraph()
+	st, err := rewriteRelAttention(lg.m.GetGraph(), defaultOpset(lg.m))
+	if err != nil {
+		t.Fatalf("rewriting %s: %v", path, err)
+	}
+	src := mustRead(t, path)
+	for _, init := range lg.m.GetGraph().GetInitializer() {
+		if init.GetDataLocation() != onnxpb.TensorProto_EXTERNAL {
+			continue
+		}
+		var off, n int
+		for _, kv := range init.GetExternalData() {
+			v, _ := strconv.Atoi(kv.GetValue())
+			switch kv.GetKey() {
+			case "location":
+				if kv.GetValue() != filepath.Base(path) {
+					t.Fatalf("%s: initializer %s is in %s", path, init.GetName(), kv.GetValue())
+				}
+			case "offset":
+				off = v
+			case "length":
+				n = v
+			}
+		}
+		init.RawData, init.ExternalData, init.DataLocation = src[off:off+n], nil, nil
+	}
+	b, err := proto.Marshal(lg.m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "rewritten.onnx")
+	if err := os.WriteFile(out, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return out, st
 }
 
 // opCounts counts a graph file's node types (top level).
@@ -162,11 +202,7 @@ func maxDiff(a, b [][]float32) float64 {
 func TestRelAttentionRewriteFamilies(t *testing.T) {
 	for family, path := range relAttnGraphs(t) {
 		t.Run(family, func(t *testing.T) {
-			f, rewritten, st, err := rewriteGraph(path)
-			if err != nil {
-				t.Fatalf("rewriteGraph: %v", err)
-			}
-			defer f.Close()
+			rewritten, st := rewrittenFile(t, path)
 			// Two layers, each with a c2p and a p2c gather.
 			if st.Gathers != 4 || st.TilesLeft != 0 {
 				t.Errorf("stats %+v; want 4 gathers, no Tile left", st)
@@ -221,11 +257,11 @@ func TestRelAttentionPairs(t *testing.T) {
 				dir := testenv.ModelDir(t, name)
 				on := loadModel(t, LoadOptions{Dir: dir, PairEncoding: enc})
 				off := loadModel(t, LoadOptions{Dir: dir, PairEncoding: enc, KeepRelativeAttention: true})
-				if on.rewritten == nil || !strings.HasPrefix(on.GraphRewrite, "relative attention rewritten") {
+				if !on.relAttn || !strings.HasPrefix(on.GraphRewrite, "relative attention rewritten") {
 					t.Fatalf("default load did not rewrite: %q", on.GraphRewrite)
 				}
-				if off.rewritten != nil || off.sessionPath != off.ONNXPath || !strings.Contains(off.GraphRewrite, "off") {
-					t.Fatalf("KeepRelativeAttention load: %q, session path %s", off.GraphRewrite, off.sessionPath)
+				if off.relAttn || !strings.Contains(off.GraphRewrite, "off") {
+					t.Fatalf("KeepRelativeAttention load: %q", off.GraphRewrite)
 				}
 				pairs := make([]Pair, len(sentences))
 				longest := 0
@@ -295,8 +331,8 @@ func TestRelAttentionHFLogits(t *testing.T) {
 	for _, keep := range []bool{false, true} {
 		t.Run(fmt.Sprintf("keep=%t", keep), func(t *testing.T) {
 			m := loadModel(t, LoadOptions{Dir: dir, KeepRelativeAttention: keep})
-			if (m.rewritten == nil) != keep {
-				t.Fatalf("rewritten %t with KeepRelativeAttention %t: %s", m.rewritten != nil, keep, m.GraphRewrite)
+			if m.relAttn == keep {
+				t.Fatalf("rewritten %t with KeepRelativeAttention %t: %s", m.relAttn, keep, m.GraphRewrite)
 			}
 			s := newSession(t, m)
 			batch, err := s.Logits(t.Context(), pairs)
@@ -332,21 +368,16 @@ func TestRelAttentionHFLogits(t *testing.T) {
 // back untouched, and the model loads its own file.
 func TestRelAttentionUnrecognised(t *testing.T) {
 	m := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, "nli-unigram-small")})
-	if m.rewritten != nil || m.sessionPath != m.ONNXPath || !strings.Contains(m.GraphRewrite, errNoRelAttention.Error()) {
-		t.Errorf("BERT model: rewritten %t, session path %s, %q", m.rewritten != nil, m.sessionPath, m.GraphRewrite)
+	if m.relAttn || !strings.Contains(m.GraphRewrite, errNoRelAttention.Error()) {
+		t.Errorf("BERT model: rewritten %t, %q", m.relAttn, m.GraphRewrite)
 	}
 	newSession(t, m)
 
-	f, err := os.Open(relAttnGraphs(t)["hf-torchscript"])
+	lg, err := readLeanGraph(relAttnGraphs(t)["hf-torchscript"])
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	sg, err := readSplitGraph(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := sg.m.GetGraph()
+	g := lg.m.GetGraph()
 	// An Identity between every Tile and its readers: same maths, a shape
 	// the matcher does not know.
 	var nodes []*onnxpb.NodeProto
@@ -360,7 +391,7 @@ func TestRelAttentionUnrecognised(t *testing.T) {
 	}
 	g.Node = nodes
 	before := proto.Clone(g)
-	if _, err := rewriteRelAttention(g, defaultOpset(sg.m)); !errors.Is(err, errNoRelAttention) {
+	if _, err := rewriteRelAttention(g, defaultOpset(lg.m)); !errors.Is(err, errNoRelAttention) {
 		t.Fatalf("rewrite of a broken pattern: %v; want errNoRelAttention", err)
 	}
 	if !proto.Equal(before, g) {
@@ -376,11 +407,7 @@ func TestRelAttentionCheckFixture(t *testing.T) {
 	dir := filepath.Join("testdata", "deberta-check")
 	fx := readCheckFile(t, filepath.Join(dir, "check.json"))
 	path := filepath.Join(dir, "model.onnx")
-	f, rewritten, st, err := rewriteGraph(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	rewritten, st := rewrittenFile(t, path)
 	if st.Gathers != 4 {
 		t.Errorf("stats %+v; want 4 gathers", st)
 	}

@@ -1,7 +1,6 @@
 package model
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -49,6 +48,11 @@ type Session struct {
 	closed bool
 }
 
+// externalFolderKey is ORT's session option (onnxruntime_session_options_
+// config_keys.h) naming the folder that external data locations are
+// relative to when the graph is loaded from memory.
+const externalFolderKey = "session.model_external_initializers_file_folder_path"
+
 // NewSession creates an ORT session for the model's graph.
 func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 	if opts.IntraOpThreads < 0 || opts.InterOpThreads < 0 {
@@ -74,12 +78,18 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 			return nil, fmt.Errorf("model: disabling memory patterns: %w", err)
 		}
 	}
+	// The graph is loaded from memory (Model.graph), its weights mapped
+	// from the files it references; ORT resolves those against this folder,
+	// as it would against a graph file's own.
+	if err := so.AddSessionConfigEntry(externalFolderKey, m.graphDir); err != nil {
+		return nil, fmt.Errorf("model: setting the external data folder: %w", err)
+	}
 	if opts.Configure != nil {
 		if err := opts.Configure(so); err != nil {
 			return nil, fmt.Errorf("model: configuring session for %s: %w", m.Name, err)
 		}
 	}
-	sess, err := ort.NewDynamicAdvancedSession(cmp.Or(m.sessionPath, m.ONNXPath), m.InputNames, []string{m.OutputName}, so)
+	sess, err := ort.NewDynamicAdvancedSessionWithONNXData(m.graph, m.InputNames, []string{m.OutputName}, so)
 	if err != nil {
 		if isOutOfMemory(err) {
 			return nil, fmt.Errorf("model: creating session for %s: %w: %w", m.ONNXPath, ErrOutOfMemory, err)
@@ -106,7 +116,7 @@ func (s *Session) MemoryKey() string {
 	}
 	return fmt.Sprintf("model=%s max_len=%d ort=%s intra_op=%d inter_op=%d mem_pattern=%t rewritten=%t",
 		s.m.SHA256, s.m.MaxLength, ort.GetVersion(), s.opts.IntraOpThreads, s.opts.InterOpThreads, !s.opts.DisableMemPattern,
-		s.m.rewritten != nil)
+		s.m.relAttn)
 }
 
 // ErrNoArenaShrink is returned by ReleaseArena on a session created without

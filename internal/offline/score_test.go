@@ -427,3 +427,46 @@ func TestScoreResume(t *testing.T) {
 		}
 	})
 }
+
+// TestScoreExternalDataModel runs `scorer score` with the defaults, as a
+// new user would, on the shared HF export re-saved with its weights in
+// model.onnx_data (torch.onnx's and Optimum's form for large models): it
+// scores, within 1e-5 of the same graph inline, and names the same model.
+// Before lean loading, the relative-attention rewrite handed ORT an
+// unlinked copy of the graph whose external data ORT could not resolve.
+func TestScoreExternalDataModel(t *testing.T) {
+	file, events := testenv.ShortestTranscripts(t, 2)
+	inline := testenv.ModelDir(t, "nli-deberta-v3-hf-tiny")
+	outs := map[string][]schema.ScoredTranscript{}
+	for name, dir := range map[string]string{"inline": inline, "external": testenv.ExternalDataModelDir(t, inline, testenv.OneDataFile)} {
+		env := testenv.ScorerEnv(t)
+		env["MODEL_DIR"] = dir
+		out := filepath.Join(t.TempDir(), "out.jsonl")
+		if _, stderr, err := runCLI(t, env, "", "score", "--in", file, "--out", out); err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, testenv.Tail(stderr, 2000))
+		}
+		outs[name] = testenv.ReadJSONL[schema.ScoredTranscript](t, out)
+	}
+	got, want := outs["external"], outs["inline"]
+	if len(got) != len(events) || len(want) != len(events) {
+		t.Fatalf("%d and %d outputs for %d inputs", len(got), len(want), len(events))
+	}
+	for i := range want {
+		if got[i].Model.Name != want[i].Model.Name || got[i].Model.SHA256 == want[i].Model.SHA256 {
+			t.Errorf("model %+v, inline %+v: want the same name, a version covering the data file", got[i].Model, want[i].Model)
+		}
+		for name, sec := range want[i].Sections {
+			for label, r := range sec.Results {
+				g := got[i].Sections[name].Results[label].Scores
+				if len(g) != len(r.Scores) {
+					t.Fatalf("%s %s %s: %d scores, want %d", want[i].CallID, name, label, len(g), len(r.Scores))
+				}
+				for j := range r.Scores {
+					if math.Abs(float64(g[j]-r.Scores[j])) > 1e-5 {
+						t.Errorf("%s %s %s[%d] = %v, inline %v", want[i].CallID, name, label, j, g[j], r.Scores[j])
+					}
+				}
+			}
+		}
+	}
+}

@@ -286,8 +286,10 @@ func benchCommand(ctx context.Context, e cli.Env, args []string) error {
 		return fmt.Errorf("gpu-proof: %s: %w", m.Dir, err)
 	}
 	b.Params = shape.params()
-	if st, err := os.Stat(m.ONNXPath); err == nil {
-		b.WeightBytes = uint64(st.Size())
+	for _, f := range m.Files() {
+		if st, err := os.Stat(f); err == nil {
+			b.WeightBytes += uint64(st.Size())
+		}
 	}
 	mem := memReader(probe, d.Index, &b.MemoryReading)
 
