@@ -72,11 +72,14 @@ type Config struct {
 	// one being filled; when all are busy fetching pauses (backpressure).
 	MaxInflightBatches int
 	// MaxUncommitted bounds each partition's uncommitted span: fetching of a
-	// partition pauses while the next record lies this many offsets or more
-	// past its committed offset (MAX_UNCOMMITTED). A crash therefore
-	// replays at most this many records per partition, and one stuck record
-	// cannot make the span, nor the batches waiting behind it, grow without
-	// limit.
+	// partition pauses while this many of its records were handed to
+	// scoring past its last successful commit, acknowledged or not
+	// (MAX_UNCOMMITTED), and resumes when a commit covers some of them.
+	// Records are counted, not offsets (offsets have gaps). A crash
+	// therefore replays at most this many already-handled records per
+	// partition, also while commits keep failing (the member is then not
+	// ready, but alive), and one stuck record cannot make the span, nor the
+	// batches waiting behind it, grow without limit.
 	MaxUncommitted int
 	// Limits are passed to schema.DecodeEvent. The zero value means
 	// schema.DefaultLimits(); MaxMessageBytes is forced to the one above.

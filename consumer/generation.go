@@ -26,6 +26,9 @@ type genState struct {
 	// pending counts this generation's records handed to the pipeline and
 	// not yet acknowledged, so the generation end can wait for them.
 	pending atomic.Int64
+	// commitNow carries a paused partition's request for an early commit
+	// (see waitSpan).
+	commitNow chan struct{}
 }
 
 // runGeneration consumes the generation's partitions until it ends (a
@@ -38,11 +41,12 @@ type genState struct {
 // committed, or until a heartbeat fails (a rebalance).
 func (c *Consumer) runGeneration(ctx, workCtx context.Context, gen *kafka.Generation, stop *stopClock, leave *groupCloser) {
 	assignments := gen.Assignments[c.cfg.Topic]
-	g := &genState{id: gen.ID, parts: make(map[int]*partState, len(assignments))}
+	g := &genState{id: gen.ID, parts: make(map[int]*partState, len(assignments)), commitNow: make(chan struct{}, 1)}
 	g.ctx, g.cancel = context.WithCancel(workCtx)
 	ids := make([]int, 0, len(assignments))
 	for _, pa := range assignments {
 		g.parts[pa.ID] = newPartState(pa.ID, pa.Offset)
+		g.parts[pa.ID].commitNow = g.commitNow
 		ids = append(ids, pa.ID)
 	}
 	c.generations.Add(1)
@@ -109,6 +113,12 @@ loop:
 			case <-committing:
 				committing = c.commitAsync(gen, g, false)
 			default: // the previous commit is still running
+			}
+		case <-g.commitNow:
+			select {
+			case <-committing:
+				committing = c.commitAsync(gen, g, false)
+			default: // the running commit's end, or the tick, serves it
 			}
 		case <-gctx.Done():
 			break loop
@@ -282,11 +292,14 @@ func (g *genState) revoke() {
 // partition has an offset to commit at all.
 func (c *Consumer) commitOffsets(gen *kafka.Generation, g *genState, probe bool) error {
 	offsets := map[int]int64{}
+	// before counts, for each moved partition, the records its commit
+	// covers (see partState.committedRecs).
+	before := map[int]int64{}
 	for p, ps := range g.parts {
-		next, ok := ps.wm.Committable()
+		next, n, ok := ps.wm.Checkpoint()
 		switch done := ps.committed.Load(); {
 		case ok && next > done:
-			offsets[p] = next
+			offsets[p], before[p] = next, n
 		case probe && done >= 0:
 			offsets[p] = done
 		}
@@ -311,6 +324,9 @@ func (c *Consumer) commitOffsets(gen *kafka.Generation, g *genState, probe bool)
 	c.brokerOK.Store(true)
 	for p, o := range offsets {
 		g.parts[p].committed.Store(o)
+	}
+	for p, n := range before {
+		g.parts[p].committedRecs.Store(n)
 	}
 	c.observePartitions(g)
 	c.log.Debug().Int32("generation", g.id).Interface("offsets", offsets).Msg("committed")

@@ -17,6 +17,14 @@ type partState struct {
 	// committed is the last committed offset (negative: none yet); written
 	// by the manager, read by the fetcher for the span limit.
 	committed atomic.Int64
+	// committedRecs is how many of the records tracked in wm lie before the
+	// last offset this generation committed: the rest would be replayed
+	// after a crash, committed or not.
+	committedRecs atomic.Int64
+	// commitNow asks the generation's manager for a commit before its next
+	// tick, when only acknowledged records hold the partition paused (nil:
+	// nobody to ask).
+	commitNow chan<- struct{}
 	// first is the first offset fetched (-1: none yet), the base of the
 	// uncommitted span while nothing is committed.
 	first atomic.Int64
@@ -70,6 +78,12 @@ func (ps *partState) base() int64 {
 		return c
 	}
 	return ps.first.Load()
+}
+
+// uncommitted is how many records were fetched into the pipeline past the
+// last successful commit, acknowledged or not: what a crash would replay.
+func (ps *partState) uncommitted() int64 {
+	return ps.wm.Tracked() - ps.committedRecs.Load()
 }
 
 // offsetReset counts and logs a reset of the partition's read position.
@@ -137,23 +151,30 @@ func (c *Consumer) checkOffset(ctx context.Context, ps *partState, offset int64)
 const spanPoll = 20 * time.Millisecond
 
 // waitSpan pauses the partition's fetching while MaxUncommitted of its
-// records are in flight (fetched, not yet acknowledged), or twice
+// records were handed to the pipeline past its last successful commit
+// (acknowledged or not: a crash replays them all), or twice
 // MaxInflightBatches of its batches are being scored or wait to be
 // acknowledged (plus the one record handed to the batch loop while it cut
 // the batch that reached the count: batches are counted when cut, records
-// when fetched). So one stuck record (a dead letter that cannot be written,
-// a publish that keeps failing) or a sink slower than scoring cannot grow
-// the uncommitted span, the memory of the scored records waiting behind it
-// and the duplicates a crash would replay without bound, and it holds its
-// own partition only. Records are counted, not offsets: aborted
-// transactions, compaction and retention leave gaps in the offsets, and a
-// span measured in offsets would pause for good at a wide gap with nothing
-// in flight to free it. A paused partition always has records in flight,
-// so its stall shows in OldestUnacked (liveness) and
-// scorer_oldest_unacked_seconds. It reports false if ctx ended first.
+// when fetched). So one stuck record (a dead letter that cannot be
+// written, a publish that keeps failing), commits that keep failing (a
+// coordinator without its offsets topic, a commit ACL) or a sink slower
+// than scoring cannot grow the uncommitted span, the memory of the scored
+// records waiting behind it and the duplicates a crash would replay without
+// bound, and it holds its own partition only. Records are counted, not
+// offsets: aborted transactions, compaction and retention leave gaps in the
+// offsets, and a span measured in offsets would pause for good at a wide
+// gap with nothing in flight to free it. A partition paused with records
+// in flight shows its stall in OldestUnacked and
+// scorer_oldest_unacked_seconds; one paused by failing commits has none in
+// flight (it is not stuck: it resumes at the first commit that succeeds)
+// and shows in readiness and scorer_commit_errors_total. While
+// acknowledged records hold it, it asks the manager to commit them without
+// waiting for the next tick, so the bound costs no throughput while commits
+// succeed. It reports false if ctx ended first.
 func (c *Consumer) waitSpan(ctx context.Context, ps *partState) bool {
-	limit, maxTurns := c.cfg.MaxUncommitted, int32(2*c.cfg.MaxInflightBatches)
-	full := func() bool { return ps.wm.Pending() >= limit || ps.turns.Load() >= maxTurns }
+	limit, maxTurns := int64(c.cfg.MaxUncommitted), int32(2*c.cfg.MaxInflightBatches)
+	full := func() bool { return ps.uncommitted() >= limit || ps.turns.Load() >= maxTurns }
 	if !full() {
 		return true
 	}
@@ -161,10 +182,20 @@ func (c *Consumer) waitSpan(ctx context.Context, ps *partState) bool {
 	c.pauses.Add(1)
 	ps.gauges(func() { c.m.paused.WithLabelValues(label...).Set(1) })
 	defer ps.gauges(func() { c.m.paused.WithLabelValues(label...).Set(0) })
-	c.log.Warn().Int("partition", ps.partition).Int("in_flight", ps.wm.Pending()).Int32("batches", ps.turns.Load()).
-		Int64("committed", ps.committed.Load()).Int("limit", limit).
-		Msg("records in flight reached MAX_UNCOMMITTED, or batches waiting to be acknowledged twice MAX_INFLIGHT_BATCHES; fetching paused until they are acknowledged")
+	c.log.Warn().Int("partition", ps.partition).Int64("uncommitted", ps.uncommitted()).Int("in_flight", ps.wm.Pending()).
+		Int32("batches", ps.turns.Load()).Int64("committed", ps.committed.Load()).Int64("limit", limit).
+		Msg("records past the last commit reached MAX_UNCOMMITTED, or batches waiting to be acknowledged twice MAX_INFLIGHT_BATCHES; fetching paused until they are committed or acknowledged")
+	asked := int64(-1)
 	for full() {
+		// Asked once per new committable offset: while commits fail the
+		// periodic one retries, and no more.
+		if next, ok := ps.wm.Committable(); ok && next > asked && next > ps.committed.Load() {
+			asked = next
+			select {
+			case ps.commitNow <- struct{}{}:
+			default:
+			}
+		}
 		if !sleepCtx(ctx, spanPoll) {
 			return false
 		}

@@ -11,9 +11,11 @@ import (
 // may be resolved in any order; Committable never moves past an offset that
 // is tracked but not yet resolved, so a commit can never skip unfinished
 // work. It is modelled on Jeffail/checkpoint's capped checkpointer, the cap
-// left to its caller: the consumer's fetcher pauses a partition while
-// Pending reaches MaxUncommitted, counting records, not offsets, because
-// real topics have gaps (aborted transactions, compaction, retention).
+// left to its caller: the consumer's fetcher pauses a partition while the
+// records tracked past its last successful commit (Tracked minus the
+// Checkpoint count that commit wrote) reach MaxUncommitted, counting
+// records, not offsets, because real topics have gaps (aborted
+// transactions, compaction, retention).
 //
 // A Watermark is safe for concurrent use. Create one per partition per
 // generation and drop it when the generation ends, so that work finishing
@@ -98,10 +100,26 @@ func (w *Watermark) Committable() (next int64, ok bool) {
 	return w.next, w.advanced
 }
 
+// Checkpoint is Committable with the number of tracked offsets before next
+// (the resolved prefix), read together: once next is committed, that many
+// records need no replay, and Tracked minus it is what a crash would
+// replay.
+func (w *Watermark) Checkpoint() (next, before int64, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.next, w.popped, w.advanced
+}
+
+// Tracked returns how many offsets were tracked in all.
+func (w *Watermark) Tracked() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.popped + int64(len(w.entries))
+}
+
 // Pending returns how many tracked offsets are not yet resolved: the
-// records in flight that bound a partition's uncommitted span (the
-// consumer pauses fetching at MaxUncommitted), counted rather than
-// measured as an offset distance because offsets have gaps.
+// records in flight, counted rather than measured as an offset distance
+// because offsets have gaps.
 func (w *Watermark) Pending() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()

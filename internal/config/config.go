@@ -56,7 +56,7 @@ type Config struct {
 
 	BatchMaxMessages int           `env:"BATCH_MAX_MESSAGES" envDefault:"16" group:"consumer" min:"1" help:"messages per consumer batch"`
 	BatchMaxWait     time.Duration `env:"BATCH_MAX_WAIT" envDefault:"200ms" group:"consumer" min:"1ns" help:"longest a batch waits, from its oldest message"`
-	MaxUncommitted   int           `env:"MAX_UNCOMMITTED" envDefault:"1000" group:"consumer" min:"1" help:"records per input partition in flight (fetched, not yet acknowledged; counted, so offset gaps do not matter); fetching of the partition pauses at this (a crash replays at most this many per partition, plus what the last commit interval acknowledged)"`
+	MaxUncommitted   int           `env:"MAX_UNCOMMITTED" envDefault:"1000" group:"consumer" min:"1" help:"records per input partition fetched past its last successful commit, acknowledged or not (counted, so offset gaps do not matter); fetching of the partition pauses at this until a commit covers some, so a crash replays at most this many per partition, also while commits fail"`
 
 	BatchMaxBytes      int    `env:"BATCH_MAX_BYTES" envDefault:"8388608" group:"memory" min:"1" unit:"bytes" help:"bytes per consumer batch (never exceeded); twice MAX_INFLIGHT_BATCHES × this is the input the CPU memory budget sets aside"`
 	MaxInflightBatches int    `env:"MAX_INFLIGHT_BATCHES" envDefault:"2" group:"memory" min:"1" help:"consumer batches between fetch and ack; fetching pauses beyond"`
