@@ -132,11 +132,12 @@ func New(cfg Config, scorer Scorer, sink Sink, log zerolog.Logger, reg prometheu
 	if scorer == nil || sink == nil {
 		return nil, errors.New("consumer: scorer and sink are required")
 	}
-	m, err := newMetrics(reg)
+	c := &Consumer{cfg: cfg, log: log.With().Str("component", "consumer").Str("topic", cfg.Topic).Logger()}
+	m, err := newMetrics(reg, func() float64 { return float64(c.inflight.Load()) })
 	if err != nil {
 		return nil, err
 	}
-	c := &Consumer{cfg: cfg, m: m, log: log.With().Str("component", "consumer").Str("topic", cfg.Topic).Logger()}
+	c.m = m
 	c.proc = &processor{cfg: cfg, scorer: scorer, sink: sink, log: c.log, m: m, settle: c.settle}
 	c.pipe = newPipeline(cfg, m, c.proc, c.settle)
 	var clamped bool
@@ -333,7 +334,6 @@ func (s *stopClock) mark() time.Time {
 
 func (c *Consumer) addInflight(n int64) {
 	v := c.inflight.Add(n)
-	c.m.inflight.Set(float64(v))
 	for {
 		p := c.inflightPeak.Load()
 		if v <= p || c.inflightPeak.CompareAndSwap(p, v) {

@@ -11,7 +11,7 @@ import (
 // exist even without a Registerer so the hot path never checks for nil.
 type metrics struct {
 	messagesIn *prometheus.CounterVec
-	inflight   prometheus.Gauge
+	inflight   prometheus.GaugeFunc
 	batchSize  prometheus.Histogram
 	endToEnd   prometheus.Histogram
 	commitTime prometheus.Histogram
@@ -35,14 +35,18 @@ type metrics struct {
 	collections []prometheus.Collector
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+// newMetrics builds the collectors and registers them on reg (nil: none).
+// scorer_inflight_messages reads inflight at each scrape: a gauge set after
+// each update of the count could end on an older update's value, since
+// the count and the gauge would not change together.
+func newMetrics(reg prometheus.Registerer, inflight func() float64) (*metrics, error) {
 	m := &metrics{
 		messagesIn: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "scorer_messages_in_total", Help: "Records fetched from the input topic.",
 		}, []string{"topic"}),
-		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+		inflight: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "scorer_inflight_messages", Help: "Records fetched but not yet acknowledged (published or dead-lettered).",
-		}),
+		}, inflight),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "scorer_batch_messages", Help: "Records per scoring batch.",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},

@@ -16,7 +16,7 @@ import (
 // records what it settles.
 func processorFor(t *testing.T, sc Scorer, sk Sink) (*processor, *[]string) {
 	t.Helper()
-	m, err := newMetrics(nil)
+	m, err := newMetrics(nil, func() float64 { return 0 })
 	if err != nil {
 		t.Fatal(err)
 	}
