@@ -49,10 +49,18 @@ func TestExternalData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, layout := range []testenv.ExternalLayout{testenv.OneDataFile, testenv.FilePerTensor} {
-		dir := testenv.ExternalDataModelDir(t, src, layout)
+	// WriteExternalData's form (bench's) beside the test's own two.
+	written := copyModelDir(t, src, nil, "model.onnx")
+	if err := WriteExternalData(filepath.Join(src, "model.onnx"), filepath.Join(written, "model.onnx")); err != nil {
+		t.Fatal(err)
+	}
+	dirs := map[string]string{"WriteExternalData": written}
+	for i, layout := range []testenv.ExternalLayout{testenv.OneDataFile, testenv.FilePerTensor} {
+		dirs[fmt.Sprint("layout", i)] = testenv.ExternalDataModelDir(t, src, layout)
+	}
+	for name, dir := range dirs {
 		for _, keep := range []bool{false, true} {
-			t.Run(fmt.Sprintf("layout=%d/keep=%t", layout, keep), func(t *testing.T) {
+			t.Run(fmt.Sprintf("%s/keep=%t", name, keep), func(t *testing.T) {
 				m := loadModel(t, LoadOptions{Dir: dir, KeepRelativeAttention: keep})
 				if m.relAttn == keep {
 					t.Errorf("rewritten %t with KeepRelativeAttention %t: %s", m.relAttn, keep, m.GraphRewrite)

@@ -3,6 +3,7 @@ package model
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -337,4 +338,70 @@ func RelAttentionNodes(path string) (removed []string, addedPrefix string, err e
 		}
 	}
 	return removed, addedPrefix, nil
+}
+
+// WriteExternalData writes the graph at path to dst with its large
+// initializers' data in dst+"_data" (model.onnx_data for model.onnx), each
+// at an offset aligned to 4 KiB, as onnx.save_model with
+// save_as_external_data does: the form torch.onnx and Optimum give models
+// over 2 GB. The weights are copied file to file, never held in memory.
+// make bench measures start-up on both forms of the production stand-in.
+func WriteExternalData(path, dst string) error {
+	lg, err := readLeanGraph(path)
+	if err != nil {
+		return fmt.Errorf("model: reading %s: %w", path, err)
+	}
+	data := filepath.Base(dst) + "_data"
+	out, err := os.Create(filepath.Join(filepath.Dir(dst), data))
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	srcs := map[string]*os.File{}
+	defer func() {
+		for _, f := range srcs {
+			f.Close()
+		}
+	}()
+	var at int64
+	for _, t := range lg.m.GetGraph().GetInitializer() {
+		if t.GetDataLocation() != onnxpb.TensorProto_EXTERNAL {
+			continue
+		}
+		kv := map[string]*onnxpb.StringStringEntryProto{}
+		for _, e := range t.GetExternalData() {
+			kv[e.GetKey()] = e
+		}
+		loc := filepath.Join(lg.dir, kv["location"].GetValue())
+		off, _ := strconv.ParseInt(kv["offset"].GetValue(), 10, 64)
+		n, err := strconv.ParseInt(kv["length"].GetValue(), 10, 64)
+		if err != nil {
+			return fmt.Errorf("model: initializer %s: no length", t.GetName())
+		}
+		src, ok := srcs[loc]
+		if !ok {
+			if src, err = os.Open(loc); err != nil {
+				return err
+			}
+			srcs[loc] = src
+		}
+		at = (at + 4095) &^ 4095
+		if _, err := io.Copy(io.NewOffsetWriter(out, at), io.NewSectionReader(src, off, n)); err != nil {
+			return fmt.Errorf("model: copying initializer %s: %w", t.GetName(), err)
+		}
+		t.ExternalData = []*onnxpb.StringStringEntryProto{
+			{Key: proto.String("location"), Value: proto.String(data)},
+			{Key: proto.String("offset"), Value: proto.String(strconv.FormatInt(at, 10))},
+			{Key: proto.String("length"), Value: proto.String(strconv.FormatInt(n, 10))},
+		}
+		at += n
+	}
+	b, err := proto.Marshal(lg.m)
+	if err != nil {
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o644)
 }

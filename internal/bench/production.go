@@ -6,11 +6,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"text/tabwriter"
 
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/scoring"
+	"github.com/scorer/scorer/model"
 )
 
 // productionCheck is one of issue 25's (or 32's) targets on the production-size
@@ -53,6 +55,10 @@ func benchWholeProcess(ctx context.Context, e cli.Env, cfg config.Config, bf ben
 		long    int
 		startup bool
 		section string // wholeproc or production
+		// external re-saves dir's graphs with their weights in external
+		// data files (model.WriteExternalData) and measures their start-up
+		// alone: issue 35's inline vs external comparison.
+		external bool
 	}
 	var jobs []job
 	if small {
@@ -63,11 +69,18 @@ func benchWholeProcess(ctx context.Context, e cli.Env, cfg config.Config, bf ben
 	if prod {
 		jobs = append(jobs, job{dir: bf.prodModel, graphs: []string{"model.onnx", int8File}, inputs: []string{"typical", "long"},
 			rounds: bf.prodRounds, sents: bf.prodSentences, long: bf.prodLong, startup: true, section: "production"})
+		jobs = append(jobs, job{dir: bf.prodModel, graphs: []string{"model.onnx", int8File}, startup: true, section: "production", external: true})
 	}
+	prodName := ""
 	for i, j := range jobs {
 		dir, err := config.ResolvePath(j.dir)
 		if err != nil {
 			return fmt.Errorf("bench: model dir: %w", err)
+		}
+		if j.external {
+			if dir, err = externalCopy(dir, j.graphs, filepath.Join(work, fmt.Sprint(i, "-external"))); err != nil {
+				return fmt.Errorf("bench: %w", err)
+			}
 		}
 		c := cfg
 		c.ModelDir, c.ModelFile = dir, ""
@@ -87,9 +100,11 @@ func benchWholeProcess(ctx context.Context, e cli.Env, cfg config.Config, bf ben
 		if err := os.MkdirAll(wd, 0o755); err != nil {
 			return err
 		}
-		typical, long, err := wholeProcInputs(wd, m, corpus, j.sents, j.long)
-		if err != nil {
-			return err
+		var typical, long string
+		if len(j.inputs) > 0 {
+			if typical, long, err = wholeProcInputs(wd, m, corpus, j.sents, j.long); err != nil {
+				return err
+			}
 		}
 		for _, g := range graphs {
 			if _, err := os.Stat(filepath.Join(dir, g)); err != nil {
@@ -117,11 +132,47 @@ func benchWholeProcess(ctx context.Context, e cli.Env, cfg config.Config, bf ben
 			}
 			rep.WholeProcess = append(rep.WholeProcess, rows...)
 		}
-		if j.section == "production" {
-			rep.Production = productionChecks(filepath.Base(dir), rep.WholeProcess, rep.Startup)
+		if j.section == "production" && !j.external {
+			prodName = filepath.Base(dir)
 		}
 	}
+	if prodName != "" {
+		rep.Production = productionChecks(prodName, rep.WholeProcess, rep.Startup)
+	}
 	return nil
+}
+
+// externalCopy makes a model folder under parent, named after src with
+// "-external", holding links to src's files and each of graphs re-saved
+// with its weights in an external data file beside it.
+func externalCopy(src string, graphs []string, parent string) (string, error) {
+	dir := filepath.Join(parent, filepath.Base(src)+"-external")
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	for _, e := range entries {
+		if !e.IsDir() && !slices.Contains(graphs, e.Name()) {
+			if err := os.Symlink(filepath.Join(src, e.Name()), filepath.Join(dir, e.Name())); err != nil {
+				return "", err
+			}
+		}
+	}
+	for _, g := range graphs {
+		if _, err := os.Stat(filepath.Join(src, g)); err != nil {
+			continue // the caller reports a missing graph
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, g)), 0o755); err != nil {
+			return "", err
+		}
+		if err := model.WriteExternalData(filepath.Join(src, g), filepath.Join(dir, g)); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
 }
 
 // productionChecks derives the production-size targets from the rows of
@@ -177,8 +228,34 @@ func productionChecks(model string, rows []wholeProcess, startups []startupPoint
 			}
 		}
 	}
+	for _, sp := range startups {
+		if sp.Model == model+"-external" {
+			for _, in := range startups {
+				if in.Model == model && in.Graph == sp.Graph && in.CachedSeconds > 0 {
+					v := sp.CachedPeakRSSMiB / in.CachedPeakRSSMiB
+					add(sp.Graph+": start-up peak RSS, external data / inline", "≤ 1.05", v, v <= 1.05)
+				}
+			}
+		}
+	}
+	for g, limit := range map[string]float64{"model.onnx": leanPeakFP32, int8File: leanPeakInt8} {
+		for _, in := range []string{"typical", "long"} {
+			if r := get(g, in); r != nil {
+				v := r.ScorerPeakRSSMiB * (1 << 20) / 1e9
+				add(fmt.Sprintf("%s %s: scorer peak RSS, GB", g, in), fmt.Sprintf("≤ %.1f", limit), v, v <= limit)
+			}
+		}
+	}
 	return append(out, rewriteChecks(get)...)
 }
+
+// leanPeakFP32 and leanPeakInt8 are issue 35's bounds on `scorer score`'s
+// peak RSS on the production stand-in, in GB: the weights held once, mapped
+// from the model's files, not beside the protobuf they were parsed from.
+const (
+	leanPeakFP32 = 1.6
+	leanPeakInt8 = 1.0
+)
 
 // rewriteTargets are issue 32's whole-process targets for the scorer with
 // the relative-attention rewrite against the raw loop on the graph as
