@@ -11,7 +11,9 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	kgosasl "github.com/twmb/franz-go/pkg/sasl"
 
 	"github.com/scorer/scorer/schema"
@@ -126,18 +128,20 @@ const clientCloseTimeout = 5 * time.Second
 // loop until ctx ends; stopped is called once it hands over no more
 // records, before its client is closed. It never returns early on errors:
 // the partition would silently stop being read.
+//
+// The log can move back under it. After a truncation (an unclean leader
+// election) franz-go reports ErrDataLoss and reads on from a lower offset;
+// the records there are new, so the watermark is rewound to them (see
+// Watermark.Rewind) and they are scored, and the commit goes back to that
+// offset. A topic deleted and re-created under the same name (same
+// partition count, so no rebalance) is one franz-go never reads again: it
+// keeps the old topic ID and answers UNKNOWN_TOPIC_ID for good. fetch then
+// reads the new topic with a new client from its start (its end with
+// StartOffset = last, as checkOffset resets a position past the log end),
+// counted as an offset reset.
 func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset int64, stopped func()) {
 	var cl *kgo.Client
-	defer func() {
-		if cl == nil {
-			return
-		}
-		done := make(chan struct{})
-		go func() { cl.Close(); close(done) }()
-		if !waitChan(done, time.Now().Add(clientCloseTimeout)) {
-			c.log.Warn().Int("partition", ps.partition).Msg("fetch client close timed out")
-		}
-	}()
+	defer func() { c.closeClient(ps, cl) }()
 	defer stopped() // runs before the client is closed
 	offset = c.checkOffset(ctx, ps, offset)
 	var err error
@@ -151,19 +155,23 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 	// next is the offset the partition is read at (-1: not known yet), to
 	// tell records lost to retention from an ordinary gap.
 	next := max(offset, -1)
+	// id is the ID of the topic cl reads (zero: not known yet), to tell a
+	// re-created topic from a broker that does not know the topic yet.
+	id := c.topicID(ctx, cl)
 	backoff := c.cfg.RetryBackoff
 	for {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil || fs.IsClientClosed() {
 			return
 		}
-		failed := false
+		failed, unknownID := false, false
 		fs.EachError(func(_ string, _ int32, err error) {
 			var lost *kgo.ErrDataLoss
 			if errors.As(err, &lost) {
 				c.offsetReset(ps, err.Error())
 				return
 			}
+			unknownID = unknownID || errors.Is(err, kerr.UnknownTopicID)
 			failed = true
 			c.m.fetchErrors.WithLabelValues(c.cfg.Topic, partLabel).Inc()
 			c.log.Warn().Err(err).Int("partition", ps.partition).Msg("fetch failed; retrying")
@@ -173,8 +181,37 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 		// with the error and reads on from the bad batch, so dropping them
 		// here would lose them for good, the commit moving past them. They
 		// are handed over first, and the backoff follows.
+		fs.EachTopic(func(t kgo.FetchTopic) {
+			if id == ([16]byte{}) {
+				id = t.TopicID
+			}
+		})
 		if !c.handOver(ctx, g, ps, fs, partLabel, &next) {
 			return
+		}
+		settleRewind(ps)
+		if unknownID {
+			if now := c.topicID(ctx, cl); now != ([16]byte{}) && id != ([16]byte{}) && now != id {
+				start, from := kafka.FirstOffset, "start"
+				if c.cfg.StartOffset == kafka.LastOffset {
+					start, from = kafka.LastOffset, "end"
+				}
+				c.offsetReset(ps, fmt.Sprintf("the topic was deleted and re-created (topic ID %x, was %x); reading the new topic from its %s",
+					now, id, from))
+				c.closeClient(ps, cl)
+				// A new topic's offsets start at 0: whatever is still in
+				// flight from the old one must not hold the commit above
+				// the new records.
+				ps.wm.Rewind(0)
+				settleRewind(ps)
+				if cl, err = kgo.NewClient(c.fetchOptions(ps.partition, start)...); err != nil {
+					c.log.Error().Err(err).Int("partition", ps.partition).Msg("fetch client")
+					<-ctx.Done()
+					return
+				}
+				id, next, backoff = now, -1, c.cfg.RetryBackoff
+				continue
+			}
 		}
 		if failed {
 			if !sleepCtx(ctx, backoff) {
@@ -184,6 +221,52 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 			continue
 		}
 		backoff = c.cfg.RetryBackoff
+	}
+}
+
+// closeClient closes cl, waiting at most clientCloseTimeout.
+func (c *Consumer) closeClient(ps *partState, cl *kgo.Client) {
+	if cl == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() { cl.Close(); close(done) }()
+	if !waitChan(done, time.Now().Add(clientCloseTimeout)) {
+		c.log.Warn().Int("partition", ps.partition).Msg("fetch client close timed out")
+	}
+}
+
+// topicID asks the broker for the input topic's ID, zero when it does not
+// know the topic (or did not answer in time).
+func (c *Consumer) topicID(ctx context.Context, cl *kgo.Client) [16]byte {
+	ctx, cancel := context.WithTimeout(ctx, offsetCheckTimeout)
+	defer cancel()
+	req := kmsg.NewPtrMetadataRequest()
+	t := kmsg.NewMetadataRequestTopic()
+	t.Topic = kmsg.StringPtr(c.cfg.Topic)
+	req.Topics = append(req.Topics, t)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return [16]byte{}
+	}
+	for _, rt := range resp.Topics {
+		if rt.Topic != nil && *rt.Topic == c.cfg.Topic && rt.ErrorCode == 0 {
+			return rt.TopicID
+		}
+	}
+	return [16]byte{}
+}
+
+// settleRewind lets the generation's next commit go back to a rewound
+// watermark (see Watermark.Rewind). A commit is written only when it
+// moves forward past the one recorded, so the recorded one is forgotten,
+// as checkOffset does for a reset at the start. It runs after every poll,
+// not only at the rewind: a commit in flight then records the old, higher
+// offset again when it completes.
+func settleRewind(ps *partState) {
+	next, ok := ps.wm.Committable()
+	if done := ps.committed.Load(); ok && next < done {
+		ps.committed.CompareAndSwap(done, -1)
 	}
 }
 
@@ -216,8 +299,18 @@ func (c *Consumer) handOver(ctx context.Context, g *genState, ps *partState, fs 
 		}
 		done, err := ps.wm.Track(kr.Offset)
 		if err != nil {
-			c.log.Debug().Err(err).Int("partition", ps.partition).Int64("offset", kr.Offset).Msg("skipping repeated offset")
-			continue
+			// One client hands over an offset at or below one it handed
+			// over before only after resetting its position back: the log
+			// was truncated under it (ErrDataLoss), and the records there
+			// now are new ones, not repeats.
+			c.log.Warn().Int("partition", ps.partition).Int64("offset", kr.Offset).
+				Msg("the partition's log moved back under its reader; scoring again from this offset, the commit goes back to it")
+			ps.wm.Rewind(kr.Offset)
+			settleRewind(ps)
+			if done, err = ps.wm.Track(kr.Offset); err != nil {
+				c.log.Error().Err(err).Int("partition", ps.partition).Int64("offset", kr.Offset).Msg("record not tracked after a rewind")
+				continue
+			}
 		}
 		rec := &record{msg: message(kr), gen: g, ps: ps, done: done}
 		c.addInflight(1)

@@ -137,3 +137,28 @@ func (w *Watermark) Oldest() (at time.Time, ok bool) {
 	}
 	return w.entries[0].at, true
 }
+
+// Rewind lets offsets from offset on be tracked again: the partition's log
+// was rewound under its reader (truncated by an unclean leader election, or
+// the topic deleted and re-created), so the records now at those offsets
+// are new ones, not repeats. The entries still tracked at or past offset
+// are records the log no longer holds: resolving them moves Committable to
+// offset at most, never past the new records there, and a resolved prefix
+// already past offset is pulled back to it. Committable may therefore go
+// below an offset already committed, and that lower commit is the point:
+// left at the old position, a crash or a rebalance would resume past the
+// new records. The counts (Tracked, Pending, Checkpoint's) go on: what was
+// tracked before the rewind was fetched all the same.
+func (w *Watermark) Rewind(offset int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := range w.entries {
+		w.entries[i].offset = min(w.entries[i].offset, offset-1)
+	}
+	if w.advanced {
+		w.next = min(w.next, offset)
+	}
+	if w.tracked {
+		w.last = min(w.last, offset-1)
+	}
+}
