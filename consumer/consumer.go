@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -218,10 +219,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("consumer: Run called twice")
 	}
+	leave := &groupCloser{done: make(chan struct{})}
 	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                c.cfg.GroupID,
 		Brokers:           c.cfg.Brokers,
-		Dialer:            c.cfg.Dialer,
+		Dialer:            leave.dialer(c.cfg.Dialer),
 		Topics:            []string{c.cfg.Topic},
 		HeartbeatInterval: c.cfg.HeartbeatInterval,
 		SessionTimeout:    c.cfg.SessionTimeout,
@@ -238,7 +240,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("consumer: consumer group: %w", err)
 	}
-	leave := &groupCloser{cg: cg, done: make(chan struct{})}
+	leave.cg = cg
 	stop := &stopClock{}
 	defer context.AfterFunc(ctx, func() { stop.mark() })()
 
@@ -298,11 +300,48 @@ func later(a, b time.Time) time.Time {
 
 // groupCloser closes the ConsumerGroup at most once, in the background.
 // Closing it while the generation's manager is still running is what makes
-// kafka-go leave the group instead of joining a next generation.
+// kafka-go leave the group instead of joining a next generation, as long as
+// the generation has not ended; for one that has, see refuseRejoin.
 type groupCloser struct {
 	once sync.Once
 	cg   *kafka.ConsumerGroup
 	done chan struct{} // closed when Close returned
+	// refuse makes the group's next dial fail (see refuseRejoin).
+	refuse atomic.Bool
+}
+
+// errNoRejoin is the dial error that stops kafka-go's rejoin.
+var errNoRejoin = errors.New("consumer: leaving the group, not joining its next generation")
+
+// dialer returns d for the ConsumerGroup's own connections, with the gate
+// refuseRejoin closes in front of its dial (TLS and SASL still run on top,
+// as kafka-go applies them to what DialFunc returns).
+func (g *groupCloser) dialer(d *kafka.Dialer) *kafka.Dialer {
+	gd := *d
+	next := d.DialFunc
+	if next == nil { // what kafka-go dials with then; DualStack is net's default now
+		next = (&net.Dialer{LocalAddr: d.LocalAddr, FallbackDelay: d.FallbackDelay, KeepAlive: d.KeepAlive}).DialContext
+	}
+	gd.DialFunc = func(ctx context.Context, network, address string) (net.Conn, error) {
+		if g.refuse.CompareAndSwap(true, false) {
+			return nil, errNoRejoin
+		}
+		return next(ctx, network, address)
+	}
+	return &gd
+}
+
+// refuseRejoin makes the group's next connection fail. Once a generation
+// has ended (a heartbeat saw a rebalance), kafka-go joins the next one as
+// soon as the generation's functions return, without looking whether the
+// group is being closed: only a failed connection to the coordinator stops
+// that join, and kafka-go then leaves the group (with the member id it
+// has, on fresh connections, which the gate lets through), sees the group
+// closed and stops. Call it before the generation's manager returns, and
+// only for a generation that has ended: for a live one kafka-go's next dial
+// is the leave itself.
+func (g *groupCloser) refuseRejoin() {
+	g.refuse.Store(true)
 }
 
 // start begins closing the group; later calls do nothing.

@@ -72,13 +72,14 @@ func (c *Consumer) runGeneration(ctx, workCtx context.Context, gen *kafka.Genera
 		// A generation that ended before Start runs this function without
 		// waiting for it (kafka-go then rejoins at once): fetching then
 		// would read partitions that are already another member's.
-		if gctx.Err() == nil {
+		held := gctx.Err() == nil
+		if held {
 			for _, pa := range assignments {
 				handing.Add(1)
 				c.fetchers.Go(func() { c.fetch(fctx, g, g.parts[pa.ID], pa.Offset, handing.Done) })
 			}
 		}
-		m := genManager{gen: gen, g: g, stopFetching: stopFetching, handing: &handing, stop: stop, leave: leave}
+		m := genManager{gen: gen, g: g, stopFetching: stopFetching, handing: &handing, stop: stop, leave: leave, held: held}
 		c.manage(ctx, gctx, &m)
 	})
 	<-finished
@@ -92,6 +93,9 @@ type genManager struct {
 	handing      *sync.WaitGroup
 	stop         *stopClock
 	leave        *groupCloser
+	// held is true when kafka-go waits for the manager before it moves on
+	// (the generation was live when the manager started).
+	held bool
 }
 
 // manage runs the generation's commit loop and its end: stop fetching,
@@ -154,10 +158,12 @@ loop:
 	// most a commit budget each (see Config.rebalanceCommitBudget) beside
 	// the drain's RevokeTimeout. A commit still running past it finishes
 	// or fails in the background; only acknowledged work is in it.
+	// Should a shutdown begin meanwhile, the probe also ends at the drain's
+	// deadline and the final commit at the shutdown's: the rebalance budget
+	// alone would let them overrun SHUTDOWN_TIMEOUT.
 	budget := c.cfg.rebalanceCommitBudget()
 	if why == "rebalance" && !g.revoked.Load() {
-		deadline := time.Now().Add(budget)
-		if !waitChan(committing, deadline) || !waitChan(c.commitAsync(gen, g, true), deadline) {
+		if !c.commitBy(ctx, m, &committing, true, time.Now().Add(budget), c.drainLimit) {
 			c.log.Warn().Int32("generation", g.id).Dur("budget", budget).Msg("commit at the rebalance did not answer in time; draining without it")
 		}
 	}
@@ -178,29 +184,42 @@ loop:
 	// after it the watermarks are unreachable and late results resolve
 	// them in vain.
 	g.revoke()
-	if why == "shutdown" {
-		deadline := m.stop.mark().Add(c.cfg.ShutdownTimeout)
-		if !waitChan(committing, deadline) || !waitChan(c.commitAsync(gen, g, false), deadline) {
+	switch why {
+	case "shutdown":
+		if !c.commitBy(ctx, m, &committing, false, m.stop.mark().Add(c.cfg.ShutdownTimeout), c.cfg.ShutdownTimeout) {
 			c.log.Warn().Int32("generation", g.id).Msg("final commit did not finish by the shutdown deadline")
 		}
+	case "rebalance":
+		if !c.commitBy(ctx, m, &committing, false, time.Now().Add(budget), c.cfg.ShutdownTimeout) {
+			c.log.Warn().Int32("generation", g.id).Dur("budget", budget).Msg("final commit did not finish within the rebalance's commit budget or by the shutdown deadline")
+		}
+	}
+	// A shutdown leaves the group whenever it began, also during a
+	// rebalance's drain (a rolling update stopping the member whose
+	// neighbour's exit caused the rebalance): rejoining would take
+	// partitions in the next generation only to give them up in the one
+	// after, rebalancing every member twice.
+	if ctx.Err() != nil {
 		// Leave now, while this function still holds the generation open:
 		// kafka-go then sees the group closed rather than the generation
 		// ended, and leaves instead of joining a next generation (a
-		// needless rebalance for the other members).
-		m.leave.start()
-		waitChan(gctx.Done(), later(deadline, time.Now().Add(stopGrace)))
-	} else if why == "rebalance" {
-		deadline := time.Now().Add(budget)
-		if !waitChan(committing, deadline) || !waitChan(c.commitAsync(gen, g, false), deadline) {
-			c.log.Warn().Int32("generation", g.id).Dur("budget", budget).Msg("final commit did not finish within the rebalance's commit budget")
+		// needless rebalance for the other members). A generation that
+		// ended already is past that: kafka-go rejoins once this returns
+		// unless its dial is refused. One that ended before this manager
+		// started is not waited for (kafka-go may be joining already, and
+		// the refused dial would be its leave), so it is left alone.
+		if gctx.Err() != nil && m.held {
+			m.leave.refuseRejoin()
 		}
+		m.leave.start()
+		waitChan(gctx.Done(), later(m.stop.mark().Add(c.cfg.ShutdownTimeout), time.Now().Add(stopGrace)))
 	}
 	c.assigned.Store(0)
 	c.member.Store(false)
 	c.cur.CompareAndSwap(g, nil)
 	c.m.assigned.Set(0)
 	c.endPartitions(g)
-	c.log.Info().Int32("generation", g.id).Str("reason", why).Msg("generation ended")
+	c.log.Info().Int32("generation", g.id).Str("reason", why).Bool("leaving", ctx.Err() != nil).Msg("generation ended")
 }
 
 // drain waits until the fetchers have stopped and every record the
@@ -230,6 +249,42 @@ func (c *Consumer) drain(ctx, gctx context.Context, g *genState, fetchersStopped
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// commitBy waits for the running commit (*committing), then starts one
+// more (a probe with probe) and waits for it, until deadline or, once ctx
+// ends, until limit after the stop if that is earlier; it reports whether
+// both finished. *committing is left with the commit started last, so that
+// none runs beside another.
+func (c *Consumer) commitBy(ctx context.Context, m *genManager, committing *<-chan struct{}, probe bool, deadline time.Time, limit time.Duration) bool {
+	if !waitBy(ctx, m.stop, *committing, deadline, limit) {
+		return false
+	}
+	*committing = c.commitAsync(m.gen, m.g, probe)
+	return waitBy(ctx, m.stop, *committing, deadline, limit)
+}
+
+// waitBy waits until ch is closed or deadline passes, or, once ctx ends,
+// until limit after the stop if that is earlier; it reports whether ch was
+// closed.
+func waitBy(ctx context.Context, stop *stopClock, ch <-chan struct{}, deadline time.Time, limit time.Duration) bool {
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	stopped := ctx.Done()
+	for {
+		select {
+		case <-ch:
+			return true
+		case <-t.C:
+			return false
+		case <-stopped:
+			stopped = nil
+			if d := stop.mark().Add(limit); d.Before(deadline) {
+				deadline = d
+				t.Reset(time.Until(d))
+			}
+		}
 	}
 }
 

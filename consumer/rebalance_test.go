@@ -274,13 +274,42 @@ func TestEndedGenerationNotFetched(t *testing.T) {
 
 // TestShutdownDuringRebalanceDrain: a member drains its ended generation at
 // a rebalance, waiting for a record still being scored, when it is told to
-// stop. It stops within ShutdownTimeout, publishes nothing of the ended
-// generation after its end, and the record is published by the partition's
-// owner.
+// stop (a rolling update stopping the pod whose neighbour's exit caused the
+// rebalance). It stops within ShutdownTimeout, publishes nothing of the
+// ended generation after its end, and leaves the group without joining the
+// next generation: no JoinGroup from it after the stop signal, a
+// LeaveGroup, and the survivor needs one generation, not two (one with the
+// dying member in it, one after it left). The record is published by the
+// partition's owner.
 func TestShutdownDuringRebalanceDrain(t *testing.T) {
 	t.Parallel()
 	const topic, group = "drainstop", "g-drainstop"
-	_, brokers := newCluster(t, topic, 2)
+	cluster, brokers := newCluster(t, topic, 2)
+	var memberA atomic.Pointer[string]
+	var stopping atomic.Bool
+	var joinsAfter, leaves atomic.Int32
+	isA := func(id string) bool { a := memberA.Load(); return a != nil && id == *a }
+	cluster.ControlKey(int16(kmsg.JoinGroup), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		if req := kreq.(*kmsg.JoinGroupRequest); req.Group == group && stopping.Load() && isA(req.MemberID) {
+			joinsAfter.Add(1)
+		}
+		return nil, nil, false // observe only
+	})
+	cluster.ControlKey(int16(kmsg.LeaveGroup), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		req := kreq.(*kmsg.LeaveGroupRequest)
+		if req.Group != group {
+			return nil, nil, false
+		}
+		if isA(req.MemberID) {
+			leaves.Add(1)
+		}
+		for _, m := range req.Members {
+			if isA(m.MemberID) {
+				leaves.Add(1)
+			}
+		}
+		return nil, nil, false
+	})
 	produce(t, brokers, topic, []kafka.Message{eventMsg(0, "stuck"), eventMsg(1, "other")})
 	sc := &staleScorer{entered: make(chan struct{}), release: make(chan struct{})}
 	defer close(sc.release)
@@ -288,15 +317,19 @@ func TestShutdownDuringRebalanceDrain(t *testing.T) {
 	cfg := testConfig(brokers, topic, group)
 	cfg.BatchMaxMessages, cfg.RevokeTimeout, cfg.ShutdownTimeout = 1, 5*time.Second, 2*time.Second
 	var draining atomic.Bool
-	a := start(t, cfg, sc, skA, testHooks{draining: func(_ int32, why string) { draining.Store(why == "rebalance") }})
+	a := start(t, cfg, sc, skA, testHooks{
+		assigned: func(_ int32, member string, _ []int) { memberA.Store(&member) },
+		draining: func(_ int32, why string) { draining.Store(why == "rebalance") },
+	})
 	select {
 	case <-sc.entered:
 	case <-time.After(20 * time.Second):
 		t.Fatal("stuck event never reached the scorer")
 	}
-	start(t, testConfig(brokers, topic, group), &fakeScorer{}, skB, testHooks{})
+	b := start(t, testConfig(brokers, topic, group), &fakeScorer{}, skB, testHooks{})
 	// A's generation ends at B's join; A drains, waiting for "stuck".
 	eventually(t, 20*time.Second, "A draining its ended generation", draining.Load)
+	stopping.Store(true)
 	t0 := time.Now()
 	a.stop(t)
 	if d := time.Since(t0); d > cfg.ShutdownTimeout+1500*time.Millisecond {
@@ -308,4 +341,70 @@ func TestShutdownDuringRebalanceDrain(t *testing.T) {
 			t.Errorf("A published %s from its ended generation: %+v", res.CallID, res.Source)
 		}
 	}
+	if n := joinsAfter.Load(); n != 0 {
+		t.Errorf("%d JoinGroup requests from the stopped member after the stop signal, want 0", n)
+	}
+	if leaves.Load() == 0 {
+		t.Error("no LeaveGroup from the stopped member")
+	}
+	if n := b.c.Stats().Generations; n != 1 {
+		t.Errorf("the remaining member went through %d generations, want 1", n)
+	}
+}
+
+// TestShutdownDuringRebalanceCommitBounded: the coordinator does not answer
+// a member's commits when a rebalance ends its generation, and the member
+// is told to stop while its commit at the rebalance waits. The rebalance's
+// commit budget (about 9.6 s here) is far longer than ShutdownTimeout
+// (2 s): the probe and the final commit must end by the shutdown deadline,
+// not the budget's, and the member still leaves.
+func TestShutdownDuringRebalanceCommitBounded(t *testing.T) {
+	t.Parallel()
+	const topic, group = "drainhang", "g-drainhang"
+	cluster, brokers := newCluster(t, topic, 2)
+	var memberA atomic.Pointer[string]
+	var hang atomic.Bool
+	hanging, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	cluster.ControlKey(int16(kmsg.OffsetCommit), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		req := kreq.(*kmsg.OffsetCommitRequest)
+		if a := memberA.Load(); req.Group == group && hang.Load() && a != nil && req.MemberID == *a {
+			once.Do(func() { close(hanging) })
+			cluster.SleepControl(func() { <-release })
+		}
+		return nil, nil, false
+	})
+	t.Cleanup(func() { close(release) })
+	produce(t, brokers, topic, []kafka.Message{eventMsg(0, "stuck"), eventMsg(1, "other")})
+	sc := &staleScorer{entered: make(chan struct{}), release: make(chan struct{})}
+	defer close(sc.release)
+	cfg := testConfig(brokers, topic, group)
+	cfg.BatchMaxMessages, cfg.RevokeTimeout, cfg.ShutdownTimeout = 1, time.Second, 2*time.Second
+	cfg.SessionTimeout, cfg.RebalanceTimeout = 30*time.Second, 30*time.Second
+	if b := cfg.WithDefaults().rebalanceCommitBudget(); b < 4*cfg.ShutdownTimeout {
+		t.Fatalf("commit budget %v: the test needs it well past ShutdownTimeout %v", b, cfg.ShutdownTimeout)
+	}
+	a := start(t, cfg, sc, &fakeSink{}, testHooks{assigned: func(_ int32, member string, _ []int) { memberA.Store(&member) }})
+	select {
+	case <-sc.entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("stuck event never reached the scorer")
+	}
+	// Nothing moves after this, so A's next commit is the probe its
+	// generation's end sends.
+	eventually(t, 20*time.Second, "other committed", func() bool { return committed(t, brokers, group, topic, 2)[1] == 1 })
+	hang.Store(true)
+	skB := &fakeSink{}
+	start(t, testConfig(brokers, topic, group), &fakeScorer{}, skB, testHooks{})
+	select {
+	case <-hanging:
+	case <-time.After(20 * time.Second):
+		t.Fatal("A's commit at the rebalance never came")
+	}
+	t0 := time.Now()
+	a.stop(t)
+	if d := time.Since(t0); d > cfg.ShutdownTimeout+1500*time.Millisecond {
+		t.Errorf("Run returned %v after the stop signal, ShutdownTimeout %v", d, cfg.ShutdownTimeout)
+	}
+	eventually(t, 30*time.Second, "stuck published by the remaining member", func() bool { return countIDs(skB.Published())["stuck"] > 0 })
 }
