@@ -248,7 +248,9 @@ type ArenaReleaser interface {
 // it once workers runs went at once (measureBeside); until then, or
 // without that, admission counts DefaultGPUMemMargin there. An error other
 // than OOM means the engine cannot run on this device, so the device is
-// not used.
+// not used. A fit kept by an earlier start under the same key
+// (GPUCalibrationCache, gpuFitCache) replaces the warm-up and the shapes;
+// a fit measured here is kept for the next start.
 //
 // Memory is measured per process where the probe can (ProcessMemoryReader
 // lists this process), so a second process calibrating on the same GPU at
@@ -297,6 +299,30 @@ func (p *Pool) calibrate(ctx context.Context, dev Device, eng Engine, usedBefore
 		shapes = defaultShapes(p.cfg.maxBatchTokens, p.cfg.maxBatchRows, maxLen)
 	}
 	rel, canRelease := eng.(ArenaReleaser)
+	cache, miss := p.gpuFitCache(dev, eng, shapes, perProcess, canRelease)
+	if cache != nil {
+		var fit gpuFit
+		if fit, miss = loadFit[gpuFit](cache); miss == "" {
+			est.base, est.perRow, est.perToken, est.perTokenLen, est.heldOut, est.calibrated =
+				fit.Base, fit.PerRow, fit.PerToken, fit.PerTokenLen, fit.HeldOut, true
+			// Only the fit is kept. The weights and used memory above were
+			// read now, as they must be: other tenants and this start's
+			// CUDA context are in them. What CUDA takes beside the arena is
+			// measured again too: it is a few one-row runs (also this
+			// start's CUDA warm-up, which the first real batch would
+			// otherwise pay), and a kept figure would miss a driver or a
+			// worker count that changed it, where an under-count is an OOM.
+			// The arena holds what those runs left, none once measured.
+			if !canRelease || !p.besideInto(ctx, dev, &est, eng, rel, read, base, workers) {
+				if used, err := read(); err == nil {
+					est.arena = max(0, float64(used)-float64(base))
+				}
+			}
+			p.log.Info().Str("device", dev.Label()).Str("uuid", dev.UUID).Str("file", cache.path).
+				Msg("gpupool: GPU memory calibration taken from cache: measured at an earlier start with the same GPU, model, ONNX Runtime, session options and shapes")
+			return est, nil
+		}
+	}
 	if canRelease {
 		// One small run first: CUDA's lazy initialisation (cuBLAS handles,
 		// kernels) costs memory once, and must not land in the intercept
@@ -369,27 +395,54 @@ shapes:
 	}
 	est.base, est.perRow, est.perToken, est.perTokenLen, est.heldOut, est.calibrated =
 		fit.base, fit.perRow, fit.perToken, fit.perTokenLen, fit.heldOut, true
+	file := ""
+	switch {
+	case cache == nil:
+	case rel != nil && !canRelease:
+		// The key says the shapes were measured from an emptied arena;
+		// these were high-water marks.
+		miss += "; not kept: the arena could not be emptied between shapes"
+	default:
+		if err := storeFit(cache, gpuFitOf(est), pts); err != nil {
+			miss += "; not kept: " + err.Error()
+		} else {
+			file = cache.path
+		}
+	}
+	p.log.Info().Str("device", dev.Label()).Str("uuid", dev.UUID).Str("file", file).Int("shapes", len(pts)).
+		Msgf("gpupool: GPU memory calibrated (cache miss: %s)", miss)
 	if canRelease {
 		// The arena was emptied before the last shape; it now holds that
 		// shape's footprint only.
 		if used, err := read(); err == nil {
 			peak = max(0, float64(used)-float64(base))
 		}
-		if beside, err := p.measureBeside(ctx, eng, rel, read, base, workers, cal.TokenID); err != nil {
-			p.log.Warn().Err(err).Str("device", dev.Label()).Float64("assumed_bytes", est.beside).
-				Msg("gpupool: cannot measure the memory CUDA takes beside the arena; admission assumes the floor")
-		} else {
-			// The arena is empty again: what is left beside the weights is
-			// CUDA's own. Below the floor is believed: per-process readings
-			// count the context created at open as weights already.
-			est.beside, est.besideMeasured, peak = beside, true, 0
-			// Admission credits used memory's growth past usedBase as our
-			// arena; CUDA's own growth is not arena a batch can reuse.
-			est.usedBase += uint64(beside)
+		if p.besideInto(ctx, dev, &est, eng, rel, read, base, workers) {
+			peak = 0
 		}
 	}
 	est.arena = peak
 	return est, nil
+}
+
+// besideInto measures what CUDA holds beside the arena (measureBeside) into
+// est, or logs why it cannot and leaves the floor there; true when it
+// measured, which leaves the arena empty.
+func (p *Pool) besideInto(ctx context.Context, dev Device, est *memEstimate, eng Engine, rel ArenaReleaser, read func() (uint64, error), base uint64, workers int) bool {
+	beside, err := p.measureBeside(ctx, eng, rel, read, base, workers, p.cfg.calibration.TokenID)
+	if err != nil {
+		p.log.Warn().Err(err).Str("device", dev.Label()).Float64("assumed_bytes", est.beside).
+			Msg("gpupool: cannot measure the memory CUDA takes beside the arena; admission assumes the floor")
+		return false
+	}
+	// The arena is empty again: what is left beside the weights is CUDA's
+	// own. Below the floor is believed: per-process readings count the
+	// context created at open as weights already.
+	est.beside, est.besideMeasured = beside, true
+	// Admission credits used memory's growth past usedBase as our arena;
+	// CUDA's own growth is not arena a batch can reuse.
+	est.usedBase += uint64(beside)
+	return true
 }
 
 // measureBeside runs one small batch per worker at once, empties the arena

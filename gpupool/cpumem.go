@@ -138,9 +138,9 @@ func (p *Pool) calibrateCPU(ctx context.Context, eng Engine, mem processMemory, 
 	}
 	est := memEstimate{}
 	cache := p.cpuFitCache(eng, shapes, adaptive, refLen)
-	fit, cached := cache.load()
+	fit, miss := loadFit[cpuFit](cache)
 	switch {
-	case cached:
+	case miss == "":
 		p.log.Info().Str("file", cache.path).Msg("gpupool: cpu: memory calibration taken from the cache: measured at an earlier start with the same model, ONNX Runtime, session options and machine")
 	case c.CachedOnly:
 		p.log.Info().Msg("gpupool: cpu: no kept memory calibration and CachedOnly: CPU batches are bounded by rows and tokens only")
@@ -156,7 +156,7 @@ func (p *Pool) calibrateCPU(ctx context.Context, eng Engine, mem processMemory, 
 			return est, nil, nil
 		}
 		fit = cpuFit{Base: max(0, a), PerToken: b, PerTokenLen: cc}
-		if err := cache.store(fit, pts); err != nil {
+		if err := storeFit(cache, fit, pts); err != nil {
 			p.log.Info().Err(err).Msg("gpupool: cpu: the memory calibration is not kept for the next start")
 		}
 	}

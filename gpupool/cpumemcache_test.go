@@ -1,10 +1,8 @@
 package gpupool
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 )
 
@@ -73,27 +71,9 @@ func TestCPUMemoryCalibrationCache(t *testing.T) {
 		t.Errorf("cache files after a second key: %v, want two", f)
 	}
 
-	for name, corrupt := range map[string]func([]byte) []byte{
-		"truncated":   func(b []byte) []byte { return b[:len(b)/2] },
-		"another key": func(b []byte) []byte { return []byte(strings.Replace(string(b), "model=a", "model=z", 1)) },
-		"unusable fit": func(b []byte) []byte {
-			var f cpuFitFile
-			if err := json.Unmarshal(b, &f); err != nil {
-				t.Fatal(err)
-			}
-			f.Fit = cpuFit{Base: 1, PerToken: -5}
-			out, _ := json.Marshal(f)
-			return out
-		},
-	} {
+	for name, damage := range damageCacheFile(t, path, "model=a", "model=z", func(f *cpuFit) { *f = cpuFit{Base: 1, PerToken: -5} }) {
 		t.Run(name, func(t *testing.T) {
-			b, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(path, corrupt(b), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			damage(t)
 			eng, fake := keyed("model=a ort=1.30.0 intra_op=1")
 			if _, runs := start(t, eng, fake, 2<<30, dir); runs == 0 {
 				t.Fatal("a damaged cache file was trusted")

@@ -96,6 +96,7 @@ type cfg struct {
 	logger            zerolog.Logger
 	reg               prometheus.Registerer
 	calibration       Calibration
+	gpuCalCache       string // "": every start calibrates
 	maxDeviceFailures int
 	maxAttempts       int
 	cpuFallback       bool
@@ -283,6 +284,24 @@ func Registerer(r prometheus.Registerer) Option { return optFunc(func(c *cfg) { 
 
 // Calibrate sets how GPU memory per batch is learned; see Calibration.
 func Calibrate(cal Calibration) Option { return optFunc(func(c *cfg) { c.calibration = cal }) }
+
+// GPUCalibrationCache keeps each GPU's memory calibration in a small file
+// in dir, and a later start whose key matches takes it instead of running
+// the calibration ladder (tens of thousands of kernel launches, seconds on
+// a large model). The key is all the fit depends on: the GPU's UUID, name
+// and memory, the engine's MemoryKey (model.Session: the model's SHA-256,
+// maximum length and output type, ONNX Runtime's release, the session's
+// memory options and its CUDA provider options, TF32 and the arena cap
+// among them; an engine without one is never cached), the calibration
+// shapes (from Calibration, MaxBatchTokens and MaxBatchRows) and how
+// memory was read. What depends on the device's state now (the weights,
+// used memory, the memory CUDA takes beside the arena) is measured at
+// every start. A mismatched, unreadable or unusable file is measured again
+// and overwritten; one log line per GPU says which happened. Empty (the
+// default): calibrate at every start.
+func GPUCalibrationCache(dir string) Option {
+	return optFunc(func(c *cfg) { c.gpuCalCache = dir })
+}
 
 // withMaxDeviceFailures is how many consecutive failed runs mark a device
 // degraded (default 3); its work then moves to other devices.

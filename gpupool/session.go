@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"maps"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 
 	ort "github.com/yalue/onnxruntime_go"
 
@@ -87,6 +89,7 @@ func sessionOptions(dev Device, cfg SessionConfig) (model.SessionOptions, error)
 	case CUDA:
 		cudaOpts := cudaProviderOptions(dev, cfg)
 		opts.Configure = func(so *ort.SessionOptions) error { return appendCUDA(so, cudaOpts) }
+		opts.ConfigureKey = cudaKey(cudaOpts)
 		// Memory patterns pre-plan one block per input shape from its
 		// first run; a shape's second run then asks the arena for one
 		// block of the whole peak that the first run's blocks cannot
@@ -174,6 +177,22 @@ func cudaProviderOptions(dev Device, cfg SessionConfig) map[string]string {
 	}
 	maps.Copy(o, cfg.CUDAOptions)
 	return o
+}
+
+// cudaKey names the CUDA provider options for model.Session.MemoryKey, so
+// the GPU calibration cache tells TF32 from full fp32 and one arena cap
+// from another (a cap decides which calibration shapes run out of memory).
+// device_id is left out: the device's UUID names it in the cache key, and
+// its CUDA ordinal moves with CUDA_VISIBLE_DEVICES.
+func cudaKey(opts map[string]string) string {
+	var b strings.Builder
+	b.WriteString("cuda")
+	for _, k := range slices.Sorted(maps.Keys(opts)) {
+		if k != "device_id" {
+			fmt.Fprintf(&b, " %s=%s", k, opts[k])
+		}
+	}
+	return b.String()
 }
 
 // ArenaLimit is the gpu_mem_limit SessionFactory gives dev's CUDA arena

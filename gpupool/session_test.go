@@ -269,6 +269,38 @@ func TestSessionOptionsPerDevice(t *testing.T) {
 	}
 }
 
+// TestCUDASessionMemoryKey: a CUDA session's options are named for its
+// memory key (the GPU calibration cache) by what changes its memory, TF32
+// and the arena cap among them, and not by the CUDA ordinal, which moves
+// with CUDA_VISIBLE_DEVICES while the cache names the GPU by UUID.
+func TestCUDASessionMemoryKey(t *testing.T) {
+	key := func(dev Device, cfg SessionConfig) string {
+		t.Helper()
+		o, err := sessionOptions(dev, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o.ConfigureKey
+	}
+	gpu := Device{Kind: CUDA, Index: 0, TotalMemory: 80 << 30}
+	base := key(gpu, SessionConfig{GPUMemFraction: 0.8})
+	if !strings.Contains(base, "use_tf32=0") || !strings.Contains(base, "gpu_mem_limit=") || strings.Contains(base, "device_id") {
+		t.Errorf("key %q: want use_tf32 and gpu_mem_limit, no device_id", base)
+	}
+	if k := key(Device{Kind: CUDA, Index: 5, TotalMemory: 80 << 30}, SessionConfig{GPUMemFraction: 0.8}); k != base {
+		t.Errorf("another CUDA ordinal: key %q, want %q", k, base)
+	}
+	for name, cfg := range map[string]SessionConfig{
+		"TF32":       {GPUMemFraction: 0.8, TF32: true},
+		"arena cap":  {GPUMemFraction: 0.5},
+		"option set": {GPUMemFraction: 0.8, CUDAOptions: map[string]string{"cudnn_conv_algo_search": "HEURISTIC"}},
+	} {
+		if k := key(gpu, cfg); k == base {
+			t.Errorf("%s: key %q unchanged", name, k)
+		}
+	}
+}
+
 // longPairs joins the token ids of consecutive real corpus sentences into
 // pairs of 492 tokens: the ~500-token pairs a transcript of run-on
 // sentences sends.

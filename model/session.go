@@ -22,6 +22,10 @@ type SessionOptions struct {
 	// created. It is how gpupool adds the CUDA execution provider without
 	// this package knowing about GPUs.
 	Configure func(*ort.SessionOptions) error
+	// ConfigureKey names what Configure does to a session's memory (the
+	// provider and its options), so MemoryKey can name a session that has
+	// Configure; without it such a session has no MemoryKey.
+	ConfigureKey string
 	// DisableMemPattern turns off ORT's memory-pattern planning, which
 	// allocates one block of a shape's whole peak on its second run; a
 	// caller modelling device memory per batch (gpupool, for CUDA) needs
@@ -109,14 +113,21 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 // calibrations under it (CPUMemoryConfig.CacheDir). It is "" for a session
 // whose options it cannot name (SessionOptions.Configure, which adds
 // execution providers) or whose model has no version yet (Wait has not
-// returned): such a session's calibration is not kept.
+// returned): such a session's calibration is not kept. With ConfigureKey
+// it is named as well (gpupool's GPU calibration cache).
 func (s *Session) MemoryKey() string {
-	if s.opts.Configure != nil || s.m.SHA256 == "" {
+	if s.m.SHA256 == "" || (s.opts.Configure != nil && s.opts.ConfigureKey == "") {
 		return ""
 	}
-	return fmt.Sprintf("model=%s max_len=%d ort=%s intra_op=%d inter_op=%d mem_pattern=%t rewritten=%t",
+	key := fmt.Sprintf("model=%s max_len=%d ort=%s intra_op=%d inter_op=%d mem_pattern=%t rewritten=%t",
 		s.m.SHA256, s.m.MaxLength, ort.GetVersion(), s.opts.IntraOpThreads, s.opts.InterOpThreads, !s.opts.DisableMemPattern,
 		s.m.relAttn)
+	if s.opts.Configure != nil {
+		// The hash already tells an fp16 export from an fp32 one; the
+		// output type says which to a person reading a cache file.
+		key += fmt.Sprintf(" output=%v configure=%q", s.m.OutputType, s.opts.ConfigureKey)
+	}
+	return key
 }
 
 // ErrNoArenaShrink is returned by ReleaseArena on a session created without

@@ -438,7 +438,7 @@ func TestReleaseArenaAndMemPattern(t *testing.T) {
 
 // TestMemoryKey: a session's memory key names the model's version and the
 // options its memory depends on, and is empty where it cannot say (a model
-// still loading, options set by Configure).
+// still loading, options set by Configure that ConfigureKey does not name).
 func TestMemoryKey(t *testing.T) {
 	dir := testenv.ModelDir(t, testenv.ProductionArch)
 	m := loadModel(t, LoadOptions{Dir: dir})
@@ -459,6 +459,15 @@ func TestMemoryKey(t *testing.T) {
 	defer conf.Close()
 	if k := conf.MemoryKey(); k != "" {
 		t.Errorf("key of a session with Configure: %q, want none", k)
+	}
+	named, err := m.NewSession(SessionOptions{IntraOpThreads: 1, Configure: func(*ort.SessionOptions) error { return nil },
+		ConfigureKey: "cuda use_tf32=1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer named.Close()
+	if k := named.MemoryKey(); !strings.HasPrefix(k, k1+" ") || !strings.Contains(k, "use_tf32=1") || !strings.Contains(k, fmt.Sprint("output=", m.OutputType)) {
+		t.Errorf("key of a session with Configure and ConfigureKey: %q, want %q, the output type and the configure key", k, k1)
 	}
 	ld, err := Start(LoadOptions{Dir: dir})
 	if err != nil {
