@@ -73,11 +73,11 @@ func (c *Config) SessionConfig(h Host) gpupool.SessionConfig {
 }
 
 // PoolOptions is how the pool is built: DEVICE, GPU_IDS, GPU_MEM_FRACTION,
-// GPU_MEM_LIMIT, GPU_PROBATION, WORKERS and the CPU plan, both batch shapes
-// (MAX_BATCH_TOKENS and MAX_BATCH_ROWS for a GPU, capped on a CPU pool at
-// CPU_MAX_BATCH_TOKENS and CPU_MAX_BATCH_ROWS: the pool picks, since only
-// it knows whether a GPU works) and the CPU memory budget. The wide GPU
-// defaults spill a CPU's caches: 256 rows scored ~15% fewer pairs/s than
+// GPU_MEM_LIMIT, GPU_PROBATION, GPU_CALIBRATION_CACHE, WORKERS and the CPU
+// plan, both batch shapes (MAX_BATCH_TOKENS and MAX_BATCH_ROWS for a GPU,
+// capped on a CPU pool at CPU_MAX_BATCH_TOKENS and CPU_MAX_BATCH_ROWS: the
+// pool picks, since only it knows whether a GPU works) and the CPU memory
+// budget. The wide GPU defaults spill a CPU's caches: 256 rows scored ~15% fewer pairs/s than
 // 8–24 rows there (make bench, CPU batch shapes); taking the smaller value
 // keeps an explicit MAX_BATCH_ROWS=8 meaningful on a CPU too. What is not
 // configuration (logger, metrics, NVML, calibration from the model) the
@@ -107,6 +107,9 @@ func (c *Config) PoolOptions(h Host) ([]gpupool.Option, error) {
 	}
 	if c.Workers > 0 {
 		opts = append(opts, gpupool.WorkersPerDevice(c.Workers))
+	}
+	if dir := calibrationCache(c.GPUCalibrationCache, "gpu-calibration"); dir != "" {
+		opts = append(opts, gpupool.GPUCalibrationCache(dir))
 	}
 	mem, _, err := c.CPUMemory(h)
 	if err != nil {

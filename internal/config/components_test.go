@@ -3,7 +3,10 @@ package config
 import (
 	"context"
 	"maps"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/scorer/scorer/gpupool"
@@ -106,3 +109,89 @@ func TestRelAttnRewriteSetting(t *testing.T) {
 		}
 	}
 }
+
+// TestGPUCalibrationCacheSetting: GPU_CALIBRATION_CACHE resolves as
+// CPU_CALIBRATION_CACHE does (auto, off, a directory), and the pool
+// PoolOptions builds keeps a GPU's calibration there, so a second start
+// runs no calibration batch; off keeps nothing.
+func TestGPUCalibrationCacheSetting(t *testing.T) {
+	userCache, err := os.UserCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for setting, want := range map[string]string{
+		"auto":              filepath.Join(userCache, "scorer", "gpu-calibration"),
+		"off":               "",
+		"Off":               "",
+		"/var/cache/scorer": "/var/cache/scorer",
+	} {
+		if got := calibrationCache(setting, "gpu-calibration"); got != want {
+			t.Errorf("GPU_CALIBRATION_CACHE=%s: %q, want %q", setting, got, want)
+		}
+	}
+	start := func(t *testing.T, setting string) int {
+		t.Helper()
+		cfg, err := parseConfig(t, map[string]string{"DEVICE": "cuda", "GPU_CALIBRATION_CACHE": setting})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts, err := cfg.PoolOptions(Host{Cores: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gpu := &growingGPU{}
+		pool, err := gpupool.New(t.Context(), func(gpupool.Device) (gpupool.Engine, error) { return gpu, nil },
+			append(opts, gpupool.WithProbe(gpu), gpupool.CPUFallback(false))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = pool.Close(t.Context())
+		gpu.mu.Lock()
+		defer gpu.mu.Unlock()
+		return gpu.runs
+	}
+	dir := t.TempDir()
+	if runs := start(t, dir); runs == 0 {
+		t.Fatal("first start ran no calibration batch")
+	}
+	if runs := start(t, dir); runs != 0 {
+		t.Errorf("GPU_CALIBRATION_CACHE=%s: the second start ran %d calibration batches, want none", dir, runs)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "gpu-*.json")); len(m) != 1 {
+		t.Errorf("kept: %v, want one gpu-*.json", m)
+	}
+	if runs := start(t, "off"); runs == 0 {
+		t.Error("GPU_CALIBRATION_CACHE=off: no calibration batch ran")
+	}
+}
+
+// growingGPU is one fake GPU and the engine on it: its used memory grows
+// to the largest batch it ran (rows·len·(64 KiB + 64·len) bytes), and the
+// engine names a memory key, as model.Session does.
+type growingGPU struct {
+	mu   sync.Mutex
+	used uint64
+	runs int
+}
+
+func (g *growingGPU) ScorePairs(_ context.Context, pairs []model.Pair) ([]float32, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.runs++
+	l := uint64(pairs[0].Len())
+	g.used = max(g.used, uint64(len(pairs))*l*(64<<10+64*l))
+	return make([]float32, len(pairs)), nil
+}
+func (*growingGPU) Close() error      { return nil }
+func (*growingGPU) MemoryKey() string { return "model=test" }
+func (*growingGPU) MaxLength() int    { return 512 }
+func (g *growingGPU) Devices() ([]gpupool.DeviceInfo, error) {
+	return []gpupool.DeviceInfo{{UUID: "GPU-test", Name: "Test GPU", TotalMemory: 80 << 30}}, nil
+}
+func (g *growingGPU) MemoryInfo(int) (free, used, total uint64, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return 80<<30 - g.used, g.used, 80 << 30, nil
+}
+func (*growingGPU) Utilization(int) (uint32, error) { return 0, nil }
+func (*growingGPU) Throttled(int) (uint64, error)   { return 0, nil }

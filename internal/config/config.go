@@ -97,6 +97,9 @@ type Config struct {
 	GPUProbation   time.Duration `env:"GPU_PROBATION" envDefault:"5m" group:"devices" min:"1ns" help:"a degraded GPU is re-probed after this and rejoins when it passes"`
 	CPUThreads     int           `env:"CPU_THREADS" group:"devices" min:"0" help:"ONNX Runtime intra-op threads per CPU worker; 0 = cores / workers"`
 	Workers        int           `env:"WORKERS" group:"devices" min:"0" help:"workers per device; 0 = auto (CPU: one per core up to 4; GPU: 2)"`
+	// GPUCalibrationCache keeps each GPU's memory calibration between
+	// starts (gpupool.GPUCalibrationCache).
+	GPUCalibrationCache string `env:"GPU_CALIBRATION_CACHE" envDefault:"auto" group:"devices" values:"auto, off, or a directory" help:"where each GPU's memory cost per batch measured at start is kept, so the next start with the same GPU (UUID), model, ONNX Runtime, precision, GPU settings and batch shapes skips measuring it (seconds on a production-size model): auto = scorer/gpu-calibration in the user's cache directory ($XDG_CACHE_HOME, else ~/.cache); off = measure at every start"`
 
 	MetricsAddr          string        `env:"METRICS_ADDR" envDefault:":9464" group:"service" values:"host:port, or off" help:"address of /metrics, /healthz and /readyz; off = no HTTP server"`
 	LivenessStallTimeout time.Duration `env:"LIVENESS_STALL_TIMEOUT" envDefault:"10m" group:"service" min:"0s" help:"/healthz fails when records are in flight and no inference batch, publish or dead letter happened for this long, or when one inference run, or one record's publish or dead letter (retried), goes on this long; a long transcript is none of these; 0 = off"`

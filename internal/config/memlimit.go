@@ -153,16 +153,7 @@ func (c *Config) CPUMemory(h Host) (*gpupool.CPUMemoryConfig, MemoryLimit, error
 			lim = MemoryLimit{Bytes: l.Of(auto.Bytes), Source: fmt.Sprintf("CPU_MEM_LIMIT %s of %s", s, auto.Source)}
 		}
 	}
-	switch d := strings.TrimSpace(c.CPUCalibrationCache); strings.ToLower(d) {
-	case "off":
-	case "auto", "":
-		// No cache directory (no HOME): measure at every start.
-		if base, err := os.UserCacheDir(); err == nil {
-			m.CacheDir = filepath.Join(base, "scorer", "cpu-calibration")
-		}
-	default:
-		m.CacheDir = d
-	}
+	m.CacheDir = calibrationCache(c.CPUCalibrationCache, "cpu-calibration")
 	m.Limit = lim.Bytes
 	if m.Limit > 0 {
 		m.Reserve = uint64(max(c.ScoreCacheBytes, 0)) + 2*uint64(max(c.MaxInflightBatches, 0)*max(c.BatchMaxBytes, 0)) + m.Limit/10
@@ -171,4 +162,22 @@ func (c *Config) CPUMemory(h Host) (*gpupool.CPUMemoryConfig, MemoryLimit, error
 		}
 	}
 	return m, lim, nil
+}
+
+// calibrationCache is the directory a CPU_CALIBRATION_CACHE or
+// GPU_CALIBRATION_CACHE setting names: auto = scorer/sub in the user's
+// cache directory, off = none (measure at every start).
+func calibrationCache(setting, sub string) string {
+	switch d := strings.TrimSpace(setting); strings.ToLower(d) {
+	case "off":
+		return ""
+	case "auto", "":
+		// No cache directory (no HOME): measure at every start.
+		if base, err := os.UserCacheDir(); err == nil {
+			return filepath.Join(base, "scorer", sub)
+		}
+		return ""
+	default:
+		return d
+	}
 }
