@@ -1,6 +1,8 @@
 package model
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -77,6 +79,26 @@ func TestExternalData(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestExternalDataVersion: the version of a graph with one data file is
+// the SHA-256 of the graph, then the data, each once, whether the folder
+// is named by an absolute or a relative path (the data file, referenced
+// by the graph and named as exporters name it, was hashed twice under a
+// relative MODEL_DIR).
+func TestExternalDataVersion(t *testing.T) {
+	dir := testenv.ExternalDataModelDir(t, testenv.ModelDir(t, "nli-deberta-v3-hf-tiny"), testenv.OneDataFile)
+	h := sha256.New()
+	h.Write(mustRead(t, filepath.Join(dir, "model.onnx")))
+	h.Write(mustRead(t, filepath.Join(dir, "model.onnx_data")))
+	want := hex.EncodeToString(h.Sum(nil))
+	if got := loadModel(t, LoadOptions{Dir: dir}).SHA256; got != want {
+		t.Errorf("absolute folder: version %s, want %s", got, want)
+	}
+	t.Chdir(filepath.Dir(dir))
+	if got := loadModel(t, LoadOptions{Dir: filepath.Base(dir)}).SHA256; got != want {
+		t.Errorf("relative folder: version %s, want %s", got, want)
 	}
 }
 

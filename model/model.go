@@ -455,9 +455,15 @@ func hashModel(path string, data []string) (string, error) {
 		return "", err
 	}
 	files := slices.Clone(data)
+	// Absolute, as data's are, so a data file both referenced and named by
+	// an exporter's suffix is hashed once.
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
 	for _, suffix := range externalDataSuffixes {
-		if _, err := os.Stat(path + suffix); err == nil {
-			files = append(files, path+suffix)
+		if _, err := os.Stat(abs + suffix); err == nil {
+			files = append(files, abs+suffix)
 		}
 	}
 	slices.Sort(files)
