@@ -303,15 +303,21 @@ func (p *Pool) calibrate(ctx context.Context, dev Device, eng Engine, usedBefore
 	if cache != nil {
 		var fit gpuFit
 		if fit, miss = loadFit[gpuFit](cache); miss == "" {
+			// One small run still proves the engine runs on this device,
+			// as the ladder would have (an error other than OOM drops the
+			// device), and absorbs CUDA's lazy initialisation here rather
+			// than in the first real batch.
+			if _, err := eng.ScorePairs(ctx, syntheticPairs(Shape{Rows: 1, Len: min(8, maxLen)}, cal.TokenID)); err != nil {
+				return est, fmt.Errorf("gpupool: %s: calibration warm-up: %w", dev.Label(), err)
+			}
 			est.base, est.perRow, est.perToken, est.perTokenLen, est.heldOut, est.calibrated =
 				fit.Base, fit.PerRow, fit.PerToken, fit.PerTokenLen, fit.HeldOut, true
 			// Only the fit is kept. The weights and used memory above were
 			// read now, as they must be: other tenants and this start's
 			// CUDA context are in them. What CUDA takes beside the arena is
-			// measured again too: it is a few one-row runs (also this
-			// start's CUDA warm-up, which the first real batch would
-			// otherwise pay), and a kept figure would miss a driver or a
-			// worker count that changed it, where an under-count is an OOM.
+			// measured again too: it is a few one-row runs, and a kept
+			// figure would miss a driver or a worker count that changed
+			// it, where an under-count is an OOM.
 			// The arena holds what those runs left, none once measured.
 			if !canRelease || !p.besideInto(ctx, dev, &est, eng, rel, read, base, workers) {
 				if used, err := read(); err == nil {

@@ -202,6 +202,29 @@ func TestGPUCalibrationCache(t *testing.T) {
 			}
 		}
 	})
+	t.Run("engine that cannot run", func(t *testing.T) {
+		dir := t.TempDir()
+		start := func(fail error) error {
+			probe := newFakeProbe(&fakeGPU{total: 80 << 30})
+			f := &fakeEngine{maxLength: 512, err: fail}
+			f.onRun = arenaGrowth(64<<20, 64<<10, func(n uint64) { probe.set(0, func(g *fakeGPU) { g.used += n }) })
+			p, err := New(testCtx(t), func(Device) (Engine, error) { return keyedEngine{fakeEngine: f, key: cacheKeyA}, nil },
+				Mode(ModeCUDA), WithProbe(probe), CPUFallback(false), GPUCalibrationCache(dir))
+			if err == nil {
+				t.Cleanup(func() { _ = p.Close(context.Background()) })
+			}
+			return err
+		}
+		if err := start(nil); err != nil {
+			t.Fatal(err)
+		}
+		if m, _ := filepath.Glob(filepath.Join(dir, "gpu-*.json")); len(m) != 1 {
+			t.Fatalf("kept %v, want one file", m)
+		}
+		if err := start(errFakeCUDA); err == nil {
+			t.Error("with a kept calibration, an engine that cannot run joined the pool")
+		}
+	})
 	t.Run("no key", func(t *testing.T) {
 		for range 2 {
 			s := startGPU(t, "", "GPU-a", dir)
