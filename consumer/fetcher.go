@@ -189,7 +189,6 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 		if !c.handOver(ctx, g, ps, fs, partLabel, &next) {
 			return
 		}
-		settleRewind(ps)
 		if unknownID {
 			if now := c.topicID(ctx, cl); now != ([16]byte{}) && id != ([16]byte{}) && now != id {
 				start, from := kafka.FirstOffset, "start"
@@ -203,7 +202,6 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 				// flight from the old one must not hold the commit above
 				// the new records.
 				ps.wm.Rewind(0)
-				settleRewind(ps)
 				if cl, err = kgo.NewClient(c.fetchOptions(ps.partition, start)...); err != nil {
 					c.log.Error().Err(err).Int("partition", ps.partition).Msg("fetch client")
 					<-ctx.Done()
@@ -257,19 +255,6 @@ func (c *Consumer) topicID(ctx context.Context, cl *kgo.Client) [16]byte {
 	return [16]byte{}
 }
 
-// settleRewind lets the generation's next commit go back to a rewound
-// watermark (see Watermark.Rewind). A commit is written only when it
-// moves forward past the one recorded, so the recorded one is forgotten,
-// as checkOffset does for a reset at the start. It runs after every poll,
-// not only at the rewind: a commit in flight then records the old, higher
-// offset again when it completes.
-func settleRewind(ps *partState) {
-	next, ok := ps.wm.Committable()
-	if done := ps.committed.Load(); ok && next < done {
-		ps.committed.CompareAndSwap(done, -1)
-	}
-}
-
 // handOver tracks the records of one poll in the partition's watermark and
 // hands them to the batch loop, in offset order; next is the offset the
 // partition is read at (see fetch). It reports false if ctx ended first.
@@ -306,7 +291,6 @@ func (c *Consumer) handOver(ctx context.Context, g *genState, ps *partState, fs 
 			c.log.Warn().Int("partition", ps.partition).Int64("offset", kr.Offset).
 				Msg("the partition's log moved back under its reader; scoring again from this offset, the commit goes back to it")
 			ps.wm.Rewind(kr.Offset)
-			settleRewind(ps)
 			if done, err = ps.wm.Track(kr.Offset); err != nil {
 				c.log.Error().Err(err).Int("partition", ps.partition).Int64("offset", kr.Offset).Msg("record not tracked after a rewind")
 				continue

@@ -352,8 +352,17 @@ func (c *Consumer) commitOffsets(gen *kafka.Generation, g *genState, probe bool)
 	before := map[int]int64{}
 	for p, ps := range g.parts {
 		next, n, ok := ps.wm.Checkpoint()
+		// A watermark moves back only when the log did (Watermark.Rewind),
+		// and then the lower offset is the one to write: left at the old
+		// one, a restart resumes past the records now there. Comparing
+		// with != rather than > needs no help from the fetcher, also when
+		// a commit in flight at the rewind records the old offset after
+		// it. No stale value can move the commit back otherwise: commits
+		// run one at a time, each reading the watermark when it starts,
+		// and each generation has watermarks and committed offsets of
+		// its own.
 		switch done := ps.committed.Load(); {
-		case ok && next > done:
+		case ok && next != done:
 			offsets[p], before[p] = next, n
 		case probe && done >= 0:
 			offsets[p] = done

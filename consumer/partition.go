@@ -139,8 +139,9 @@ func (c *Consumer) checkOffset(ctx context.Context, ps *partState, offset int64)
 	}
 	if to != offset {
 		c.offsetReset(ps, fmt.Sprintf("committed offset %d outside the log [%d, %d]; reading from %d", offset, first, last, to))
-		// The stored offset is meaningless now: forget it, so the first
-		// commit writes the new position even when it is lower.
+		// The stored offset is meaningless now: forget it, so the
+		// committed lag counts from the new position until the first
+		// commit writes it.
 		ps.committed.Store(-1)
 	}
 	return to
@@ -187,9 +188,10 @@ func (c *Consumer) waitSpan(ctx context.Context, ps *partState) bool {
 		Msg("records past the last commit reached MAX_UNCOMMITTED, or batches waiting to be acknowledged twice MAX_INFLIGHT_BATCHES; fetching paused until they are committed or acknowledged")
 	asked := int64(-1)
 	for full() {
-		// Asked once per new committable offset: while commits fail the
-		// periodic one retries, and no more.
-		if next, ok := ps.wm.Committable(); ok && next > asked && next > ps.committed.Load() {
+		// Asked once per new committable offset (lower, too, after a
+		// rewind: see commitOffsets): while commits fail the periodic one
+		// retries, and no more.
+		if next, ok := ps.wm.Committable(); ok && next != asked && next != ps.committed.Load() {
 			asked = next
 			select {
 			case ps.commitNow <- struct{}{}:

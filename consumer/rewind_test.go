@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/scorer/scorer/schema"
@@ -61,7 +62,48 @@ func TestWatermarkRewind(t *testing.T) {
 func TestTruncatedLogReadAgain(t *testing.T) {
 	t.Parallel()
 	const topic, group = "truncated", "g-truncated"
-	cluster, brokers := newCluster(t, topic, 1)
+	_, brokers, armed, reread := truncatedAt50(t, topic)
+	// The records read again are held in flight until the commit was seen
+	// back at 40.
+	release := make(chan struct{})
+	sk := &fakeSink{}
+	c, _ := startMetered(t, testConfig(brokers, topic, group), holdReread(reread, release), sk)
+	eventually(t, 20*time.Second, "the first 50 committed", func() bool { return committed(t, brokers, group, topic, 1)[0] == 50 })
+	produce(t, brokers, topic, msgsFor(0, callIDs("after", 5)))
+	close(armed)
+
+	eventually(t, 20*time.Second, "the commit back at 40 while the records read again are in flight", func() bool {
+		return committed(t, brokers, group, topic, 1)[0] == 40
+	})
+	close(release)
+	eventually(t, 20*time.Second, "the records written after the truncation published", func() bool {
+		return countIDs(sk.Published())["after-4"] == 1
+	})
+	eventually(t, 10*time.Second, "committed to the log end", func() bool { return committed(t, brokers, group, topic, 1)[0] == 55 })
+	n := countIDs(sk.Published())
+	for i, id := range callIDs("old", 50) {
+		want := 1
+		if i >= 40 {
+			want = 2
+		}
+		if n[id] != want {
+			t.Errorf("%s published %d times, want %d (offsets 40 to 49 were read again after the truncation)", id, n[id], want)
+		}
+	}
+	if s := c.Stats(); s.OffsetResets < 1 {
+		t.Errorf("offset resets %d, want at least 1", s.OffsetResets)
+	}
+}
+
+// truncatedAt50 is a cluster with 50 records (old-0 to old-49) in topic's
+// one partition whose leader answers the first fetch at 50
+// OFFSET_OUT_OF_RANGE, once armed is closed, and lists its log end at 40
+// until franz-go fetched at 40 again, as after an unclean leader election
+// that lost offsets 40 to 49; reread reports that fetch at 40. The log
+// itself keeps its records, which stand in for the new ones written at 40
+// to 49.
+func truncatedAt50(t *testing.T, topic string) (cluster *kfake.Cluster, brokers []string, armed chan struct{}, reread *atomic.Bool) {
+	cluster, brokers = newCluster(t, topic, 1)
 	produce(t, brokers, topic, msgsFor(0, callIDs("old", 50)))
 	id := cluster.TopicInfo(topic).TopicID
 	ours := func(rt string, rid [16]byte) bool { return rt == topic || rid == id }
@@ -69,9 +111,10 @@ func TestTruncatedLogReadAgain(t *testing.T) {
 	// truncated: the fetch at 50 was answered OFFSET_OUT_OF_RANGE (held
 	// until armed, once 50 is committed: a fetch session names the
 	// partition only when its offset changes, so the answer must be to
-	// the first fetch at 50); reread: franz-go fetched at 40 after it.
-	var truncated, reread atomic.Bool
-	armed := make(chan struct{})
+	// the first fetch at 50).
+	var truncated atomic.Bool
+	reread = new(atomic.Bool)
+	armed = make(chan struct{})
 	cluster.ControlKey(kmsg.Fetch.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		cluster.KeepControl()
 		req := kreq.(*kmsg.FetchRequest)
@@ -124,10 +167,13 @@ func TestTruncatedLogReadAgain(t *testing.T) {
 		resp.Topics = append(resp.Topics, st)
 		return resp, nil, true
 	})
-	// The records read again are held in flight until the commit was seen
-	// back at 40.
-	release := make(chan struct{})
-	sc := &fakeScorer{hook: func(ctx context.Context, events []schema.TranscriptEvent) error {
+	return cluster, brokers, armed, reread
+}
+
+// holdReread is a fakeScorer whose call with old-40, once it is read again
+// after the truncation (see truncatedAt50), waits for release.
+func holdReread(reread *atomic.Bool, release <-chan struct{}) *fakeScorer {
+	return &fakeScorer{hook: func(ctx context.Context, events []schema.TranscriptEvent) error {
 		if !reread.Load() || !slices.ContainsFunc(events, func(e schema.TranscriptEvent) bool { return e.CallID == "old-40" }) {
 			return nil
 		}
@@ -138,32 +184,61 @@ func TestTruncatedLogReadAgain(t *testing.T) {
 			return ctx.Err()
 		}
 	}}
-	sk := &fakeSink{}
-	c, _ := startMetered(t, testConfig(brokers, topic, group), sc, sk)
-	eventually(t, 20*time.Second, "the first 50 committed", func() bool { return committed(t, brokers, group, topic, 1)[0] == 50 })
-	produce(t, brokers, topic, msgsFor(0, callIDs("after", 5)))
-	close(armed)
+}
 
-	eventually(t, 20*time.Second, "the commit back at 40 while the records read again are in flight", func() bool {
+// TestRewindCommitInFlight: the commit that writes 50 is in flight at the
+// broker when the log is truncated to 40 and read again from there, and
+// answers only after the fetcher handed the records at 40 to 49 over; no
+// record arrives after them, so the fetcher waits for the next. The
+// committed offset must still go back to 40 while those records are in
+// flight: left at 50, a crash or a rebalance would resume past them.
+func TestRewindCommitInFlight(t *testing.T) {
+	t.Parallel()
+	const topic, group = "rewind-inflight", "g-rewind-inflight"
+	cluster, brokers, armed, reread := truncatedAt50(t, topic)
+	// The first commit of 50 is held until the records read again were
+	// handed over.
+	var held atomic.Bool
+	inFlight, answer := make(chan struct{}), make(chan struct{})
+	cluster.ControlKey(kmsg.OffsetCommit.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		req := kreq.(*kmsg.OffsetCommitRequest)
+		for _, rt := range req.Topics {
+			for _, rp := range rt.Partitions {
+				if req.Group == group && rt.Topic == topic && rp.Offset == 50 && held.CompareAndSwap(false, true) {
+					close(inFlight)
+					cluster.SleepControl(func() { <-answer })
+				}
+			}
+		}
+		return nil, nil, false
+	})
+	release := make(chan struct{})
+	sk := &fakeSink{}
+	c, _ := startMetered(t, testConfig(brokers, topic, group), holdReread(reread, release), sk)
+	select {
+	case <-inFlight:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no commit of 50")
+	}
+	close(armed)
+	eventually(t, 20*time.Second, "the records at 40 to 49 handed over again", func() bool {
+		g := c.cur.Load()
+		return g != nil && g.parts[0].wm.Tracked() == 60
+	})
+	// The fetcher looks at the commit once more after the poll that
+	// delivered them; the commit in flight must answer after that.
+	time.Sleep(200 * time.Millisecond)
+	close(answer)
+	eventually(t, 20*time.Second, "the commit of 50 answered", func() bool { return committed(t, brokers, group, topic, 1)[0] == 50 })
+
+	eventually(t, 5*time.Second, "the commit back at 40 while the records read again are in flight", func() bool {
 		return committed(t, brokers, group, topic, 1)[0] == 40
 	})
 	close(release)
-	eventually(t, 20*time.Second, "the records written after the truncation published", func() bool {
-		return countIDs(sk.Published())["after-4"] == 1
-	})
-	eventually(t, 10*time.Second, "committed to the log end", func() bool { return committed(t, brokers, group, topic, 1)[0] == 55 })
-	n := countIDs(sk.Published())
-	for i, id := range callIDs("old", 50) {
-		want := 1
-		if i >= 40 {
-			want = 2
-		}
-		if n[id] != want {
-			t.Errorf("%s published %d times, want %d (offsets 40 to 49 were read again after the truncation)", id, n[id], want)
-		}
-	}
-	if s := c.Stats(); s.OffsetResets < 1 {
-		t.Errorf("offset resets %d, want at least 1", s.OffsetResets)
+	eventually(t, 10*time.Second, "committed to the log end again", func() bool { return committed(t, brokers, group, topic, 1)[0] == 50 })
+	if n := countIDs(sk.Published())["old-49"]; n != 2 {
+		t.Errorf("old-49 published %d times, want 2 (read again after the truncation)", n)
 	}
 }
 
