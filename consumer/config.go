@@ -206,9 +206,7 @@ func (cfg Config) WithDefaults() Config {
 	if cfg.StartOffset == 0 {
 		cfg.StartOffset = kafka.FirstOffset
 	}
-	if cfg.Dialer == nil {
-		cfg.Dialer = &kafka.Dialer{ClientID: cfg.ClientID, Timeout: 10 * time.Second, DualStack: true}
-	}
+	cfg.Dialer = cfg.kafkaDialer()
 	return cfg
 }
 

@@ -223,7 +223,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                c.cfg.GroupID,
 		Brokers:           c.cfg.Brokers,
-		Dialer:            leave.dialer(c.cfg.Dialer),
+		Dialer:            leave.dialer(c.cfg.kafkaDialer()),
 		Topics:            []string{c.cfg.Topic},
 		HeartbeatInterval: c.cfg.HeartbeatInterval,
 		SessionTimeout:    c.cfg.SessionTimeout,

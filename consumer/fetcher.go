@@ -4,28 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"time"
 
-	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/sasl"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
-	kgosasl "github.com/twmb/franz-go/pkg/sasl"
 
 	"github.com/scorer/scorer/schema"
 )
 
-// Each partition is fetched by a franz-go client of its own (kgo, direct
-// partition consumption, no group): kafka-go's Reader does not drop the
-// records of aborted transactions even when asked to read committed data
-// (segmentio/kafka-go#1332), and exactly-once producers (Flink, Kafka
-// Streams, Connect sources) abort transactions. kgo filters them with the
-// fetch response's aborted-transaction list and skips the control records.
-// Group membership and commits stay with kafka-go's ConsumerGroup.
+// Why a franz-go client fetches while kafka-go keeps the group: see
+// kafkaclients.go.
 
 // fetchOptions are the kgo options of the client that fetches partition
 // from offset (kafka.FirstOffset and kafka.LastOffset as kafka-go means
@@ -45,8 +36,7 @@ func (c *Consumer) fetchOptions(partition int, offset int64) []kgo.Opt {
 	// Room for one record of the largest size we accept (plus framing) so
 	// an oversized record reaches the DLQ path.
 	maxBytes := int32(min(c.cfg.MaxMessageBytes+schema.FetchSlack, 1<<30))
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(c.cfg.Brokers...),
+	return append(c.cfg.kgoConnOpts(),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{c.cfg.Topic: {int32(partition): at}}),
 		kgo.FetchIsolationLevel(isolation),
 		kgo.FetchMinBytes(1),
@@ -57,68 +47,7 @@ func (c *Consumer) fetchOptions(partition int, offset int64) []kgo.Opt {
 			return min(c.cfg.RetryBackoff<<min(max(tries-1, 0), 20), c.cfg.RetryBackoffMax)
 		}),
 		kgo.WithLogger(kgoLogger{c.log.With().Int("partition", partition).Logger()}),
-	}
-	d := c.cfg.Dialer
-	if d == nil {
-		return append(opts, kgo.ClientID(c.cfg.ClientID))
-	}
-	opts = append(opts, kgo.ClientID(d.ClientID))
-	if d.Timeout > 0 {
-		opts = append(opts, kgo.DialTimeout(d.Timeout))
-	}
-	if d.TLS != nil {
-		opts = append(opts, kgo.DialTLSConfig(d.TLS.Clone()))
-	}
-	if d.SASLMechanism != nil {
-		opts = append(opts, kgo.SASL(saslMechanism{d.SASLMechanism}))
-	}
-	return opts
-}
-
-// saslMechanism runs a kafka-go SASL mechanism (what Config.Dialer carries)
-// in a kgo client: both drive the same challenge-response exchange.
-type saslMechanism struct{ m sasl.Mechanism }
-
-func (s saslMechanism) Name() string { return s.m.Name() }
-
-func (s saslMechanism) Authenticate(ctx context.Context, host string) (kgosasl.Session, []byte, error) {
-	if h, p, err := net.SplitHostPort(host); err == nil {
-		port, _ := strconv.Atoi(p)
-		ctx = sasl.WithMetadata(ctx, &sasl.Metadata{Host: h, Port: port})
-	}
-	sm, ir, err := s.m.Start(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	return saslSession{ctx: ctx, sm: sm}, ir, nil
-}
-
-type saslSession struct {
-	ctx context.Context
-	sm  sasl.StateMachine
-}
-
-func (s saslSession) Challenge(challenge []byte) (bool, []byte, error) {
-	return s.sm.Next(s.ctx, challenge)
-}
-
-// kgoLogger writes kgo's warnings and errors at warn level and the rest at
-// debug level: a fetch client's own retries are not the operator's news.
-type kgoLogger struct{ log zerolog.Logger }
-
-func (l kgoLogger) Level() kgo.LogLevel {
-	if l.log.GetLevel() <= zerolog.DebugLevel {
-		return kgo.LogLevelInfo
-	}
-	return kgo.LogLevelWarn
-}
-
-func (l kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
-	ev := l.log.Debug()
-	if level <= kgo.LogLevelWarn {
-		ev = l.log.Warn()
-	}
-	ev.Fields(keyvals).Msg("kgo: " + msg)
+	)
 }
 
 // clientCloseTimeout bounds the wait for a fetch client to close.

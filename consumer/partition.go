@@ -114,7 +114,7 @@ func (c *Consumer) checkOffset(ctx context.Context, ps *partState, offset int64)
 	var conn *kafka.Conn
 	var err error
 	for _, b := range c.cfg.Brokers {
-		if conn, err = c.cfg.Dialer.DialLeader(ctx, "tcp", b, c.cfg.Topic, ps.partition); err == nil || ctx.Err() != nil {
+		if conn, err = c.cfg.kafkaDialer().DialLeader(ctx, "tcp", b, c.cfg.Topic, ps.partition); err == nil || ctx.Err() != nil {
 			break
 		}
 	}
