@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"net"
 	"strconv"
 	"time"
@@ -9,13 +10,15 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	kgosasl "github.com/twmb/franz-go/pkg/sasl"
 )
 
 // The consumer speaks to Kafka through two client libraries, and this file
 // is where they meet: what one Config says (brokers, client ID, dial
-// timeout, TLS, SASL) reaches both from here.
+// timeout, TLS, SASL) reaches both from here, and both libraries' errors
+// are told apart here.
 //
 //   - kafka-go's ConsumerGroup: membership, heartbeats, commits
 //     (Consumer.Run, generation.go), and a kafka-go connection to a
@@ -104,4 +107,14 @@ func (l kgoLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 		ev = l.log.Warn()
 	}
 	ev.Fields(keyvals).Msg("kgo: " + msg)
+}
+
+// isTooLarge reports whether err says a record exceeded a size limit, in
+// either library's words: kafka-go's client-side MessageTooLargeError or
+// the broker's MESSAGE_TOO_LARGE, which kafka-go and franz-go (kerr) each
+// have a value for; kgo also fails a record over its own batch limit with
+// kerr.MessageTooLarge.
+func isTooLarge(err error) bool {
+	var tooLarge kafka.MessageTooLargeError
+	return errors.As(err, &tooLarge) || errors.Is(err, kafka.MessageSizeTooLarge) || errors.Is(err, kerr.MessageTooLarge)
 }

@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/sasl"
 	"github.com/segmentio/kafka-go/sasl/plain"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	kgosasl "github.com/twmb/franz-go/pkg/sasl"
@@ -137,5 +139,34 @@ func TestClientsAuthenticateAlike(t *testing.T) {
 		}
 		cl.Close()
 		cancel()
+	}
+}
+
+// TestIsPermanentBothLibraries: a record too large is permanent in either
+// library's words, wrapped or not, and reported as too large; other
+// broker errors, retriable or not, are not (a missing ACL is the
+// operator's to fix, not a reason to dead-letter records).
+func TestIsPermanentBothLibraries(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{kerr.MessageTooLarge, true},
+		{fmt.Errorf("produce: %w", kerr.MessageTooLarge), true},
+		{kafka.MessageSizeTooLarge, true},
+		{kafka.MessageTooLargeError{}, true},
+		{fmt.Errorf("write: %w", kafka.MessageSizeTooLarge), true},
+		{kerr.CoordinatorNotAvailable, false},
+		{kerr.TopicAuthorizationFailed, false},
+		{kafka.TopicAuthorizationFailed, false},
+		{errors.New("connection reset"), false},
+	} {
+		if got := IsPermanent(tc.err); got != tc.want {
+			t.Errorf("IsPermanent(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+		if got := isTooLarge(tc.err); got != tc.want {
+			t.Errorf("isTooLarge(%v) = %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }
