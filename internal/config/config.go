@@ -76,7 +76,7 @@ type Config struct {
 	CPUMaxBatchTokens int `env:"CPU_MAX_BATCH_TOKENS" envDefault:"16384" group:"batches" min:"1" unit:"tokens" help:"on CPU-only pools, MAX_BATCH_TOKENS is capped at this (measured: make bench, CPU batch shapes)"`
 	CPUMaxBatchRows   int `env:"CPU_MAX_BATCH_ROWS" envDefault:"16" group:"batches" min:"1" help:"on CPU-only pools, MAX_BATCH_ROWS is capped at this: small batches stay in the CPU's caches (measured: make bench, CPU batch shapes)"`
 
-	ModelDir        string `env:"MODEL_DIR" envDefault:"../shared/models/nli-unigram-small" group:"model" values:"folder" help:"model folder: config.json, tokenizer.json, ONNX file"`
+	ModelDir        string `env:"MODEL_DIR" envDefault:"../shared/models/nli-unigram-small" group:"model" values:"folder" help:"model folder: config.json, tokenizer.json, ONNX file (its weights inline, or in external data files such as model.onnx_data at locations inside the folder)"`
 	ModelFile       string `env:"MODEL_FILE" group:"model" values:"path inside MODEL_DIR" help:"ONNX file relative to MODEL_DIR and inside it (no leading /, no ..); empty = model.onnx or the single onnx/model*.onnx"`
 	ORTLib          string `env:"ORT_LIB" group:"model" values:"file" help:"ONNX Runtime shared library; empty = .deps/ort-<version>/libonnxruntime.so.1 in the folder above the scorer executable's (what make fetches for bin/scorer), never looked for in the working directory"`
 	ScoreMode       string `env:"SCORE_MODE" envDefault:"softmax" group:"model" enum:"softmax,entail_vs_contradiction" help:"softmax (P(entailment) over all classes) or entail_vs_contradiction"`
