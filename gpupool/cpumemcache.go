@@ -24,9 +24,6 @@ func (f cpuFit) usable() bool {
 	return usableTerms(f.Base, f.PerToken, f.PerTokenLen) && (f.PerToken > 0 || f.PerTokenLen > 0)
 }
 
-// cpuFitFile is a kept CPU calibration.
-type cpuFitFile = keptFit[cpuFit]
-
 // cpuFitCacheVersion changes whenever measureCPU or fitMemory measure or
 // fit differently, so no fit of an earlier method is reused.
 const cpuFitCacheVersion = 1
