@@ -78,7 +78,16 @@ func TestForwards(t *testing.T) {
 			t.Fatalf("round trip of %d bytes: got %d bytes, %v", len(msg), len(got), err)
 		}
 	}
-	if s := p.Stats(); s.Accepted != 1 || s.Open != 1 || s.Bytes < 2*(100<<10) {
+	// A chunk is counted once its Write has returned, which can be after
+	// the echo reached the client: wait for the count rather than read it
+	// once (it failed so in a clean-clone CI run, and in -race -count=300).
+	deadline := time.Now().Add(2 * time.Second)
+	s := p.Stats()
+	for s.Bytes < 2*(100<<10) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+		s = p.Stats()
+	}
+	if s.Accepted != 1 || s.Open != 1 || s.Bytes < 2*(100<<10) {
 		t.Fatalf("stats %+v", s)
 	}
 }
