@@ -300,43 +300,40 @@ func (p *Pool) calibrate(ctx context.Context, dev Device, eng Engine, usedBefore
 	}
 	rel, canRelease := eng.(ArenaReleaser)
 	cache, miss := p.gpuFitCache(dev, eng, shapes, perProcess, canRelease)
+	var kept gpuFit
 	if cache != nil {
-		var fit gpuFit
-		if fit, miss = loadFit[gpuFit](cache); miss == "" {
-			// One small run still proves the engine runs on this device,
-			// as the ladder would have (an error other than OOM drops the
-			// device), and absorbs CUDA's lazy initialisation here rather
-			// than in the first real batch.
-			if _, err := eng.ScorePairs(ctx, syntheticPairs(Shape{Rows: 1, Len: min(8, maxLen)}, cal.TokenID)); err != nil {
-				return est, fmt.Errorf("gpupool: %s: calibration warm-up: %w", dev.Label(), err)
-			}
-			est.base, est.perRow, est.perToken, est.perTokenLen, est.heldOut, est.calibrated =
-				fit.Base, fit.PerRow, fit.PerToken, fit.PerTokenLen, fit.HeldOut, true
-			// Only the fit is kept. The weights and used memory above were
-			// read now, as they must be: other tenants and this start's
-			// CUDA context are in them. What CUDA takes beside the arena is
-			// measured again too: it is a few one-row runs, and a kept
-			// figure would miss a driver or a worker count that changed
-			// it, where an under-count is an OOM.
-			// The arena holds what those runs left, none once measured.
-			if !canRelease || !p.besideInto(ctx, dev, &est, eng, rel, read, base, workers) {
-				if used, err := read(); err == nil {
-					est.arena = max(0, float64(used)-float64(base))
-				}
-			}
-			p.log.Info().Str("device", dev.Label()).Str("uuid", dev.UUID).Str("file", cache.path).
-				Msg("gpupool: GPU memory calibration taken from cache: measured at an earlier start with the same GPU, model, ONNX Runtime, session options and shapes")
-			return est, nil
-		}
+		kept, miss = loadFit[gpuFit](cache)
 	}
-	if canRelease {
+	cached := cache != nil && miss == ""
+	if canRelease || cached {
 		// One small run first: CUDA's lazy initialisation (cuBLAS handles,
 		// kernels) costs memory once, and must not land in the intercept
-		// of every batch.
+		// of every batch. With a kept fit it is all that still proves the
+		// engine runs on this device, as the ladder would have (an error
+		// other than OOM drops the device).
 		warm := Shape{Rows: 1, Len: min(8, maxLen)}
 		if _, err := eng.ScorePairs(ctx, syntheticPairs(warm, cal.TokenID)); err != nil {
 			return est, fmt.Errorf("gpupool: %s: calibration warm-up: %w", dev.Label(), err)
 		}
+	}
+	if cached {
+		est.base, est.perRow, est.perToken, est.perTokenLen, est.heldOut, est.calibrated =
+			kept.Base, kept.PerRow, kept.PerToken, kept.PerTokenLen, kept.HeldOut, true
+		// Only the fit is kept. The weights and used memory above were
+		// read now, as they must be: other tenants and this start's CUDA
+		// context are in them. What CUDA takes beside the arena is measured
+		// again too: it is a few one-row runs, and a kept figure would miss
+		// a driver or a worker count that changed it, where an under-count
+		// is an OOM. The arena holds what those runs left, none once
+		// measured.
+		if !canRelease || !p.besideInto(ctx, dev, &est, eng, rel, read, base, workers) {
+			if used, err := read(); err == nil {
+				est.arena = max(0, float64(used)-float64(base))
+			}
+		}
+		p.log.Info().Str("device", dev.Label()).Str("uuid", dev.UUID).Str("file", cache.path).
+			Msg("gpupool: GPU memory calibration taken from cache: measured at an earlier start with the same GPU, model, ONNX Runtime, session options and shapes")
+		return est, nil
 	}
 	// measure runs one shape from an emptied arena (where the engine can
 	// release it) and returns the memory it added and used memory after.
