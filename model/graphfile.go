@@ -62,8 +62,7 @@ func readLeanGraph(path string) (*leanGraph, error) {
 	self := filepath.Base(path)
 	r := &pbReader{r: f}
 	var skel []byte
-	// ModelProto: 7 is the graph; 1 (ir_version) and 5 (model_version) are
-	// the varints, every other field is length-delimited.
+	// ModelProto: 7 is the graph; every other field is copied as it is.
 	err = r.fields(0, st.Size(), func(field int, m pbMsg) error {
 		if field == 7 {
 			graph, err := readLeanGraphProto(r, m, self)
@@ -214,21 +213,9 @@ func (lg *leanGraph) locate(path string) error {
 			continue
 		}
 		tensors = append(tensors, t)
-		var loc string
-		var off, n int64 = 0, -1
-		for _, kv := range t.GetExternalData() {
-			var err error
-			switch kv.GetKey() {
-			case "location":
-				loc = kv.GetValue()
-			case "offset":
-				off, err = strconv.ParseInt(kv.GetValue(), 10, 64)
-			case "length":
-				n, err = strconv.ParseInt(kv.GetValue(), 10, 64)
-			}
-			if err != nil || off < 0 {
-				return fmt.Errorf("%w: initializer %s: bad %s %q", ErrExternalData, t.GetName(), kv.GetKey(), kv.GetValue())
-			}
+		loc, off, n, err := externalRef(t)
+		if err != nil {
+			return fmt.Errorf("%w: initializer %s: %w", ErrExternalData, t.GetName(), err)
 		}
 		if !filepath.IsLocal(loc) {
 			return fmt.Errorf("%w: initializer %s: location %q is not a path inside the graph's folder %s", ErrExternalData, t.GetName(), loc, graphDir)
@@ -253,6 +240,10 @@ func (lg *leanGraph) locate(path string) error {
 		if off+n > f.size {
 			return fmt.Errorf("%w: initializer %s: bytes %d to %d of %s, which has %d", ErrExternalData, t.GetName(), off, off+n, filepath.Join(graphDir, loc), f.size)
 		}
+		// Every reference now names its bytes in full (ONNX allows the
+		// length left out, to the file's end), so readers of lg need not
+		// look at the file.
+		t.ExternalData = externalEntries(loc, off, n)
 	}
 	var reals []string
 	for loc, f := range files {
@@ -272,17 +263,43 @@ func (lg *leanGraph) locate(path string) error {
 		lg.dir = filepath.Dir(real)
 	}
 	for _, t := range tensors {
-		for _, kv := range t.GetExternalData() {
-			if kv.GetKey() == "location" {
-				rel, err := filepath.Rel(lg.dir, files[kv.GetValue()].real)
-				if err != nil {
-					return err
-				}
-				kv.Value = proto.String(rel)
-			}
+		loc := t.GetExternalData()[0] // externalEntries' order
+		rel, err := filepath.Rel(lg.dir, files[loc.GetValue()].real)
+		if err != nil {
+			return err
 		}
+		loc.Value = proto.String(rel)
 	}
 	return nil
+}
+
+// externalRef reads an external tensor's reference: its location, offset
+// (0 when absent) and length (-1 when absent: to the file's end).
+func externalRef(t *onnxpb.TensorProto) (loc string, off, n int64, err error) {
+	n = -1
+	for _, kv := range t.GetExternalData() {
+		switch kv.GetKey() {
+		case "location":
+			loc = kv.GetValue()
+		case "offset":
+			off, err = strconv.ParseInt(kv.GetValue(), 10, 64)
+		case "length":
+			n, err = strconv.ParseInt(kv.GetValue(), 10, 64)
+		}
+		if err != nil || off < 0 {
+			return "", 0, 0, fmt.Errorf("bad %s %q", kv.GetKey(), kv.GetValue())
+		}
+	}
+	return loc, off, n, nil
+}
+
+// externalEntries is an external tensor's reference, location first.
+func externalEntries(loc string, off, n int64) []*onnxpb.StringStringEntryProto {
+	return []*onnxpb.StringStringEntryProto{
+		{Key: proto.String("location"), Value: proto.String(loc)},
+		{Key: proto.String("offset"), Value: proto.String(strconv.FormatInt(off, 10))},
+		{Key: proto.String("length"), Value: proto.String(strconv.FormatInt(n, 10))},
+	}
 }
 
 // commonDir is the deepest folder holding every one of the absolute,
@@ -368,16 +385,11 @@ func WriteExternalData(path, dst string) error {
 		if t.GetDataLocation() != onnxpb.TensorProto_EXTERNAL {
 			continue
 		}
-		kv := map[string]*onnxpb.StringStringEntryProto{}
-		for _, e := range t.GetExternalData() {
-			kv[e.GetKey()] = e
-		}
-		loc := filepath.Join(lg.dir, kv["location"].GetValue())
-		off, _ := strconv.ParseInt(kv["offset"].GetValue(), 10, 64)
-		n, err := strconv.ParseInt(kv["length"].GetValue(), 10, 64)
+		rel, off, n, err := externalRef(t) // readLeanGraph checked it and set n
 		if err != nil {
-			return fmt.Errorf("model: initializer %s: no length", t.GetName())
+			return fmt.Errorf("model: initializer %s: %w", t.GetName(), err)
 		}
+		loc := filepath.Join(lg.dir, rel)
 		src, ok := srcs[loc]
 		if !ok {
 			if src, err = os.Open(loc); err != nil {
@@ -389,11 +401,7 @@ func WriteExternalData(path, dst string) error {
 		if _, err := io.Copy(io.NewOffsetWriter(out, at), io.NewSectionReader(src, off, n)); err != nil {
 			return fmt.Errorf("model: copying initializer %s: %w", t.GetName(), err)
 		}
-		t.ExternalData = []*onnxpb.StringStringEntryProto{
-			{Key: proto.String("location"), Value: proto.String(data)},
-			{Key: proto.String("offset"), Value: proto.String(strconv.FormatInt(at, 10))},
-			{Key: proto.String("length"), Value: proto.String(strconv.FormatInt(n, 10))},
-		}
+		t.ExternalData = externalEntries(data, at, n)
 		at += n
 	}
 	b, err := proto.Marshal(lg.m)

@@ -291,21 +291,17 @@ func (m *Model) prepareGraph(keep bool) error {
 		return fmt.Errorf("model: reading %s: %w", m.ONNXPath, err)
 	}
 	m.graphDir, m.dataFiles = lg.dir, lg.files
-	switch {
-	case keep:
+	if keep {
 		m.GraphRewrite = "graph as exported: relative-attention rewrite off"
-	default:
-		st, err := rewriteRelAttention(lg.m.GetGraph(), defaultOpset(lg.m))
-		if err != nil {
-			m.GraphRewrite = "graph as exported: " + err.Error()
-			// A failed rewrite may have left the graph half changed.
-			if lg, err = readLeanGraph(m.ONNXPath); err != nil {
-				return fmt.Errorf("model: reading %s: %w", m.ONNXPath, err)
-			}
-		} else {
-			m.relAttn = true
-			m.GraphRewrite = "relative attention rewritten: " + st.String()
+	} else if st, err := rewriteRelAttention(lg.m.GetGraph(), defaultOpset(lg.m)); err != nil {
+		m.GraphRewrite = "graph as exported: " + err.Error()
+		// A failed rewrite may have left the graph half changed.
+		if lg, err = readLeanGraph(m.ONNXPath); err != nil {
+			return fmt.Errorf("model: reading %s: %w", m.ONNXPath, err)
 		}
+	} else {
+		m.relAttn = true
+		m.GraphRewrite = "relative attention rewritten: " + st.String()
 	}
 	if m.graph, err = proto.Marshal(lg.m); err != nil {
 		return fmt.Errorf("model: encoding the graph of %s: %w", m.ONNXPath, err)

@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -59,19 +58,9 @@ func rewrittenFile(t *testing.T, path string) (string, relAttnStats) {
 		if init.GetDataLocation() != onnxpb.TensorProto_EXTERNAL {
 			continue
 		}
-		var off, n int
-		for _, kv := range init.GetExternalData() {
-			v, _ := strconv.Atoi(kv.GetValue())
-			switch kv.GetKey() {
-			case "location":
-				if kv.GetValue() != filepath.Base(path) {
-					t.Fatalf("%s: initializer %s is in %s", path, init.GetName(), kv.GetValue())
-				}
-			case "offset":
-				off = v
-			case "length":
-				n = v
-			}
+		loc, off, n, err := externalRef(init)
+		if err != nil || loc != filepath.Base(path) {
+			t.Fatalf("%s: initializer %s is in %q (%v)", path, init.GetName(), loc, err)
 		}
 		init.RawData, init.ExternalData, init.DataLocation = src[off:off+n], nil, nil
 	}
