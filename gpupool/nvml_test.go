@@ -12,6 +12,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/rs/zerolog"
+
+	"github.com/scorer/scorer/gpupool/hostcheck"
 )
 
 // These tests use the real NVML adapter. On a machine with a GPU they are
@@ -495,8 +497,8 @@ func TestNVMLMIG(t *testing.T) {
 	// its own choice: refused, naming the instance to set.
 	for _, env := range []map[string]string{{}, {"CUDA_VISIBLE_DEVICES": "0"}} {
 		_, err := mockNVML(t, true, env, parent(nil, nil, one)).Devices()
-		pr, ok := DiagnoseCUDA(err)
-		if !errors.Is(err, ErrMIGNeedsUUID) || !errors.Is(err, ErrNoGPU) || !ok || pr.Kind != ProblemMIGNeedsUUID || !strings.Contains(err.Error(), one.uuid) {
+		pr, ok := hostcheck.DiagnoseCUDA(err)
+		if !errors.Is(err, ErrMIGNeedsUUID) || !errors.Is(err, ErrNoGPU) || !ok || pr.Kind != hostcheck.ProblemMIGNeedsUUID || !strings.Contains(err.Error(), one.uuid) {
 			t.Errorf("env %v: %v (diagnosis %+v), want mig_needs_uuid naming %s", env, err, pr, one.uuid)
 		}
 	}
@@ -521,8 +523,8 @@ func TestNVMLMIG(t *testing.T) {
 	}
 
 	_, err = mockNVML(t, true, nil, parent()).Devices()
-	pr, ok := DiagnoseCUDA(err)
-	if !errors.Is(err, ErrMIGNoPermission) || !errors.Is(err, ErrNoGPU) || !ok || pr.Kind != ProblemMIGPermission {
+	pr, ok := hostcheck.DiagnoseCUDA(err)
+	if !errors.Is(err, ErrMIGNoPermission) || !errors.Is(err, ErrNoGPU) || !ok || pr.Kind != hostcheck.ProblemMIGPermission {
 		t.Fatalf("MIG mode without a readable instance: %v (diagnosis %+v), want mig_no_permission", err, pr)
 	}
 }

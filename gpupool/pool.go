@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/scorer/scorer/gpupool/hostcheck"
 	"github.com/scorer/scorer/model"
 )
 
@@ -311,7 +312,7 @@ func (p *Pool) openDevices(ctx context.Context) error {
 		p.probeShutdown = nil
 	}
 	if p.cfg.mode == ModeCUDA {
-		if pr, ok := DiagnoseCUDA(reason); ok {
+		if pr, ok := hostcheck.DiagnoseCUDA(reason); ok {
 			// The cause and its remedy lead, so the one line a failed start
 			// leaves says what to do; the details follow.
 			return fmt.Errorf("gpupool: mode cuda but no GPU works: %s; remedy: %s: %w", pr.Cause, pr.Remedy, reason)
@@ -319,7 +320,7 @@ func (p *Pool) openDevices(ctx context.Context) error {
 		return fmt.Errorf("gpupool: mode cuda but no GPU works: %w", reason)
 	}
 	ev := p.log.Warn().Err(reason)
-	if pr, ok := DiagnoseCUDA(reason); ok {
+	if pr, ok := hostcheck.DiagnoseCUDA(reason); ok {
 		ev = ev.Str("problem", pr.Kind).Str("cause", pr.Cause).Str("remedy", pr.Remedy)
 	}
 	ev.Msg("gpupool: no usable GPU, scoring on CPU")

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/scorer/scorer/gpupool/hostcheck"
 )
 
 // DeviceInfo is what a Probe knows about one GPU at start.
@@ -58,8 +60,9 @@ type Probe interface {
 var (
 	// ErrNoGPU means no GPU can be used at all: the NVML library is missing,
 	// the driver is not loaded, or NVML lists zero devices. In auto mode the
-	// pool answers it by scoring on the CPU.
-	ErrNoGPU = errors.New("gpupool: no GPU")
+	// pool answers it by scoring on the CPU. It is hostcheck.ErrNoGPU, which
+	// DiagnoseCUDA reads.
+	ErrNoGPU = hostcheck.ErrNoGPU
 	// ErrNotSupported means the device or driver lacks a query; the pool
 	// treats that reading as unknown rather than as a failure.
 	ErrNotSupported = errors.New("gpupool: NVML query not supported")
@@ -131,6 +134,10 @@ func (e *nvmlStateError) Error() string {
 }
 
 func (e *nvmlStateError) Unwrap() error { return e.state }
+
+// NVMLReturn is NVML's own return code, which hostcheck.DiagnoseCUDA reads
+// to tell a missing driver from a GPU-less one.
+func (e *nvmlStateError) NVMLReturn() nvml.Return { return e.ret }
 
 // nvmlInitTimeout bounds nvml.Init when the caller's ctx has no deadline:
 // Init has been seen to hang on broken drivers (go-nvml #152), and a hung
@@ -400,8 +407,13 @@ func (p *nvmlProbe) readMIGs(h nvml.Device, parent nvmlGPU) []nvmlGPU {
 // ErrMIGNeedsUUID means a MIG instance would be used without
 // CUDA_VISIBLE_DEVICES naming it by its MIG-… UUID. CUDA then picks an
 // instance by its own rules, and which one NVML's readings (admission's
-// memory) belong to would be a guess; with the UUID both sides agree.
-var ErrMIGNeedsUUID = errors.New("gpupool: GPU in MIG mode without CUDA_VISIBLE_DEVICES=MIG-<uuid>")
+// memory) belong to would be a guess; with the UUID both sides agree. It is
+// hostcheck's sentinel, which DiagnoseCUDA reads.
+var ErrMIGNeedsUUID = hostcheck.ErrMIGNeedsUUID
+
+// ErrMIGNoPermission means a GPU is in MIG mode and NVML refuses this
+// process the parent GPU's readings (hostcheck's sentinel).
+var ErrMIGNoPermission = hostcheck.ErrMIGNoPermission
 
 // migByUUID requires that every MIG instance in visible was selected by a
 // MIG-… entry of CUDA_VISIBLE_DEVICES (a unique prefix is enough).

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/gpupool/hostcheck"
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/testenv"
 )
@@ -53,7 +54,7 @@ func TestCommand(t *testing.T) {
 	env["PAIR_ENCODING"] = "joined"
 	out, err = doctorRun("auto", "--json")
 	var rep Report
-	if err != nil || json.Unmarshal([]byte(out), &rep) != nil || !rep.OK || rep.Path != "cpu" || rep.Problem == nil || rep.Problem.Kind != gpupool.ProblemNoDriver {
+	if err != nil || json.Unmarshal([]byte(out), &rep) != nil || !rep.OK || rep.Path != "cpu" || rep.Problem == nil || rep.Problem.Kind != hostcheck.ProblemNoDriver {
 		t.Fatalf("--json: err %v, report %+v\n%s", err, rep, out)
 	}
 	if rep.Sample.PairEncoding != "joined" {

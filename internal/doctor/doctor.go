@@ -24,6 +24,7 @@ import (
 	ort "github.com/yalue/onnxruntime_go"
 
 	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/gpupool/hostcheck"
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
@@ -80,7 +81,7 @@ func problemOf(err error) *Problem {
 	if err == nil {
 		return nil
 	}
-	if p, ok := gpupool.DiagnoseCUDA(err); ok {
+	if p, ok := hostcheck.DiagnoseCUDA(err); ok {
 		return &Problem{Kind: p.Kind, Cause: p.Cause, Remedy: p.Remedy, Error: err.Error()}
 	}
 	return &Problem{Cause: firstLine(err.Error()), Error: err.Error()}
@@ -105,10 +106,10 @@ type Report struct {
 
 	ORT ORTReport `json:"onnxruntime"`
 	// CUDALibs is where the dynamic loader finds each CUDA library the
-	// CUDA path needs (gpupool.CUDALibraries), cuDNN included: the
+	// CUDA path needs (hostcheck.CUDALibraries), cuDNN included: the
 	// provider opens cuDNN only at a first run, so a session that opens
 	// does not prove it is there. Not checked for DEVICE=cpu.
-	CUDALibs []gpupool.LibraryLocation `json:"cuda_libraries,omitempty"`
+	CUDALibs []hostcheck.LibraryLocation `json:"cuda_libraries,omitempty"`
 	// SignalsRestored counts the signal handlers that loading CUDA replaced
 	// and the doctor put back (gpupool.SaveSignals, taken before anything
 	// touched CUDA); nonzero shows why the guard exists.
@@ -308,7 +309,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	defer shutdown()
 	if o.device() != gpupool.ModeCPU {
-		rep.CUDALibs = gpupool.FindCUDALibraries()
+		rep.CUDALibs = hostcheck.FindCUDALibraries()
 	}
 	if !info.HasProvider("CUDAExecutionProvider") {
 		rep.ORT.CUDA = problemOf(fmt.Errorf("CUDA execution provider is not enabled in this build (%s lists %v)", o.ORTLib, info.Providers))

@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/gpupool/hostcheck"
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/model"
 )
@@ -91,7 +92,7 @@ func openProbe(ctx context.Context, cfg config.Config, log zerolog.Logger) (gpup
 	case err == nil:
 		return probe, shutdown, nil
 	case cfg.Device == string(gpupool.ModeCUDA):
-		if pr, ok := gpupool.DiagnoseCUDA(err); ok {
+		if pr, ok := hostcheck.DiagnoseCUDA(err); ok {
 			return nil, nil, fmt.Errorf("DEVICE=cuda: %s; remedy: %s: %w", pr.Cause, pr.Remedy, err)
 		}
 		return nil, nil, fmt.Errorf("DEVICE=cuda: %w", err)

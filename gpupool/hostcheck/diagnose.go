@@ -1,4 +1,11 @@
-package gpupool
+// Package hostcheck says why this host cannot run the CUDA path: it maps the
+// errors ONNX Runtime, the dynamic loader and NVML give onto one cause and
+// one remedy each (DiagnoseCUDA), and finds the CUDA libraries the provider
+// loads (FindCUDALibraries). gpupool uses it at start, `scorer doctor` in its
+// report, so both say the same thing in the same words. It imports nothing
+// of this module; gpupool's NVML errors reach it as sentinels and the
+// NVMLReturn method.
+package hostcheck
 
 import (
 	"errors"
@@ -122,8 +129,8 @@ func DiagnoseCUDA(err error) (*CUDAProblem, bool) {
 		return mk(ProblemNoDevice, "the driver sees no GPU for this process",
 			"check NVIDIA_VISIBLE_DEVICES/CUDA_VISIBLE_DEVICES and the container's GPU request, or set DEVICE=cpu")
 	case errors.Is(err, ErrNoGPU):
-		var st *nvmlStateError
-		if errors.As(err, &st) && (st.ret == nvml.ERROR_LIBRARY_NOT_FOUND || st.ret == nvml.ERROR_DRIVER_NOT_LOADED) {
+		var st nvmlReturner
+		if errors.As(err, &st) && (st.NVMLReturn() == nvml.ERROR_LIBRARY_NOT_FOUND || st.NVMLReturn() == nvml.ERROR_DRIVER_NOT_LOADED) {
 			return mk(ProblemNoDriver, "no NVIDIA driver: NVML is not available",
 				"install an NVIDIA driver >= 580 and run with the NVIDIA container toolkit, or set DEVICE=cpu")
 		}
@@ -133,15 +140,22 @@ func DiagnoseCUDA(err error) (*CUDAProblem, bool) {
 	return nil, false
 }
 
-// ErrMIGNoPermission means a GPU is in MIG mode and NVML refuses this
-// process the parent GPU's readings (NO_PERMISSION) while listing no MIG
-// instance it may use.
-var ErrMIGNoPermission = errors.New("gpupool: GPU in MIG mode, no permission on the parent GPU")
+// The states DiagnoseCUDA reads from NVML. gpupool's probe wraps them
+// (gpupool.ErrNoGPU, ErrMIGNeedsUUID and ErrMIGNoPermission are these
+// values), so errors.Is sees them through either name.
+var (
+	// ErrNoGPU means no GPU can be used at all: the NVML library is missing,
+	// the driver is not loaded, or NVML lists zero devices.
+	ErrNoGPU = errors.New("gpupool: no GPU")
+	// ErrMIGNeedsUUID means a MIG instance would be used without
+	// CUDA_VISIBLE_DEVICES naming it by its MIG-… UUID.
+	ErrMIGNeedsUUID = errors.New("gpupool: GPU in MIG mode without CUDA_VISIBLE_DEVICES=MIG-<uuid>")
+	// ErrMIGNoPermission means a GPU is in MIG mode and NVML refuses this
+	// process the parent GPU's readings (NO_PERMISSION) while listing no MIG
+	// instance it may use.
+	ErrMIGNoPermission = errors.New("gpupool: GPU in MIG mode, no permission on the parent GPU")
+)
 
-// explain wraps err as its CUDAProblem when DiagnoseCUDA knows it.
-func explain(err error) error {
-	if p, ok := DiagnoseCUDA(err); ok {
-		return p
-	}
-	return err
-}
+// nvmlReturner is an error that carries NVML's return code (gpupool's NVML
+// state errors do).
+type nvmlReturner interface{ NVMLReturn() nvml.Return }

@@ -1,4 +1,4 @@
-package gpupool
+package hostcheck
 
 import (
 	"strings"
