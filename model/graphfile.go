@@ -342,7 +342,7 @@ func RelAttentionNodes(path string) (removed []string, addedPrefix string, err e
 	g := lg.m.GetGraph()
 	before := slices.Clone(g.GetNode())
 	addedPrefix = uniquePrefix(indexGraph(g), relAttnPrefix)
-	if _, err := rewriteRelAttention(g, defaultOpset(lg.m)); err != nil {
+	if _, err := rewriteRelAttention(g, defaultOpset(lg.m), relAttnOptions{}); err != nil {
 		return nil, "", err
 	}
 	kept := map[*onnxpb.NodeProto]bool{}

@@ -65,6 +65,11 @@ type LoadOptions struct {
 	// has it, to compute only the relative positions a batch can use
 	// (relattn.go); Model.GraphRewrite says what was done.
 	KeepRelativeAttention bool
+	// AttentionRewrites names the attention rewrites run after the
+	// relative-attention one (attnrewrite.go): comma-separated, "none" for
+	// none, "" for DefaultAttentionRewrites. Ignored under
+	// KeepRelativeAttention.
+	AttentionRewrites string
 }
 
 // Model is a loaded NLI model: its tokenizer, label layout and graph
@@ -117,8 +122,10 @@ type Model struct {
 	graph     []byte
 	graphDir  string
 	dataFiles []string
-	// relAttn is whether the relative-attention rewrite changed the graph.
-	relAttn bool
+	// relAttn is whether the relative-attention rewrite changed the graph,
+	// and rewrites the attention rewrites asked for after it.
+	relAttn  bool
+	rewrites string
 }
 
 // Files are the files that hold the graph and its weights: the graph file
@@ -274,7 +281,11 @@ func loadGraph(opts LoadOptions) (*Model, int, error) {
 	if err := m.readGraph(); err != nil {
 		return nil, 0, err
 	}
-	if err := m.prepareGraph(opts.KeepRelativeAttention); err != nil {
+	steps, err := parseAttnSteps(opts.AttentionRewrites)
+	if err != nil {
+		return nil, 0, fmt.Errorf("model: %w", err)
+	}
+	if err := m.prepareGraph(opts.KeepRelativeAttention, steps); err != nil {
 		return nil, 0, err
 	}
 	return m, cfg.maxPositions, nil
@@ -285,7 +296,7 @@ func loadGraph(opts LoadOptions) (*Model, int, error) {
 // rewrite does not recognise, or cannot rewrite, runs as exported: the
 // reason goes to GraphRewrite, never into an error. An error is a graph
 // that cannot be read or whose external data is not there.
-func (m *Model) prepareGraph(keep bool) error {
+func (m *Model) prepareGraph(keep bool, steps attnSteps) error {
 	lg, err := readLeanGraph(m.ONNXPath)
 	if err != nil {
 		return fmt.Errorf("model: reading %s: %w", m.ONNXPath, err)
@@ -293,7 +304,7 @@ func (m *Model) prepareGraph(keep bool) error {
 	m.graphDir, m.dataFiles = lg.dir, lg.files
 	if keep {
 		m.GraphRewrite = "graph as exported: relative-attention rewrite off"
-	} else if st, err := rewriteRelAttention(lg.m.GetGraph(), defaultOpset(lg.m)); err != nil {
+	} else if st, err := rewriteAttention(lg.m.GetGraph(), defaultOpset(lg.m), steps); err != nil {
 		m.GraphRewrite = "graph as exported: " + err.Error()
 		// A failed rewrite may have left the graph half changed.
 		if lg, err = readLeanGraph(m.ONNXPath); err != nil {
@@ -301,7 +312,8 @@ func (m *Model) prepareGraph(keep bool) error {
 		}
 	} else {
 		m.relAttn = true
-		m.GraphRewrite = "relative attention rewritten: " + st.String()
+		m.rewrites = steps.String()
+		m.GraphRewrite = st.String()
 	}
 	if m.graph, err = proto.Marshal(lg.m); err != nil {
 		return fmt.Errorf("model: encoding the graph of %s: %w", m.ONNXPath, err)

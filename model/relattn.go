@@ -54,10 +54,20 @@ type relAttnStats struct {
 	// TilesLeft is the Tiles still computed after the rewrite because
 	// something other than a rewritten product or a Shape reads them.
 	TilesLeft int
+	// Align is the multiple the windows were widened to (0: exact).
+	Align int64
+	// ScalesMoved is the score terms whose Div moved onto their window.
+	ScalesMoved int
 }
 
 func (s relAttnStats) String() string {
 	msg := fmt.Sprintf("%d relative-position gathers windowed, sharing %d indices", s.Gathers, s.Indices)
+	if s.Align > 0 {
+		msg += fmt.Sprintf(", windows aligned to %d", s.Align)
+	}
+	if s.ScalesMoved > 0 {
+		msg += fmt.Sprintf(", %d score scales moved onto the windows", s.ScalesMoved)
+	}
 	if s.TilesLeft > 0 {
 		msg += fmt.Sprintf(" (%d Tiles still read elsewhere and kept)", s.TilesLeft)
 	}
@@ -203,9 +213,30 @@ func attrInt(n *onnxpb.NodeProto, name string, def int64) int64 {
 }
 
 // relAttnSite is one matched gather: out = GatherElements(A·Transpose(Tile(X, reps)), Expand(I, _)).
+// scale, when set, is the Div by a scalar that the score term goes through
+// next (directly for c2p, after a Transpose for p2c), and transposeOut
+// that Transpose, if any.
 type relAttnSite struct {
 	gather, matmul, transpose, tile, expand *onnxpb.NodeProto
 	a, x, index                             string
+	scale, transposeOut                     *onnxpb.NodeProto
+}
+
+// relAttnOptions are the rewrite's optional parts (attnrewrite.go names
+// them for the settings).
+type relAttnOptions struct {
+	// align, when above 1, widens each window of relative positions to a
+	// multiple of align: fp16 tensor-core products want every dimension a
+	// multiple of 8, and the exact window (2L−1 positions) is always odd,
+	// which on an H200 fell to a 1-element-aligned sm75 kernel taking 17%
+	// of the GPU's time (gpu-evidence/2026-11-27/ncu). The extra positions
+	// are real ones whose scores no index reads.
+	align int64
+	// scale moves each score term's Div by the attention scale onto its
+	// window: GatherElements(A·Wᵀ)/s = GatherElements(A·(W/s)ᵀ), so the
+	// [rows·heads, L, L] Div of every c2p and p2c term becomes one on a
+	// [heads, W, d] window.
+	scale bool
 }
 
 // matchRelAttn matches the pattern at a GatherElements node.
@@ -269,12 +300,15 @@ func (x *graphIndex) repeatsFirstAxis(reps string) bool {
 // rewriteRelAttention rewrites g in place (see the comment above); opset is
 // the model's default-domain opset. A graph without the pattern comes back
 // untouched with errNoRelAttention.
-func rewriteRelAttention(g *onnxpb.GraphProto, opset int64) (relAttnStats, error) {
+func rewriteRelAttention(g *onnxpb.GraphProto, opset int64, opts relAttnOptions) (relAttnStats, error) {
 	var st relAttnStats
 	x := indexGraph(g)
 	var sites []relAttnSite
 	for _, n := range g.GetNode() {
 		if s, ok := x.matchRelAttn(n); ok {
+			if opts.scale {
+				x.matchScale(&s)
+			}
 			sites = append(sites, s)
 		}
 	}
@@ -292,13 +326,20 @@ func rewriteRelAttention(g *onnxpb.GraphProto, opset int64) (relAttnStats, error
 		sig := sigs.of(s.index)
 		ix, ok := indices[sig]
 		if !ok {
-			ix = b.windowIndex(s.index, s.a)
+			ix = b.windowIndex(s.index, s.a, s.x, opts.align)
 			indices[sig] = ix
 		}
 		b.site(s, ix)
 		replaced[s.gather] = true
+		if s.scale != nil {
+			replaced[s.scale] = true
+			st.ScalesMoved++
+		}
 	}
 	st.Gathers, st.Indices = len(sites), len(indices)
+	if opts.align > 1 {
+		st.Align = opts.align
+	}
 
 	// Shape(Tile(X, reps)) is Shape(X)·reps; written so, a Tile whose
 	// shape is read (HF's scale, sqrt(d·3)) is no longer computed.
@@ -402,39 +443,62 @@ func intsAttr(name string, v ...int64) *onnxpb.AttributeProto {
 
 // relAttnIndex is what one distinct I gives every site that reads it: the
 // window's bounds as Slice's starts and ends ([1] each), the gather index
-// I − lo as int32 expanded to [rows·heads, L, L] once, and the
+// I − start as int32 expanded to [rows·heads, L, L] once, and the
 // [-1, L, W] shape the windowed scores take for it.
 type relAttnIndex struct {
 	starts, ends, index, scoresShape string
 }
 
 // windowIndex builds the window and the shared index from I (int64,
-// [..., L, L] with leading ones); a is the first site's [rows·heads, L, d]
-// input, whose first dimension every site shares.
-func (b *graphBuilder) windowIndex(idx, a string) relAttnIndex {
+// [..., L, L] with leading ones); x is a site's [heads, positions, d]
+// relative embeddings, whose position count every site shares, and a the
+// first site's [rows·heads, L, d] input, whose first dimension every site
+// shares. With align
+// above 1 the window is widened to a multiple of align positions, moved
+// left where it would run past the last position (it still holds [lo, hi]),
+// and cut to the positions there are when there are fewer.
+func (b *graphBuilder) windowIndex(idx, a, x string, align int64) relAttnIndex {
 	one, vec := b.ints(nil, 1), b.ints([]int64{1}, 1)
 	lo := b.node("ReduceMin", []string{idx}, []*onnxpb.AttributeProto{intAttr("keepdims", 0)})
 	hi := b.node("ReduceMax", []string{idx}, []*onnxpb.AttributeProto{intAttr("keepdims", 0)})
-	w := b.node("Add", []string{b.node("Sub", []string{hi, lo}, nil), one}, nil)
+	start, width := lo, b.node("Add", []string{b.node("Sub", []string{hi, lo}, nil), one}, nil)
+	if align > 1 {
+		al := b.ints(nil, align)
+		padded := b.node("Mul", []string{b.node("Div", []string{b.node("Add", []string{width, b.ints(nil, align-1)}, nil), al}, nil), al}, nil)
+		positions := b.node("Reshape", []string{b.node("Slice", []string{b.node("Shape", []string{x}, nil), vec, b.ints([]int64{1}, 2)}, nil), b.ints([]int64{0})}, nil)
+		start = b.node("Max", []string{b.node("Min", []string{lo, b.node("Sub", []string{positions, padded}, nil)}, nil), b.ints(nil, 0)}, nil)
+		width = b.node("Min", []string{padded, positions}, nil)
+	}
 	qk := b.node("Slice", []string{b.node("Shape", []string{idx}, nil), b.ints([]int64{1}, -2), b.ints([]int64{1}, math.MaxInt64)}, nil)
-	rel := b.node("Sub", []string{b.node("Reshape", []string{idx, qk}, nil), lo}, nil)
+	rel := b.node("Sub", []string{b.node("Reshape", []string{idx, qk}, nil), start}, nil)
 	// int32 halves the index's bytes; W < 2³¹ always.
 	rel32 := b.node("Cast", []string{rel}, []*onnxpb.AttributeProto{intAttr("to", int64(onnxpb.TensorProto_INT32))})
 	bh := b.node("Slice", []string{b.node("Shape", []string{a}, nil), b.ints([]int64{1}, 0), vec}, nil)
 	lq := b.node("Slice", []string{qk, b.ints([]int64{1}, 0), vec}, nil)
 	return relAttnIndex{
-		starts: b.node("Reshape", []string{lo, vec}, nil),
-		ends:   b.node("Reshape", []string{b.node("Add", []string{hi, one}, nil), vec}, nil),
+		starts: b.node("Reshape", []string{start, vec}, nil),
+		ends:   b.node("Reshape", []string{b.node("Add", []string{start, width}, nil), vec}, nil),
 		index:  b.node("Expand", []string{rel32, b.node("Concat", []string{bh, qk}, []*onnxpb.AttributeProto{intAttr("axis", 0)})}, nil),
-		scoresShape: b.node("Concat", []string{b.ints([]int64{1}, -1), lq, b.node("Reshape", []string{w, vec}, nil)},
+		scoresShape: b.node("Concat", []string{b.ints([]int64{1}, -1), lq, b.node("Reshape", []string{width, vec}, nil)},
 			[]*onnxpb.AttributeProto{intAttr("axis", 0)}),
 	}
 }
 
 // site replaces one gather; its output keeps the gather's name, so every
-// reader is unchanged.
+// reader is unchanged. When the site's scale moved, the window is divided
+// instead and the score term's Div is gone: the gather (c2p) or the
+// Transpose after it (p2c) then writes the Div's output.
 func (b *graphBuilder) site(s relAttnSite, ix relAttnIndex) {
 	win := b.node("Slice", []string{s.x, ix.starts, ix.ends, b.ints([]int64{1}, 1)}, nil)
+	out := slices.Clone(s.gather.GetOutput())
+	if s.scale != nil {
+		win = b.node("Div", []string{win, s.scale.GetInput()[1]}, nil)
+		if s.transposeOut != nil {
+			s.transposeOut.Output = slices.Clone(s.scale.GetOutput())
+		} else {
+			out = slices.Clone(s.scale.GetOutput())
+		}
+	}
 	winT := b.node("Transpose", []string{win}, []*onnxpb.AttributeProto{intsAttr("perm", 0, 2, 1)})
 	heads := b.node("Slice", []string{b.node("Shape", []string{s.x}, nil), b.ints([]int64{1}, 0), b.ints([]int64{1}, 1)}, nil)
 	ld := b.node("Slice", []string{b.node("Shape", []string{s.a}, nil), b.ints([]int64{1}, 1), b.ints([]int64{1}, 3)}, nil)
@@ -442,8 +506,89 @@ func (b *graphBuilder) site(s relAttnSite, ix relAttnIndex) {
 	scores := b.node("MatMul", []string{b.node("Reshape", []string{s.a, shape4}, nil), winT}, nil)
 	b.nodes = append(b.nodes, &onnxpb.NodeProto{OpType: proto.String("GatherElements"), Name: proto.String(b.name("GatherElements")),
 		Input:     []string{b.node("Reshape", []string{scores, ix.scoresShape}, nil), ix.index},
-		Output:    slices.Clone(s.gather.GetOutput()),
+		Output:    out,
 		Attribute: []*onnxpb.AttributeProto{intAttr("axis", 2)}})
+}
+
+// matchScale finds the Div by a scalar that a site's score term goes
+// through next: Div(gather, s) (c2p) or Div(Transpose(gather), s) (p2c),
+// each the only reader of what it reads.
+func (x *graphIndex) matchScale(s *relAttnSite) {
+	out := s.gather.GetOutput()[0]
+	next := x.only(out)
+	var tr *onnxpb.NodeProto
+	if next != nil && next.GetOpType() == "Transpose" && next.GetDomain() == "" {
+		tr, next = next, x.only(next.GetOutput()[0])
+	}
+	if next == nil || next.GetOpType() != "Div" || next.GetDomain() != "" || len(next.GetInput()) != 2 {
+		return
+	}
+	want := out
+	if tr != nil {
+		want = tr.GetOutput()[0]
+	}
+	if next.GetInput()[0] != want || !x.scalar(next.GetInput()[1], 0) {
+		return
+	}
+	s.scale, s.transposeOut = next, tr
+}
+
+// scalar reports whether name is a one-element tensor of rank 0 or 1, as
+// far as the graph shows without running it: a constant, one dimension of
+// a Shape (by Gather or Slice), or elementwise maths of such values. Only a
+// scalar can move from a score term onto its window.
+func (x *graphIndex) scalar(name string, depth int) bool {
+	if depth > 16 {
+		return false
+	}
+	if t := x.constTensor(name); t != nil {
+		n := int64(1)
+		for _, d := range t.GetDims() {
+			n *= d
+		}
+		return n == 1 && len(t.GetDims()) <= 1
+	}
+	n := x.producer[name]
+	if n == nil || n.GetDomain() != "" {
+		return false
+	}
+	switch n.GetOpType() {
+	case "Cast", "Sqrt", "Neg", "Reciprocal", "Identity", "Squeeze":
+		return x.scalar(n.GetInput()[0], depth+1)
+	case "Slice":
+		// Slice(Shape(t), [k], [k+1]) or ([-1], [big]): one dimension (HF
+		// computes the scale from the last dimension so).
+		if x.op(n.GetInput()[0], "Shape") == nil || len(n.GetInput()) < 3 {
+			return false
+		}
+		starts, ok1 := x.constInts(n.GetInput()[1])
+		ends, ok2 := x.constInts(n.GetInput()[2])
+		return ok1 && ok2 && len(starts) == 1 && len(ends) == 1 &&
+			(ends[0]-starts[0] == 1 || starts[0] == -1 && ends[0] >= math.MaxInt32)
+	case "Mul", "Div", "Add", "Sub", "Pow":
+		return x.scalar(n.GetInput()[0], depth+1) && x.scalar(n.GetInput()[1], depth+1)
+	case "Gather":
+		// Gather(Shape(t), k) with a scalar k is one dimension: rank 0.
+		idx := x.constTensor(n.GetInput()[1])
+		return idx != nil && len(idx.GetDims()) == 0 && x.op(n.GetInput()[0], "Shape") != nil
+	}
+	return false
+}
+
+// constTensor is the value of an initializer or Constant node named name,
+// or nil.
+func (x *graphIndex) constTensor(name string) *onnxpb.TensorProto {
+	if t := x.inits[name]; t != nil {
+		return t
+	}
+	if n := x.op(name, "Constant"); n != nil {
+		for _, a := range n.GetAttribute() {
+			if a.GetName() == "value" {
+				return a.GetT()
+			}
+		}
+	}
+	return nil
 }
 
 // signer names a tensor by how it is computed, so two index graphs built

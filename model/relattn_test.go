@@ -45,11 +45,27 @@ func readTestGraph(t *testing.T, path string) *onnxpb.GraphProto {
 // weights inline again, to a file of the test's, for plain ORT sessions.
 func rewrittenFile(t *testing.T, path string) (string, relAttnStats) {
 	t.Helper()
+	file, st := rewrittenFileWith(t, path, mustParseSteps(t, ""))
+	return file, st.rel
+}
+
+func mustParseSteps(t *testing.T, s string) attnSteps {
+	t.Helper()
+	steps, err := parseAttnSteps(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return steps
+}
+
+// rewrittenFileWith is rewrittenFile with the attention rewrites steps.
+func rewrittenFileWith(t *testing.T, path string, steps attnSteps) (string, attnStats) {
+	t.Helper()
 	lg, err := readLeanGraph(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := rewriteRelAttention(lg.m.GetGraph(), defaultOpset(lg.m))
+	st, err := rewriteAttention(lg.m.GetGraph(), defaultOpset(lg.m), steps)
 	if err != nil {
 		t.Fatalf("rewriting %s: %v", path, err)
 	}
@@ -380,7 +396,7 @@ func TestRelAttentionUnrecognised(t *testing.T) {
 	}
 	g.Node = nodes
 	before := proto.Clone(g)
-	if _, err := rewriteRelAttention(g, defaultOpset(lg.m)); !errors.Is(err, errNoRelAttention) {
+	if _, err := rewriteAttention(g, defaultOpset(lg.m), mustParseSteps(t, "")); !errors.Is(err, errNoRelAttention) {
 		t.Fatalf("rewrite of a broken pattern: %v; want errNoRelAttention", err)
 	}
 	if !proto.Equal(before, g) {

@@ -122,6 +122,10 @@ func (s *Session) MemoryKey() string {
 	key := fmt.Sprintf("model=%s max_len=%d ort=%s intra_op=%d inter_op=%d mem_pattern=%t rewritten=%t",
 		s.m.SHA256, s.m.MaxLength, ort.GetVersion(), s.opts.IntraOpThreads, s.opts.InterOpThreads, !s.opts.DisableMemPattern,
 		s.m.relAttn)
+	if s.m.relAttn {
+		// Each rewrite changes what a batch allocates.
+		key += " rewrites=" + s.m.rewrites
+	}
 	if s.opts.Configure != nil {
 		// The hash already tells an fp16 export from an fp32 one; the
 		// output type says which to a person reading a cache file.

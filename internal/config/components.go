@@ -138,7 +138,7 @@ func (c *Config) ModelOptions() (model.LoadOptions, error) {
 		return model.LoadOptions{}, err
 	}
 	lo := model.LoadOptions{Dir: dir, ONNXFile: c.ModelFile, ScoreMode: mode, PairEncoding: enc, PairSeparator: c.PairSeparator,
-		KeepRelativeAttention: !c.RelAttnRewrite}
+		KeepRelativeAttention: !c.RelAttnRewrite, AttentionRewrites: c.AttentionRewrites}
 	if c.EntailmentIndex >= 0 {
 		idx := c.EntailmentIndex
 		lo.EntailmentIndex = &idx

@@ -14,6 +14,7 @@ import (
 	"github.com/caarlos0/env/v11"
 
 	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/model/scorecache"
 )
 
@@ -76,14 +77,15 @@ type Config struct {
 	CPUMaxBatchTokens int `env:"CPU_MAX_BATCH_TOKENS" envDefault:"16384" group:"batches" min:"1" unit:"tokens" help:"on CPU-only pools, MAX_BATCH_TOKENS is capped at this (measured: make bench, CPU batch shapes)"`
 	CPUMaxBatchRows   int `env:"CPU_MAX_BATCH_ROWS" envDefault:"16" group:"batches" min:"1" help:"on CPU-only pools, MAX_BATCH_ROWS is capped at this: small batches stay in the CPU's caches (measured: make bench, CPU batch shapes)"`
 
-	ModelDir        string `env:"MODEL_DIR" envDefault:"../shared/models/nli-unigram-small" group:"model" values:"folder" help:"model folder: config.json, tokenizer.json, ONNX file (its weights inline, or in external data files such as model.onnx_data at locations inside the folder)"`
-	ModelFile       string `env:"MODEL_FILE" group:"model" values:"path inside MODEL_DIR" help:"ONNX file relative to MODEL_DIR and inside it (no leading /, no ..); empty = model.onnx or the single onnx/model*.onnx"`
-	ORTLib          string `env:"ORT_LIB" group:"model" values:"file" help:"ONNX Runtime shared library; empty = .deps/ort-<version>/libonnxruntime.so.1 in the folder above the scorer executable's (what make fetches for bin/scorer), never looked for in the working directory"`
-	ScoreMode       string `env:"SCORE_MODE" envDefault:"softmax" group:"model" enum:"softmax,entail_vs_contradiction" help:"softmax (P(entailment) over all classes) or entail_vs_contradiction"`
-	PairEncoding    string `env:"PAIR_ENCODING" envDefault:"pair" group:"model" enum:"pair,joined" help:"pair ([CLS] sentence [SEP] hypothesis [SEP], what NLI models are trained on) or joined (sentence + PAIR_SEPARATOR + hypothesis as one sequence, the Spark job's encoding; over the max length only the sentence is cut)"`
-	PairSeparator   string `env:"PAIR_SEPARATOR" envDefault:"</s></s>" group:"model" help:"text between sentence and hypothesis when PAIR_ENCODING=joined (ordinary text to DeBERTa-v3's tokenizer)"`
-	EntailmentIndex int    `env:"ENTAILMENT_INDEX" envDefault:"-1" group:"model" min:"-1" help:"logit index of entailment; -1 = from id2label"`
-	RelAttnRewrite  bool   `env:"REL_ATTENTION_REWRITE" envDefault:"true" group:"model" help:"rewrite DeBERTa's disentangled attention at load to compute only the relative positions a batch can use (same logits within 1e-5, less time and memory; docs/design.md); false = run the graph as exported. Graphs without it run as exported either way; the log says which"`
+	ModelDir          string `env:"MODEL_DIR" envDefault:"../shared/models/nli-unigram-small" group:"model" values:"folder" help:"model folder: config.json, tokenizer.json, ONNX file (its weights inline, or in external data files such as model.onnx_data at locations inside the folder)"`
+	ModelFile         string `env:"MODEL_FILE" group:"model" values:"path inside MODEL_DIR" help:"ONNX file relative to MODEL_DIR and inside it (no leading /, no ..); empty = model.onnx or the single onnx/model*.onnx"`
+	ORTLib            string `env:"ORT_LIB" group:"model" values:"file" help:"ONNX Runtime shared library; empty = .deps/ort-<version>/libonnxruntime.so.1 in the folder above the scorer executable's (what make fetches for bin/scorer), never looked for in the working directory"`
+	ScoreMode         string `env:"SCORE_MODE" envDefault:"softmax" group:"model" enum:"softmax,entail_vs_contradiction" help:"softmax (P(entailment) over all classes) or entail_vs_contradiction"`
+	PairEncoding      string `env:"PAIR_ENCODING" envDefault:"pair" group:"model" enum:"pair,joined" help:"pair ([CLS] sentence [SEP] hypothesis [SEP], what NLI models are trained on) or joined (sentence + PAIR_SEPARATOR + hypothesis as one sequence, the Spark job's encoding; over the max length only the sentence is cut)"`
+	PairSeparator     string `env:"PAIR_SEPARATOR" envDefault:"</s></s>" group:"model" help:"text between sentence and hypothesis when PAIR_ENCODING=joined (ordinary text to DeBERTa-v3's tokenizer)"`
+	EntailmentIndex   int    `env:"ENTAILMENT_INDEX" envDefault:"-1" group:"model" min:"-1" help:"logit index of entailment; -1 = from id2label"`
+	RelAttnRewrite    bool   `env:"REL_ATTENTION_REWRITE" envDefault:"true" group:"model" help:"rewrite DeBERTa's disentangled attention at load to compute only the relative positions a batch can use (same logits within 1e-5, less time and memory; docs/design.md); false = run the graph as exported. Graphs without it run as exported either way; the log says which"`
+	AttentionRewrites string `env:"ATTENTION_REWRITES" envDefault:"align,scale,mask" group:"model" values:"comma-separated: align, scale, mask; or none" help:"with REL_ATTENTION_REWRITE, DeBERTa's attention rewrites at load (same logits within 1e-5; docs/design.md, \"Attention rewrites\"): align = windows of relative positions a multiple of 8 wide (fp16 tensor-core kernels), scale = the score scale applied to the small windows, not to each [batch, heads, L, L] term, mask = one additive key mask for all layers in place of each layer's Where → Softmax → Where. none = only the relative-attention rewrite. scorer compare --b-rel-attention-rewrite=false checks them all against the graph as exported"`
 
 	HypothesisTemplate string   `env:"HYPOTHESIS_TEMPLATE" envDefault:"This text is about {}." group:"labels" values:"text with exactly one {}" help:"hypothesis template; {} is replaced by each label"`
 	Labels             []string `env:"LABELS" envSeparator:"," envDefault:"consumer strength,consumer weakness,reduced consumer's spending patterns" group:"labels" help:"comma-separated labels"`
@@ -159,6 +161,9 @@ func (c *Config) Validate() error {
 	// Syntax only: the limit itself is read from the cgroup at start.
 	if _, _, err := c.CPUMemory(Host{Memory: MemoryLimit{Bytes: 1 << 50}}); err != nil {
 		errs = append(errs, err)
+	}
+	if _, err := model.ParseAttentionRewrites(c.AttentionRewrites); err != nil {
+		errs = append(errs, fmt.Errorf("ATTENTION_REWRITES: %w", err))
 	}
 	if _, err := gpupool.ParseMemLimit(c.GPUMemLimit); err != nil {
 		errs = append(errs, fmt.Errorf("GPU_MEM_LIMIT: %w", err))
