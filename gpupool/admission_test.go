@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -225,5 +228,165 @@ func TestAdmissionArenaCoveredBatchIgnoresFraction(t *testing.T) {
 	mustScore(t, p, makePairs(realisticLengths(200, 3)))
 	if st := p.Stats(); st.Devices[0].Batches == 0 || st.Devices[0].Fallback {
 		t.Errorf("stats %+v: want the GPU to run the batches", st)
+	}
+}
+
+// Two scorers share one GPU, each with GPU_MEM_LIMIT=0.45: under a backlog
+// in both, each keeps its footprint in its share, CUDA's own memory beside
+// the arena included (the first GPU run measured 764 MiB of it, which
+// admission used to leave out), so together they never pass the device,
+// nothing runs out of memory, and both keep the GPU (neither degrades to
+// the CPU).
+func TestTwoPoolsShareOneGPU(t *testing.T) {
+	const total = 16 << 30
+	dev := &fakeDevice{total: total}
+	share := MemLimit{Fraction: 0.45}
+	var engines []*arenaEngine
+	var mu sync.Mutex
+	open := func() *Pool {
+		factory := func(d Device) (Engine, error) {
+			cfg := SessionConfig{GPUMemFraction: 0.9, GPUMemBudget: share}
+			cap, _ := strconv.ParseUint(cudaProviderOptions(d, cfg)["gpu_mem_limit"], 10, 64)
+			e, err := newArenaEngine(dev, deberta, cap)
+			mu.Lock()
+			engines = append(engines, e)
+			mu.Unlock()
+			return e, err
+		}
+		p, err := New(testCtx(t), factory, Mode(ModeCUDA), WithProbe(deviceProbe{dev}), MemFraction(0.9), GPUMemLimit(share),
+			MaxBatchTokens(32768), withAdmissionBackoff(2*time.Millisecond), CPUFallback(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close(context.Background()) })
+		return p
+	}
+	pools := []*Pool{open(), open()}
+	calOOMs := 0
+	for _, e := range engines {
+		calOOMs += e.oomCount()
+		// Calibration is bounded by the arena cap, not admission.
+		e.ownPeak()
+	}
+	r := rand.New(rand.NewPCG(7, 3))
+	var calls [][]model.Pair
+	for range 32 {
+		calls = append(calls, makePairs(mixedLengths(r, 100+r.IntN(300))))
+	}
+	if errs := scoreConcurrently(t, pools, calls); len(errs) > 0 {
+		t.Fatal(errs[0])
+	}
+	ooms := -calOOMs
+	for _, e := range engines {
+		ooms += e.oomCount()
+	}
+	for i, p := range pools {
+		st := p.Stats()
+		if st.Devices[0].Degraded || st.Devices[0].Batches == 0 || len(st.Devices) != 1 {
+			t.Errorf("pool %d: %+v, want its GPU in use and no fallback", i, st)
+		}
+		t.Logf("pool %d: %d batches, %.1f pairs each, %d refusals, %d splits", i, st.Batches, float64(st.Pairs)/float64(st.Batches), st.Refusals, st.Splits)
+	}
+	if ooms != 0 {
+		t.Errorf("%d OOMs after start", ooms)
+	}
+	for i, e := range engines {
+		if own, budget := e.ownPeak(), share.Of(total); own > budget {
+			t.Errorf("scorer %d held %d MiB at most (weights, arena, CUDA's own), over its %d MiB share", i, own>>20, budget>>20)
+		}
+	}
+	if limit := uint64(total) / 10 * 9; dev.maxUsed > limit {
+		t.Errorf("device peak %d MiB, over the %d MiB the two may use", dev.maxUsed>>20, limit>>20)
+	}
+	t.Logf("device peak %d of %d MiB", dev.maxUsed>>20, uint64(total)>>20)
+}
+
+// neighbourEngine is an arenaEngine on a GPU where another process
+// allocates and later frees memory while we calibrate: during given runs
+// (counted from 1) it takes or returns bytes.
+type neighbourEngine struct {
+	*arenaEngine
+	mu     sync.Mutex
+	runs   int
+	events map[int]int64 // run number → bytes the neighbour allocates (<0: frees)
+}
+
+func (e *neighbourEngine) ScorePairs(ctx context.Context, pairs []model.Pair) ([]float32, error) {
+	e.mu.Lock()
+	e.runs++
+	if n, ok := e.events[e.runs]; ok {
+		if n > 0 {
+			e.dev.alloc(uint64(n))
+		} else {
+			e.dev.free(uint64(-n))
+		}
+	}
+	e.mu.Unlock()
+	return e.arenaEngine.ScorePairs(ctx, pairs)
+}
+
+// A neighbour's allocations and frees during our calibration (device-wide
+// readings: NVML cannot list our PID in a container) do not skew the fit.
+func TestCalibrationIgnoresNeighbour(t *testing.T) {
+	for _, events := range []map[int]int64{
+		{4: 3 << 30, 14: -(3 << 30)},             // a burst that comes and goes
+		{3: 2 << 30, 9: -(2 << 30), 20: 1 << 30}, // several
+	} {
+		dev := &fakeDevice{total: 80 << 30}
+		factory := func(Device) (Engine, error) {
+			e, err := newArenaEngine(dev, deberta, 0)
+			return &neighbourEngine{arenaEngine: e, events: events}, err
+		}
+		p, err := New(testCtx(t), factory, Mode(ModeCUDA), WithProbe(deviceProbe{dev}), MaxBatchTokens(16384))
+		if err != nil {
+			t.Fatal(err)
+		}
+		est := p.devices[0].est
+		p.Close(context.Background())
+		wantC := float64(deberta.heads) * deberta.perScore
+		if rel(est.perToken, deberta.perToken) > 0.05 || rel(est.perTokenLen, wantC) > 0.05 {
+			t.Errorf("neighbour events %v: fit per token %.4g (want %.4g), per token·len %.4g (want %.4g)",
+				events, est.perToken, deberta.perToken, est.perTokenLen, wantC)
+		}
+	}
+}
+
+// Admission counts what CUDA takes beside the weights and the arena: an
+// engine that can empty its arena gets it measured after its two workers
+// ran at once (context plus a workspace each), one that cannot gets the
+// DefaultGPUMemMargin floor, at least the 764 MiB the first GPU run
+// measured. A batch that fits the share beside the weights alone, but not
+// beside CUDA's memory too, is refused, as the arena cap would fail it.
+func TestAdmissionCountsMemoryBesideArena(t *testing.T) {
+	if DefaultGPUMemMargin < 764<<20 {
+		t.Fatalf("DefaultGPUMemMargin %d MiB, below the 764 MiB measured on an H200", DefaultGPUMemMargin>>20)
+	}
+	dev := &fakeDevice{total: 16 << 30}
+	share := MemLimit{Fraction: 0.45}
+	factory := func(Device) (Engine, error) { return newArenaEngine(dev, deberta, 0) }
+	p, err := New(testCtx(t), factory, Mode(ModeCUDA), WithProbe(deviceProbe{dev}), MemFraction(0.9), GPUMemLimit(share),
+		CPUFallback(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	st := p.Stats().Devices[0]
+	want := float64(deberta.context + 2*deberta.stream)
+	if !st.BesideArenaMeasured || st.BesideArenaBytes < want || st.BesideArenaBytes > want+2*arenaChunk {
+		t.Fatalf("beside the arena: %.0f MiB (measured %v), want the %.0f MiB two workers' runs took",
+			st.BesideArenaBytes/(1<<20), st.BesideArenaMeasured, want/(1<<20))
+	}
+	d := p.devices[0]
+	budget := float64(share.Of(dev.total))
+	rows := d.est.maxRows(512, budget-float64(d.est.weights)-float64(p.cfg.headroom))
+	if a := p.admit(d, rows, 512); a.ok {
+		t.Errorf("%d×512 (%.0f MiB) beside %d MiB of weights and %.0f MiB of CUDA's own, in a %.0f MiB share: admitted (%s)",
+			rows, a.est/(1<<20), d.est.weights>>20, d.est.beside/(1<<20), budget/(1<<20), a.reason)
+	}
+
+	unmeasured := newPool(t, newFakeFactory(nil), Mode(ModeCUDA), WithProbe(newFakeProbe(&fakeGPU{total: 16 << 30})))
+	if st := unmeasured.Stats().Devices[0]; st.BesideArenaMeasured || st.BesideArenaBytes != DefaultGPUMemMargin {
+		t.Errorf("engine that cannot empty its arena: beside %.0f MiB (measured %v), want the %d MiB floor",
+			st.BesideArenaBytes/(1<<20), st.BesideArenaMeasured, DefaultGPUMemMargin>>20)
 	}
 }

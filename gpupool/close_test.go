@@ -352,3 +352,77 @@ func TestHotGPUWithoutCoolerPeerDoesNotThrottle(t *testing.T) {
 		})
 	}
 }
+
+func TestCloseDrainsThenRejects(t *testing.T) {
+	f := newFakeFactory(map[string]*fakeEngine{"cpu": {delay: 5 * time.Millisecond}})
+	p, err := New(testCtx(t), f.factory, Mode(ModeCPU), MaxBatchRows(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan error, 4)
+	for c := 0; c < 4; c++ {
+		go func() {
+			pairs := makePairs(realisticLengths(40, uint64(c)))
+			scores, err := p.ScorePairs(testCtx(t), pairs)
+			if err == nil {
+				err = checkScores(pairs, scores)
+			}
+			results <- err
+		}()
+	}
+	waitFor(t, func() bool { return p.Stats().InFlightBatches > 0 })
+	ctx, cancel := context.WithTimeout(testCtx(t), 10*time.Second)
+	defer cancel()
+	if err := p.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	for c := 0; c < 4; c++ {
+		select {
+		case err := <-results:
+			// A call that had not enqueued before Close may be refused;
+			// one that was queued must complete.
+			if err != nil && !errors.Is(err, ErrPoolClosed) {
+				t.Errorf("call during Close: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("a call never returned")
+		}
+	}
+	if _, _, _, closed := f.engine("cpu").snapshot(); !closed {
+		t.Error("engine not closed after Close")
+	}
+	if _, err := p.ScorePairs(testCtx(t), makePairs([]int{1})); !errors.Is(err, ErrPoolClosed) {
+		t.Errorf("after Close: err = %v, want ErrPoolClosed", err)
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+func TestCloseTimeoutCancelsHungRuns(t *testing.T) {
+	f := newFakeFactory(map[string]*fakeEngine{"cpu": {gate: make(chan struct{})}}) // never opens
+	p, err := New(testCtx(t), f.factory, Mode(ModeCPU), MaxBatchRows(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	go func() {
+		_, err := p.ScorePairs(testCtx(t), makePairs([]int{1, 2, 3, 4, 5}))
+		res <- err
+	}()
+	waitFor(t, func() bool { return p.Stats().InFlightBatches == 1 })
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if err := p.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close = %v, want DeadlineExceeded", err)
+	}
+	select {
+	case err := <-res:
+		if !errors.Is(err, ErrPoolClosed) {
+			t.Fatalf("abandoned call err = %v, want ErrPoolClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("abandoned call never returned")
+	}
+	waitFor(t, func() bool { _, _, _, closed := f.engine("cpu").snapshot(); return closed })
+}

@@ -1,0 +1,110 @@
+package gpupool
+
+import (
+	"time"
+)
+
+// Stats is a snapshot of the pool's counters, kept so a benchmark can read
+// batching and padding efficiency without scraping Prometheus.
+type Stats struct {
+	// Batches and Pairs count completed inference batches and their pairs.
+	Batches, Pairs uint64
+	// RealTokens and PaddedTokens sum the pairs' lengths and rows × longest
+	// length over completed batches; their ratio is padding efficiency.
+	RealTokens, PaddedTokens uint64
+	// Splits counts batches split in two (after OOM, errors or refusals).
+	Splits uint64
+	// OOMRetries counts runs that failed for lack of memory.
+	OOMRetries uint64
+	// RunErrors counts runs that failed for any other reason.
+	RunErrors uint64
+	// Refusals counts GPU admission refusals.
+	Refusals uint64
+	// Fallbacks counts lazily created CPU engines.
+	Fallbacks uint64
+	// Dropped counts queued batches discarded because their call had
+	// already ended (cancelled or failed).
+	Dropped uint64
+	// QueuedPairs is the pairs waiting now; InFlightBatches the batches
+	// running now.
+	QueuedPairs, InFlightBatches int
+	// OldestRun is how long the longest engine run going on now has taken
+	// so far (0: none). Each run is one batch, bounded by the batch caps,
+	// so a run far longer than a batch takes is hung (a driver call or a
+	// run that ignores cancellation), while the other devices may go on.
+	OldestRun time.Duration
+	// Devices has one entry per device, fallback included.
+	Devices []DeviceStats
+}
+
+// DeviceStats is one device's share of the work and its health.
+type DeviceStats struct {
+	Device Device
+	// Workers is how many workers pull batches for this device.
+	Workers        int
+	Batches, Pairs uint64
+	Degraded, Hot  bool
+	Fallback       bool
+	// EstimateBase, EstimatePerRow, EstimatePerToken and
+	// EstimatePerTokenLen are the calibrated memory model bytes ≈ base +
+	// perRow·rows + perToken·rows·len + perTokenLen·rows·len² (zero on a
+	// CPU without CPUMemory), before the margins EstimateBytes adds.
+	EstimateBase, EstimatePerRow, EstimatePerToken, EstimatePerTokenLen float64
+	// EstimateHeldOut is the GPU fit's largest relative under-prediction of
+	// a calibration shape left out of it, added to every estimate.
+	EstimateHeldOut float64
+	// WeightBytes is what opening a GPU's engine took (its weights, and
+	// the CUDA context where readings are per process). BesideArenaBytes is
+	// what its admission counts beside that and the arena (the context's
+	// growth, each worker's workspace): measured once every worker has run
+	// when BesideArenaMeasured, else DefaultGPUMemMargin.
+	WeightBytes         uint64
+	BesideArenaBytes    float64
+	BesideArenaMeasured bool
+	// BatchBytes is the most modelled memory one CPU batch may take and
+	// BaselineBytes the resident memory once the CPU engine was open and
+	// calibrated (both zero without CPUMemory).
+	BatchBytes, BaselineBytes float64
+
+	est memEstimate
+}
+
+// EstimateBytes is what admission reserves on this device for a batch of
+// rows pairs padded to length tokens: the memory model with its margins,
+// beyond the weights and BesideArenaBytes.
+func (s DeviceStats) EstimateBytes(rows, length int) float64 { return s.est.bytes(rows, length) }
+
+// MaxRows is the most rows of length tokens whose EstimateBytes fits in
+// room bytes (0: not one).
+func (s DeviceStats) MaxRows(length int, room float64) int { return s.est.maxRows(length, room) }
+
+// PaddingEfficiency is RealTokens / PaddedTokens: 1 means no padding.
+func (s Stats) PaddingEfficiency() float64 {
+	if s.PaddedTokens == 0 {
+		return 0
+	}
+	return float64(s.RealTokens) / float64(s.PaddedTokens)
+}
+
+// Stats returns a snapshot of the pool's counters.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.stats
+	s.QueuedPairs = p.queue.pairs
+	s.InFlightBatches = p.inflight
+	for _, at := range p.running {
+		s.OldestRun = max(s.OldestRun, time.Since(at))
+	}
+	s.Devices = make([]DeviceStats, len(p.devices))
+	for i, d := range p.devices {
+		s.Devices[i] = DeviceStats{Device: d.dev, Workers: d.workers, Batches: d.batches, Pairs: d.pairs, Degraded: d.degraded,
+			Hot: d.hot, Fallback: d.fallback, EstimateBase: d.est.base, EstimatePerRow: d.est.perRow,
+			EstimatePerToken: d.est.perToken, EstimatePerTokenLen: d.est.perTokenLen, EstimateHeldOut: d.est.heldOut,
+			WeightBytes: d.est.weights, BesideArenaBytes: d.est.beside, BesideArenaMeasured: d.est.besideMeasured, est: d.est}
+		if d.cpu != nil {
+			s.Devices[i].BatchBytes, s.Devices[i].BaselineBytes = d.cpu.room, float64(d.cpu.baseline)
+		}
+	}
+	return s
+}
