@@ -150,12 +150,12 @@ func (p *Pool) calibrateCPU(ctx context.Context, eng Engine, mem processMemory, 
 		if err != nil {
 			return memEstimate{}, nil, err
 		}
-		a, b, cc, ok := fitMemory(pts)
+		e, ok := fitMemory(pts)
 		if !ok {
 			p.log.Warn().Int("points", len(pts)).Msg("gpupool: cpu: memory calibration gave no usable fit; CPU batches are bounded by rows and tokens only")
 			return est, nil, nil
 		}
-		fit = cpuFit{Base: max(0, a), PerToken: b, PerTokenLen: cc}
+		fit = cpuFit{Base: max(0, e.base), PerToken: e.perToken, PerTokenLen: e.perTokenLen}
 		if err := storeFit(cache, fit, pts); err != nil {
 			p.log.Info().Err(err).Msg("gpupool: cpu: the memory calibration is not kept for the next start")
 		}

@@ -115,40 +115,19 @@ func fitRelative(pts []memPoint) (memEstimate, bool) {
 	// A reading of nothing (noise around a tiny shape) would get an
 	// infinite weight; a thousandth of the largest bounds it.
 	floor := top / 1000
-	term := func(k int, pt memPoint) float64 {
-		r, l := float64(pt.rows), float64(pt.length)
-		return [...]float64{1, r, r * l, r * l * l}[k]
-	}
+	weight := func(pt memPoint) float64 { return 1 / max(pt.bytes, floor) }
 	var best memEstimate
 	bestErr := math.Inf(1)
 	for mask := 1; mask < 8; mask++ {
-		cols := []int{0}
-		for k := 1; k <= 3; k++ {
+		terms := []memTerm{termBase}
+		for k := termPerRow; k <= termPerTokenLen; k++ {
 			if mask&(1<<(k-1)) != 0 {
-				cols = append(cols, k)
+				terms = append(terms, k)
 			}
 		}
-		if len(pts) < len(cols) {
+		e, ok := fitTerms(pts, terms, weight)
+		if !ok || e.perRow < 0 || e.perToken < 0 || e.perTokenLen < 0 {
 			continue
-		}
-		x := make([][]float64, len(pts))
-		y := make([]float64, len(pts))
-		for i, pt := range pts {
-			w := 1 / max(pt.bytes, floor)
-			x[i] = make([]float64, len(cols))
-			for j, k := range cols {
-				x[i][j] = term(k, pt) * w
-			}
-			y[i] = pt.bytes * w
-		}
-		coef, ok := leastSquares(x, y)
-		if !ok || slices.ContainsFunc(coef[1:], func(v float64) bool { return v < 0 }) {
-			continue
-		}
-		var e memEstimate
-		terms := [...]*float64{&e.base, &e.perRow, &e.perToken, &e.perTokenLen}
-		for j, k := range cols {
-			*terms[k] = coef[j]
 		}
 		e.base = max(0, e.base)
 		if e.perRow <= 0 && e.perToken <= 0 && e.perTokenLen <= 0 {
@@ -164,6 +143,59 @@ func fitRelative(pts []memPoint) (memEstimate, bool) {
 		}
 	}
 	return best, !math.IsInf(bestErr, 1)
+}
+
+// memTerm is one term of the memory model, in the order of memEstimate's
+// coefficients: the per-batch intercept, then what grows with rows,
+// rows·len and rows·len².
+type memTerm int
+
+const (
+	termBase memTerm = iota
+	termPerRow
+	termPerToken
+	termPerTokenLen
+)
+
+// value is the term's factor at a rows × length batch.
+func (k memTerm) value(rows, length int) float64 {
+	r, l := float64(rows), float64(length)
+	return [...]float64{1, r, r * l, r * l * l}[k]
+}
+
+// fitTerms is the one least-squares fit of the memory model, for the GPU's
+// calibration (fitActivations) and the CPU's (fitMemory) alike: the
+// coefficients of terms that minimise Σ (weight·(model − bytes))² over
+// pts, every other coefficient zero; weight nil weighs every point 1. ok
+// is false with fewer points than terms or (nearly) dependent terms. The
+// coefficients are as solved: which signs are usable is the caller's rule.
+func fitTerms(pts []memPoint, terms []memTerm, weight func(memPoint) float64) (memEstimate, bool) {
+	if len(pts) < len(terms) {
+		return memEstimate{}, false
+	}
+	x := make([][]float64, len(pts))
+	y := make([]float64, len(pts))
+	for i, pt := range pts {
+		w := 1.0
+		if weight != nil {
+			w = weight(pt)
+		}
+		x[i] = make([]float64, len(terms))
+		for j, k := range terms {
+			x[i][j] = k.value(pt.rows, pt.length) * w
+		}
+		y[i] = pt.bytes * w
+	}
+	coef, ok := leastSquares(x, y)
+	if !ok {
+		return memEstimate{}, false
+	}
+	var e memEstimate
+	coefs := [...]*float64{&e.base, &e.perRow, &e.perToken, &e.perTokenLen}
+	for j, k := range terms {
+		*coefs[k] = coef[j]
+	}
+	return e, true
 }
 
 // leastSquares solves min |x·c − y| through the normal equations on
@@ -233,102 +265,32 @@ func leastSquares(x [][]float64, y []float64) ([]float64, bool) {
 	return c, true
 }
 
-// fitMemory fits bytes ≈ a + b·rows·len + c·rows·len² by least squares.
-// A negative c (no visible quadratic growth, or noise) falls back to the
-// line a + b·rows·len, a negative b to a + c·rows·len²; ok is false when
-// even the line has no positive slope.
-func fitMemory(pts []memPoint) (a, b, c float64, ok bool) {
-	xs := make([]float64, len(pts))
-	qs := make([]float64, len(pts))
-	ys := make([]float64, len(pts))
+// fitMemory fits the CPU's bytes ≈ a + b·rows·len + c·rows·len²
+// (fitTerms, unweighted). A negative c (no visible quadratic growth, or
+// noise) falls back to the line a + b·rows·len, a negative b to
+// a + c·rows·len²; ok is false when even the line has no positive slope.
+// The intercept is as fitted, negative included.
+func fitMemory(pts []memPoint) (memEstimate, bool) {
 	lens := map[int]bool{}
-	for i, pt := range pts {
-		r, l := float64(pt.rows), float64(pt.length)
-		xs[i], qs[i], ys[i] = r*l, r*l*l, pt.bytes
+	for _, pt := range pts {
 		lens[pt.length] = true
 	}
 	if len(lens) >= 3 {
-		a, b, c, ok := fitPlane(xs, qs, ys)
-		if ok && c >= 0 && b >= 0 && (b > 0 || c > 0) {
-			return a, b, c, true
+		e, ok := fitTerms(pts, []memTerm{termBase, termPerToken, termPerTokenLen}, nil)
+		if ok && e.perTokenLen >= 0 && e.perToken >= 0 && (e.perToken > 0 || e.perTokenLen > 0) {
+			return e, true
 		}
-		if ok && c > 0 && b < 0 {
+		if ok && e.perTokenLen > 0 && e.perToken < 0 {
 			// Growth all in len² (a negative linear term is noise around
 			// zero): a + c·rows·len², not a line that misses the curve.
-			if a, c, ok := fitLine(qs, ys); ok && c > 0 {
-				return a, 0, c, true
+			if e, ok := fitTerms(pts, []memTerm{termBase, termPerTokenLen}, nil); ok && e.perTokenLen > 0 {
+				return e, true
 			}
 		}
 	}
-	a, b, ok = fitLine(xs, ys)
-	if !ok || b <= 0 {
-		return 0, 0, 0, false
+	e, ok := fitTerms(pts, []memTerm{termBase, termPerToken}, nil)
+	if !ok || e.perToken <= 0 {
+		return memEstimate{}, false
 	}
-	return a, b, 0, true
-}
-
-// fitPlane is least squares for y = a + b·x + c·q, solved on centred and
-// scaled columns (x reaches 1e4 and q 1e7, so raw normal equations lose
-// precision); ok is false when the columns are degenerate.
-func fitPlane(xs, qs, ys []float64) (a, b, c float64, ok bool) {
-	n := float64(len(xs))
-	if len(xs) < 3 {
-		return 0, 0, 0, false
-	}
-	mean := func(v []float64) float64 {
-		s := 0.0
-		for _, x := range v {
-			s += x
-		}
-		return s / n
-	}
-	mx, mq, my := mean(xs), mean(qs), mean(ys)
-	var sx, sq float64
-	for i := range xs {
-		sx = max(sx, math.Abs(xs[i]-mx))
-		sq = max(sq, math.Abs(qs[i]-mq))
-	}
-	if sx == 0 || sq == 0 {
-		return 0, 0, 0, false
-	}
-	var sxx, sxq, sqq, sxy, sqy float64
-	for i := range xs {
-		x, q, y := (xs[i]-mx)/sx, (qs[i]-mq)/sq, ys[i]-my
-		sxx += x * x
-		sxq += x * q
-		sqq += q * q
-		sxy += x * y
-		sqy += q * y
-	}
-	det := sxx*sqq - sxq*sxq
-	if math.Abs(det) < 1e-12*sxx*sqq {
-		return 0, 0, 0, false
-	}
-	b = (sxy*sqq - sqy*sxq) / det / sx
-	c = (sqy*sxx - sxy*sxq) / det / sq
-	a = my - b*mx - c*mq
-	return a, b, c, true
-}
-
-// fitLine is ordinary least squares for y = a + b·x; ok is false with fewer
-// than two distinct x values.
-func fitLine(xs, ys []float64) (a, b float64, ok bool) {
-	n := float64(len(xs))
-	if len(xs) < 2 {
-		return 0, 0, false
-	}
-	var sx, sy, sxx, sxy float64
-	for i := range xs {
-		sx += xs[i]
-		sy += ys[i]
-		sxx += xs[i] * xs[i]
-		sxy += xs[i] * ys[i]
-	}
-	den := n*sxx - sx*sx
-	if den == 0 {
-		return 0, 0, false
-	}
-	b = (n*sxy - sx*sy) / den
-	a = (sy - b*sx) / n
-	return a, b, true
+	return e, true
 }

@@ -415,3 +415,59 @@ func workloadStaysInMemory(t *testing.T, mem transformerMem) {
 		t.Errorf("average batch %.1f pairs, want within 15%% of the best %.1f", got, best)
 	}
 }
+
+// TestFitMemoryPolicies: the CPU's fit (one-row shapes, unweighted) through
+// the one solver recovers an exact plane, falls back to the line when the
+// points bend down (negative c), to a + c·rows·len² when the linear term
+// comes out negative, and refuses readings that do not grow.
+func TestFitMemoryPolicies(t *testing.T) {
+	lens := []int{32, 64, 128, 256, 512}
+	pts := func(f func(l float64) float64) []memPoint {
+		var out []memPoint
+		for _, l := range lens {
+			out = append(out, memPoint{rows: 1, length: l, bytes: f(float64(l))})
+		}
+		return out
+	}
+	tests := []struct {
+		name    string
+		pts     []memPoint
+		ok      bool
+		a, b, c float64
+	}{
+		{"plane", pts(func(l float64) float64 { return 5e6 + 3e4*l + 20*l*l }), true, 5e6, 3e4, 20},
+		{"line", pts(func(l float64) float64 { return 1e6 + 4e4*l }), true, 1e6, 4e4, 0},
+		{"bends down", pts(func(l float64) float64 { return 1e6 + 4e4*l - 10*l*l }), true, 0, 0, 0},
+		{"len² only", pts(func(l float64) float64 { return 2e6 + 30*l*l - 500*l }), true, 0, 0, 0},
+		{"flat", pts(func(float64) float64 { return 1e6 }), false, 0, 0, 0},
+		{"one point", []memPoint{{rows: 1, length: 32, bytes: 1e6}}, false, 0, 0, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e, ok := fitMemory(tc.pts)
+			if ok != tc.ok {
+				t.Fatalf("ok = %v, want %v (%+v)", ok, tc.ok, e)
+			}
+			if !ok {
+				return
+			}
+			if e.perRow != 0 || e.perToken < 0 || e.perTokenLen < 0 || (e.perToken == 0 && e.perTokenLen == 0) {
+				t.Fatalf("fit %+v: want non-negative growth terms, no per-row term", e)
+			}
+			switch tc.name {
+			case "bends down":
+				if e.perTokenLen != 0 || e.perToken <= 0 {
+					t.Errorf("fit %+v: want the line", e)
+				}
+			case "len² only":
+				if e.perToken != 0 || e.perTokenLen <= 0 {
+					t.Errorf("fit %+v: want a + c·rows·len²", e)
+				}
+			default:
+				if rel(e.base, tc.a) > 1e-6 || rel(e.perToken, tc.b) > 1e-6 || rel(e.perTokenLen, tc.c) > 1e-6 {
+					t.Errorf("fit %+v, want a=%g b=%g c=%g", e, tc.a, tc.b, tc.c)
+				}
+			}
+		})
+	}
+}
