@@ -14,6 +14,7 @@ import (
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/scoring"
+	"github.com/scorer/scorer/internal/streaming"
 	"github.com/scorer/scorer/producer"
 )
 
@@ -87,8 +88,7 @@ type runner struct {
 	log      zerolog.Logger
 	reg      *prometheus.Registry
 	health   *health
-	sec      config.KafkaSecurity
-	prodCfg  producer.Config
+	topics   streaming.Topics
 	stack    *scoring.Stack
 	prod     *producer.Producer
 	cons     *consumer.Consumer

@@ -2,22 +2,17 @@ package service
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/rs/zerolog"
-	"github.com/segmentio/kafka-go"
 
-	"github.com/scorer/scorer/consumer"
 	"github.com/scorer/scorer/internal/broker"
 	"github.com/scorer/scorer/internal/cli"
-	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/produce"
 	"github.com/scorer/scorer/internal/scoring"
-	"github.com/scorer/scorer/producer"
+	"github.com/scorer/scorer/internal/streaming"
 )
 
 // The start steps of `scorer run`, in the order Command runs them. Each
@@ -73,43 +68,14 @@ func (r *runner) startBroker(context.Context) error {
 	return nil
 }
 
-// prepareTopics loads the Kafka credentials and readies the topics. Topics
-// that exist are left alone (no CREATE permission needed); the missing ones
-// get KAFKA_TOPIC_REPLICATION_FACTOR (1 on the in-memory broker, which has
-// one node and starts empty, so its topics are always created) and a
-// max.message.bytes that fits the largest record the input limits allow.
-// The output topics must fit every result the input limits accept, and the
-// producer sizes its records to what they allow.
+// prepareTopics readies and sizes the topics (streaming.Prepare): the
+// in-memory broker's are always created, with replication factor 1.
 func (r *runner) prepareTopics(ctx context.Context) error {
-	cfg := r.cfg
-	sec, err := config.NewKafkaSecurity(&cfg)
+	t, err := streaming.Prepare(ctx, r.cfg, r.embedded, r.log)
 	if err != nil {
 		return err
 	}
-	rf, create := cfg.TopicReplication, cfg.CreateTopics || r.embedded
-	if r.embedded {
-		rf = 1
-	}
-	prodCfg := cfg.ProducerConfig(sec)
-	plan, err := planTopics(cfg, prodCfg, rf)
-	if err != nil {
-		return err
-	}
-	limits, err := prepareTopicsRetry(ctx, cfg.KafkaBrokers, sec.Dialer(cfg.ClientID), create, plan.specs, r.log)
-	if err != nil {
-		if !create && errors.Is(err, kafka.UnknownTopicOrPartition) {
-			err = fmt.Errorf("%w (KAFKA_CREATE_TOPICS=false: create them, or let the scorer create them with KAFKA_CREATE_TOPICS=true)", err)
-		}
-		return err
-	}
-	if err := checkTopicLimits(cfg, prodCfg, plan, limits, r.log); err != nil {
-		return err
-	}
-	prodCfg.TopicMaxBytes = map[string]int64{cfg.OutputTopic: limits[cfg.OutputTopic], cfg.DLQTopic: limits[cfg.DLQTopic]}
-	if cfg.RowsTopic != "" {
-		prodCfg.TopicMaxBytes[cfg.RowsTopic] = limits[cfg.RowsTopic]
-	}
-	r.sec, r.prodCfg = sec, prodCfg
+	r.topics = t
 	return nil
 }
 
@@ -130,7 +96,7 @@ func (r *runner) openScoring(ctx context.Context) error {
 
 // startProducer opens the producer of results, rows and dead letters.
 func (r *runner) startProducer(context.Context) error {
-	prod, err := producer.New(r.prodCfg, r.log.With().Str("component", "producer").Logger(), r.reg)
+	prod, err := streaming.NewProducer(r.topics, r.log, r.reg)
 	if err != nil {
 		return err
 	}
@@ -144,7 +110,7 @@ func (r *runner) startProducer(context.Context) error {
 // pipeline stalls with records in flight, or one record or one inference
 // run is stuck, for LIVENESS_STALL_TIMEOUT (0: never).
 func (r *runner) startConsumer(context.Context) error {
-	cons, err := consumer.New(r.cfg.ConsumerConfig(r.sec), r.stack.Scorer, r.prod, r.log, r.reg)
+	cons, err := streaming.NewConsumer(r.cfg, r.topics, r.stack.Scorer, r.prod, r.log, r.reg)
 	if err != nil {
 		return err
 	}
@@ -169,7 +135,7 @@ func (r *runner) startConsumer(context.Context) error {
 // prints a summary once every record is handled (make run).
 func (r *runner) startDemo(ctx context.Context) error {
 	if r.flags.demoFile != "" {
-		go produce.RunDemo(ctx, r.flags.demoFile, r.flags.demoLimit, r.cfg, r.sec, r.e.Stdout, r.stack, r.log)
+		go produce.RunDemo(ctx, r.flags.demoFile, r.flags.demoLimit, r.cfg, r.topics.Security, r.e.Stdout, r.stack, r.log)
 	}
 	return nil
 }
@@ -207,36 +173,4 @@ func embeddedBroker(brokers []string) (bool, error) {
 		return false, fmt.Errorf("config: KAFKA_BROKERS=%s mixes %s with broker addresses: %s", strings.Join(brokers, ","), EmbeddedBrokers, fix)
 	}
 	return n == 1, nil
-}
-
-// prepareTopicsRetry readies the topics with producer.PrepareTopics
-// (creating the missing ones when create is set) and returns their
-// max.message.bytes. It retries with backoff what may heal (no broker
-// reachable yet, a leader or controller not available, a timeout), so that
-// a broker that starts after the scorer is waited for, with a clear log line
-// each time, and returns at once what will not (an invalid replication
-// factor, missing permissions, a failed authentication, a missing topic
-// with creation off): retrying those would only hide them.
-func prepareTopicsRetry(ctx context.Context, brokers []string, d *kafka.Dialer, create bool, topics []producer.TopicSpec, log zerolog.Logger) (map[string]int64, error) {
-	backoff := 500 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		limits, err := producer.PrepareTopics(ctx, brokers, d, create, topics...)
-		if err == nil {
-			return limits, nil
-		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("waiting for Kafka: %w", ctx.Err())
-		}
-		if consumer.IsPermanent(err) {
-			return nil, fmt.Errorf("kafka: topics cannot be set up, and retrying will not help: %w", err)
-		}
-		log.Warn().Err(err).Strs("brokers", brokers).Int("attempt", attempt).Dur("retry_in", backoff).
-			Msg("Kafka not reachable yet; retrying")
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("waiting for Kafka: %w", ctx.Err())
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 15*time.Second)
-	}
 }
