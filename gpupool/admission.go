@@ -40,7 +40,7 @@ func (a admission) decision() string {
 // errors other than a lost GPU admit: the run itself is the better judge,
 // and an OOM there splits the batch anyway.
 func (p *Pool) admit(d *device, rows, length int) admission {
-	est := d.est.bytes(rows, length)
+	est := d.est.Bytes(rows, length)
 	if p.probe == nil {
 		return p.reserve(d, admission{ok: true, reason: "no_probe", est: est})
 	}
@@ -56,14 +56,14 @@ func (p *Pool) admit(d *device, rows, length int) admission {
 	p.m.gpuMemFree.WithLabelValues(label).Set(float64(free))
 	p.m.gpuMemUsed.WithLabelValues(label).Set(float64(used))
 	limit := p.cfg.memFraction * float64(total)
-	head := float64(p.cfg.headroom)
+	head := d.est.HeadroomBytes
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	budget := p.budgetLocked(d)
+	budget := d.est.BudgetBytes
 	// Other tenants come and go, so only our own weights and CUDA's
 	// memory beside the arena count against what the device could ever
 	// give a batch.
-	if float64(d.est.weights)+d.est.beside+est+head > min(limit, budget) {
+	if float64(d.est.WeightBytes)+d.est.BesideArenaBytes+est+head > min(limit, budget) {
 		return admission{reason: "too_large", est: est, neverFits: true}
 	}
 	// What our arena holds: growth since the engine opened, but never more
@@ -77,7 +77,7 @@ func (p *Pool) admit(d *device, rows, length int) admission {
 	// beside the arena (context, each worker's workspace) and an arena at
 	// least as large as every batch running at once. It must stay in our
 	// budget whatever the device has free, so a neighbour keeps its share.
-	own := float64(d.est.weights) + d.est.beside + max(d.arenaPeak, d.reserved+est)
+	own := float64(d.est.WeightBytes) + d.est.BesideArenaBytes + max(d.arenaPeak, d.reserved+est)
 	switch {
 	case need == 0:
 		d.reserved += est
@@ -94,12 +94,12 @@ func (p *Pool) admit(d *device, rows, length int) admission {
 	return admission{ok: true, reason: "fits", est: est}
 }
 
-// budgetLocked is this process's memory budget on d: GPU_MEM_LIMIT, or
+// gpuBudget is this process's memory budget on dev: GPU_MEM_LIMIT, or
 // MemFraction of the device when no limit is set, and never above
 // MemFraction.
-func (p *Pool) budgetLocked(d *device) float64 {
-	limit := p.cfg.memFraction * float64(d.dev.TotalMemory)
-	if b := p.cfg.memLimit.Of(d.dev.TotalMemory); b > 0 {
+func (p *Pool) gpuBudget(dev Device) float64 {
+	limit := p.cfg.memFraction * float64(dev.TotalMemory)
+	if b := p.cfg.memLimit.Of(dev.TotalMemory); b > 0 {
 		return min(float64(b), limit)
 	}
 	return limit
@@ -124,17 +124,17 @@ func (p *Pool) rowCapFunc() func(length int) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	type dev struct {
-		est  memEstimate
+		est  MemoryModel
 		room float64
 	}
 	var devs []dev
 	for _, d := range p.devices {
 		switch {
 		case d.degraded:
-		case d.dev.Kind == CUDA && d.est.calibrated:
-			devs = append(devs, dev{d.est, p.budgetLocked(d) - float64(d.est.weights) - d.est.beside - float64(p.cfg.headroom)})
+		case d.dev.Kind == CUDA && d.est.Calibrated:
+			devs = append(devs, dev{d.est, d.est.Room(d.est.BudgetBytes)})
 		case d.dev.Kind == CPU && d.cpu != nil:
-			devs = append(devs, dev{d.est, d.cpu.room})
+			devs = append(devs, dev{d.est, d.est.Room(d.est.BudgetBytes)})
 		}
 	}
 	if len(devs) == 0 {
@@ -143,7 +143,7 @@ func (p *Pool) rowCapFunc() func(length int) int {
 	return func(length int) int {
 		best := 1
 		for _, d := range devs {
-			best = max(best, d.est.maxRows(length, d.room))
+			best = max(best, d.est.MaxRows(length, d.room))
 		}
 		return best
 	}

@@ -166,23 +166,23 @@ func TestCalibrationMeasuresOwnProcessMemory(t *testing.T) {
 			}
 			est := p.devices[0].est
 			if tc.wantReading == `"memory_reading":"process"` {
-				if d := est.perToken - perToken; d > 1 || d < -1 {
-					t.Errorf("per-token estimate %v, want %v", est.perToken, perToken)
+				if d := est.PerToken - perToken; d > 1 || d < -1 {
+					t.Errorf("per-token estimate %v, want %v", est.PerToken, perToken)
 				}
-				if d := est.base - base; d > 1024 || d < -1024 {
-					t.Errorf("base estimate %v, want %v", est.base, base)
+				if d := est.Base - base; d > 1024 || d < -1024 {
+					t.Errorf("base estimate %v, want %v", est.Base, base)
 				}
-				if est.weights != weights {
-					t.Errorf("weights %d, want %d", est.weights, weights)
+				if est.WeightBytes != weights {
+					t.Errorf("weights %d, want %d", est.WeightBytes, weights)
 				}
 				return
 			}
 			// Device-wide: the neighbour's growth doubles what we measure.
-			if d := est.perToken - 2*perToken; d > 2 || d < -2 {
-				t.Errorf("device-wide per-token estimate %v, want the contaminated %v", est.perToken, 2*perToken)
+			if d := est.PerToken - 2*perToken; d > 2 || d < -2 {
+				t.Errorf("device-wide per-token estimate %v, want the contaminated %v", est.PerToken, 2*perToken)
 			}
-			if est.weights != weights+neighbour {
-				t.Errorf("device-wide weights %d, want %d", est.weights, weights+neighbour)
+			if est.WeightBytes != weights+neighbour {
+				t.Errorf("device-wide weights %d, want %d", est.WeightBytes, weights+neighbour)
 			}
 		})
 	}
@@ -344,9 +344,9 @@ func TestCalibrationIgnoresNeighbour(t *testing.T) {
 		est := p.devices[0].est
 		p.Close(context.Background())
 		wantC := float64(deberta.heads) * deberta.perScore
-		if rel(est.perToken, deberta.perToken) > 0.05 || rel(est.perTokenLen, wantC) > 0.05 {
+		if rel(est.PerToken, deberta.perToken) > 0.05 || rel(est.PerTokenLen, wantC) > 0.05 {
 			t.Errorf("neighbour events %v: fit per token %.4g (want %.4g), per token·len %.4g (want %.4g)",
-				events, est.perToken, deberta.perToken, est.perTokenLen, wantC)
+				events, est.PerToken, deberta.perToken, est.PerTokenLen, wantC)
 		}
 	}
 }
@@ -372,21 +372,47 @@ func TestAdmissionCountsMemoryBesideArena(t *testing.T) {
 	defer p.Close(context.Background())
 	st := p.Stats().Devices[0]
 	want := float64(deberta.context + 2*deberta.stream)
-	if !st.BesideArenaMeasured || st.BesideArenaBytes < want || st.BesideArenaBytes > want+2*arenaChunk {
+	if !st.Memory.BesideArenaMeasured || st.Memory.BesideArenaBytes < want || st.Memory.BesideArenaBytes > want+2*arenaChunk {
 		t.Fatalf("beside the arena: %.0f MiB (measured %v), want the %.0f MiB two workers' runs took",
-			st.BesideArenaBytes/(1<<20), st.BesideArenaMeasured, want/(1<<20))
+			st.Memory.BesideArenaBytes/(1<<20), st.Memory.BesideArenaMeasured, want/(1<<20))
 	}
 	d := p.devices[0]
 	budget := float64(share.Of(dev.total))
-	rows := d.est.maxRows(512, budget-float64(d.est.weights)-float64(p.cfg.headroom))
+	rows := d.est.MaxRows(512, budget-float64(d.est.WeightBytes)-float64(p.cfg.headroom))
 	if a := p.admit(d, rows, 512); a.ok {
 		t.Errorf("%d×512 (%.0f MiB) beside %d MiB of weights and %.0f MiB of CUDA's own, in a %.0f MiB share: admitted (%s)",
-			rows, a.est/(1<<20), d.est.weights>>20, d.est.beside/(1<<20), budget/(1<<20), a.reason)
+			rows, a.est/(1<<20), d.est.WeightBytes>>20, d.est.BesideArenaBytes/(1<<20), budget/(1<<20), a.reason)
+	}
+	// The exported model is the one admission and the planner use: its
+	// budget is the share, its room takes off the weights, CUDA's own
+	// memory and the headroom, and the planner's row cap is MaxRows there.
+	mm := st.Memory
+	if mm.BudgetBytes != budget || mm.HeadroomBytes != float64(p.cfg.headroom) || mm.WeightBytes != d.est.WeightBytes {
+		t.Errorf("Stats' memory model: budget %.0f, headroom %.0f, weights %d; want %.0f, %d, %d",
+			mm.BudgetBytes, mm.HeadroomBytes, mm.WeightBytes, budget, p.cfg.headroom, d.est.WeightBytes)
+	}
+	room := budget - float64(mm.WeightBytes) - mm.BesideArenaBytes - float64(p.cfg.headroom)
+	for _, l := range []int{16, 128, 512} {
+		want := max(1, mm.MaxRows(l, room))
+		if got := p.rowCapFunc()(l); got != want || mm.MaxRows(l, mm.Room(mm.BudgetBytes)) != mm.MaxRows(l, room) {
+			t.Errorf("length %d: planner caps at %d rows, the model's room gives %d", l, got, want)
+		}
+		if fits := mm.MaxRows(l, mm.Room(mm.BudgetBytes)); fits > 0 {
+			a := p.admit(d, fits, l)
+			if a.neverFits {
+				t.Errorf("%d×%d fits the model's room but admission says it never fits (%s)", fits, l, a.reason)
+			}
+			if a.ok {
+				p.mu.Lock()
+				d.reserved -= a.est
+				p.mu.Unlock()
+			}
+		}
 	}
 
 	unmeasured := newPool(t, newFakeFactory(nil), Mode(ModeCUDA), WithProbe(newFakeProbe(&fakeGPU{total: 16 << 30})))
-	if st := unmeasured.Stats().Devices[0]; st.BesideArenaMeasured || st.BesideArenaBytes != DefaultGPUMemMargin {
+	if st := unmeasured.Stats().Devices[0]; st.Memory.BesideArenaMeasured || st.Memory.BesideArenaBytes != DefaultGPUMemMargin {
 		t.Errorf("engine that cannot empty its arena: beside %.0f MiB (measured %v), want the %d MiB floor",
-			st.BesideArenaBytes/(1<<20), st.BesideArenaMeasured, DefaultGPUMemMargin>>20)
+			st.Memory.BesideArenaBytes/(1<<20), st.Memory.BesideArenaMeasured, DefaultGPUMemMargin>>20)
 	}
 }

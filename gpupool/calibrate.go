@@ -74,9 +74,9 @@ type ArenaReleaser interface {
 // memory is read, and the log says which. Shapes never exceed
 // Calibration.MaxLen nor the engine's own maximum length (engineMaxLength),
 // because the engine rejects longer pairs.
-func (p *Pool) calibrate(ctx context.Context, dev Device, eng Engine, usedBefore uint64, workers int) (memEstimate, error) {
+func (p *Pool) calibrate(ctx context.Context, dev Device, eng Engine, usedBefore uint64, workers int) (MemoryModel, error) {
 	cal := p.cfg.calibration
-	est := memEstimate{base: float64(cal.FallbackBase), perToken: float64(cal.FallbackPerToken), beside: DefaultGPUMemMargin}
+	est := MemoryModel{Base: float64(cal.FallbackBase), PerToken: float64(cal.FallbackPerToken), BesideArenaBytes: DefaultGPUMemMargin}
 	_, used0, _, err := p.probe.MemoryInfo(dev.Index)
 	if err != nil {
 		if errors.Is(err, ErrGPULost) {
@@ -87,7 +87,7 @@ func (p *Pool) calibrate(ctx context.Context, dev Device, eng Engine, usedBefore
 	}
 	est.usedBase = used0
 	if used0 > usedBefore {
-		est.weights = used0 - usedBefore
+		est.WeightBytes = used0 - usedBefore
 	}
 	read := func() (uint64, error) {
 		_, used, _, err := p.probe.MemoryInfo(dev.Index)
@@ -99,7 +99,7 @@ func (p *Pool) calibrate(ctx context.Context, dev Device, eng Engine, usedBefore
 		// All this process holds on the GPU is what opening the engine
 		// took (more only if it already used the GPU: the safe side).
 		read = func() (uint64, error) { return pr.ProcessMemory(dev.Index) }
-		base, est.weights = mine, mine
+		base, est.WeightBytes = mine, mine
 	}
 	if cal.Disabled {
 		return est, nil
@@ -133,7 +133,7 @@ func (p *Pool) calibrate(ctx context.Context, dev Device, eng Engine, usedBefore
 		}
 	}
 	if cached {
-		est.base, est.perRow, est.perToken, est.perTokenLen, est.heldOut, est.calibrated =
+		est.Base, est.PerRow, est.PerToken, est.PerTokenLen, est.HeldOut, est.Calibrated =
 			kept.Base, kept.PerRow, kept.PerToken, kept.PerTokenLen, kept.HeldOut, true
 		// Only the fit is kept. The weights and used memory above were
 		// read now, as they must be: other tenants and this start's CUDA
@@ -208,12 +208,12 @@ shapes:
 			Msg("gpupool: calibration gave no usable fit, using fallback memory estimate")
 		return est, nil
 	}
-	if fit.heldOut >= maxHeldOut {
-		p.log.Warn().Str("device", dev.Label()).Float64("held_out_error", fit.heldOut).
+	if fit.HeldOut >= maxHeldOut {
+		p.log.Warn().Str("device", dev.Label()).Float64("held_out_error", fit.HeldOut).
 			Msg("gpupool: the memory model misses calibration shapes it was not fitted on by half or more; estimates carry the capped margin")
 	}
-	est.base, est.perRow, est.perToken, est.perTokenLen, est.heldOut, est.calibrated =
-		fit.base, fit.perRow, fit.perToken, fit.perTokenLen, fit.heldOut, true
+	est.Base, est.PerRow, est.PerToken, est.PerTokenLen, est.HeldOut, est.Calibrated =
+		fit.Base, fit.PerRow, fit.PerToken, fit.PerTokenLen, fit.HeldOut, true
 	file := ""
 	switch {
 	case cache == nil:
@@ -247,17 +247,17 @@ shapes:
 // besideInto measures what CUDA holds beside the arena (measureBeside) into
 // est, or logs why it cannot and leaves the floor there; true when it
 // measured, which leaves the arena empty.
-func (p *Pool) besideInto(ctx context.Context, dev Device, est *memEstimate, eng Engine, rel ArenaReleaser, read func() (uint64, error), base uint64, workers int) bool {
+func (p *Pool) besideInto(ctx context.Context, dev Device, est *MemoryModel, eng Engine, rel ArenaReleaser, read func() (uint64, error), base uint64, workers int) bool {
 	beside, err := p.measureBeside(ctx, eng, rel, read, base, workers, p.cfg.calibration.TokenID)
 	if err != nil {
-		p.log.Warn().Err(err).Str("device", dev.Label()).Float64("assumed_bytes", est.beside).
+		p.log.Warn().Err(err).Str("device", dev.Label()).Float64("assumed_bytes", est.BesideArenaBytes).
 			Msg("gpupool: cannot measure the memory CUDA takes beside the arena; admission assumes the floor")
 		return false
 	}
 	// The arena is empty again: what is left beside the weights is CUDA's
 	// own. Below the floor is believed: per-process readings count the
 	// context created at open as weights already.
-	est.beside, est.besideMeasured = beside, true
+	est.BesideArenaBytes, est.BesideArenaMeasured = beside, true
 	// Admission credits used memory's growth past usedBase as our arena;
 	// CUDA's own growth is not arena a batch can reuse.
 	est.usedBase += uint64(beside)

@@ -120,7 +120,7 @@ const repeatUnder = 50 * time.Millisecond
 // CPUMemoryConfig.CacheDir, and sets the budget from it and the resident
 // memory now. Without a usable fit the pool runs without a memory cap and
 // says so.
-func (p *Pool) calibrateCPU(ctx context.Context, eng Engine, mem processMemory, workers int) (memEstimate, *cpuBudget, error) {
+func (p *Pool) calibrateCPU(ctx context.Context, eng Engine, mem processMemory, workers int) (MemoryModel, *cpuBudget, error) {
 	c := p.cfg.cpuMem
 	refLen := c.RefLen
 	if refLen == 0 {
@@ -136,7 +136,7 @@ func (p *Pool) calibrateCPU(ctx context.Context, eng Engine, mem processMemory, 
 	if adaptive {
 		shapes = defaultCPUShapes(refLen, maxLen)
 	}
-	est := memEstimate{}
+	est := MemoryModel{}
 	cache := p.cpuFitCache(eng, shapes, adaptive, refLen)
 	fit, miss := loadFit[cpuFit](cache)
 	switch {
@@ -148,36 +148,37 @@ func (p *Pool) calibrateCPU(ctx context.Context, eng Engine, mem processMemory, 
 	default:
 		pts, err := p.measureCPU(ctx, eng, mem, shapes, adaptive, refLen, maxLen)
 		if err != nil {
-			return memEstimate{}, nil, err
+			return MemoryModel{}, nil, err
 		}
 		e, ok := fitMemory(pts)
 		if !ok {
 			p.log.Warn().Int("points", len(pts)).Msg("gpupool: cpu: memory calibration gave no usable fit; CPU batches are bounded by rows and tokens only")
 			return est, nil, nil
 		}
-		fit = cpuFit{Base: max(0, e.base), PerToken: e.perToken, PerTokenLen: e.perTokenLen}
+		fit = cpuFit{Base: max(0, e.Base), PerToken: e.PerToken, PerTokenLen: e.PerTokenLen}
 		if err := storeFit(cache, fit, pts); err != nil {
 			p.log.Info().Err(err).Msg("gpupool: cpu: the memory calibration is not kept for the next start")
 		}
 	}
-	est.base, est.perToken, est.perTokenLen, est.calibrated = fit.Base, fit.PerToken, fit.PerTokenLen, true
+	est.Base, est.PerToken, est.PerTokenLen, est.Calibrated = fit.Base, fit.PerToken, fit.PerTokenLen, true
 	rss, _, err := mem.usage()
 	if err != nil {
-		return memEstimate{}, nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
+		return MemoryModel{}, nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
 	}
 	bud := &cpuBudget{baseline: rss}
 	bud.room = float64(c.BatchBytes)
 	if bud.room == 0 {
-		bud.room = est.bytes(p.cfg.maxBatchRows, refLen)
+		bud.room = est.Bytes(p.cfg.maxBatchRows, refLen)
 	}
 	if c.Limit > 0 {
 		share := (float64(c.Limit) - float64(rss) - float64(c.Reserve)) / float64(max(workers, 1))
 		bud.room = min(bud.room, share)
 	}
-	if est.maxRows(maxLen, bud.room) < 1 {
+	est.BudgetBytes, est.BaselineBytes = bud.room, bud.baseline
+	if est.MaxRows(maxLen, bud.room) < 1 {
 		p.log.Warn().Uint64("limit_bytes", c.Limit).Uint64("baseline_bytes", rss).Uint64("reserve_bytes", c.Reserve).
 			Int("workers", workers).Float64("room_per_batch_bytes", bud.room).Int("max_len", maxLen).
-			Float64("one_pair_bytes", est.bytes(1, maxLen)).
+			Float64("one_pair_bytes", est.Bytes(1, maxLen)).
 			Msg("gpupool: cpu: the memory budget leaves less per worker than one pair of the model's maximum length needs; such pairs still run, one per batch, above the budget: raise the memory limit or lower WORKERS")
 	}
 	return est, bud, nil

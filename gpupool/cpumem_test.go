@@ -101,15 +101,15 @@ func TestCPUMemoryCapsLongBatches(t *testing.T) {
 		p, _, batches := run(t, CPUMemory(CPUMemoryConfig{}))
 		st := p.Stats().Devices[0]
 		ref := float64(debertaCPU(16, 128))
-		if st.BatchBytes < ref || st.BatchBytes > 1.25*ref {
-			t.Errorf("BatchBytes %.0f, want the cost of 16 rows of 128 tokens (%.0f) plus the 10%% margin", st.BatchBytes, ref)
+		if st.Memory.BudgetBytes < ref || st.Memory.BudgetBytes > 1.25*ref {
+			t.Errorf("BatchBytes %.0f, want the cost of 16 rows of 128 tokens (%.0f) plus the 10%% margin", st.Memory.BudgetBytes, ref)
 		}
-		if st.BaselineBytes != 2<<30 {
-			t.Errorf("BaselineBytes %.0f, want the resident size after calibration (%d)", st.BaselineBytes, 2<<30)
+		if st.Memory.BaselineBytes != 2<<30 {
+			t.Errorf("BaselineBytes %d, want the resident size after calibration (%d)", st.Memory.BaselineBytes, 2<<30)
 		}
 		for _, b := range batches {
-			if c := float64(debertaCPU(b[0], b[1])); c > st.BatchBytes {
-				t.Errorf("batch %d×%d needs %.0f bytes, above BatchBytes %.0f", b[0], b[1], c, st.BatchBytes)
+			if c := float64(debertaCPU(b[0], b[1])); c > st.Memory.BudgetBytes {
+				t.Errorf("batch %d×%d needs %.0f bytes, above BatchBytes %.0f", b[0], b[1], c, st.Memory.BudgetBytes)
 			}
 			if b[1] == 40 && b[0] != 16 && len(batches) > 0 {
 				// 64 short pairs: four full batches.
@@ -126,12 +126,12 @@ func TestCPUMemoryCapsLongBatches(t *testing.T) {
 		limit := uint64(2<<30) + 1<<30 + 2*room
 		p, _, batches := run(t, CPUMemory(CPUMemoryConfig{Limit: limit, Reserve: 1 << 30, BatchBytes: 1 << 40}))
 		st := p.Stats().Devices[0]
-		if d := st.BatchBytes - float64(room); d > 1 || d < -1 {
-			t.Errorf("BatchBytes %.0f, want (limit − baseline − reserve) / 2 workers = %d", st.BatchBytes, room)
+		if d := st.Memory.BudgetBytes - float64(room); d > 1 || d < -1 {
+			t.Errorf("BatchBytes %.0f, want (limit − baseline − reserve) / 2 workers = %d", st.Memory.BudgetBytes, room)
 		}
 		for _, b := range batches {
-			if c := float64(debertaCPU(b[0], b[1])); c > st.BatchBytes {
-				t.Errorf("batch %d×%d needs %.0f bytes, above one worker's share %.0f", b[0], b[1], c, st.BatchBytes)
+			if c := float64(debertaCPU(b[0], b[1])); c > st.Memory.BudgetBytes {
+				t.Errorf("batch %d×%d needs %.0f bytes, above one worker's share %.0f", b[0], b[1], c, st.Memory.BudgetBytes)
 			}
 		}
 		if got := longRows(batches); got != 2 {

@@ -42,7 +42,7 @@ func TestCPUMemoryCalibrationCache(t *testing.T) {
 
 	eng, fake := keyed("model=a ort=1.30.0 intra_op=1")
 	first, runs := start(t, eng, fake, 2<<30, dir)
-	if runs == 0 || first.EstimatePerTokenLen <= 0 {
+	if runs == 0 || first.Memory.PerTokenLen <= 0 {
 		t.Fatalf("first start: %d calibration runs, estimate %+v: want a measured fit", runs, first)
 	}
 	kept := files(t)
@@ -56,11 +56,11 @@ func TestCPUMemoryCalibrationCache(t *testing.T) {
 	if runs != 0 {
 		t.Errorf("same key: %d calibration runs, want none (the kept fit)", runs)
 	}
-	if again.EstimateBase != first.EstimateBase || again.EstimatePerToken != first.EstimatePerToken || again.EstimatePerTokenLen != first.EstimatePerTokenLen {
+	if again.Memory.Base != first.Memory.Base || again.Memory.PerToken != first.Memory.PerToken || again.Memory.PerTokenLen != first.Memory.PerTokenLen {
 		t.Errorf("same key: estimate %+v, want the first start's %+v", again, first)
 	}
-	if again.BaselineBytes != 3<<30 {
-		t.Errorf("same key: baseline %.0f bytes, want the resident size measured now (%d)", again.BaselineBytes, 3<<30)
+	if again.Memory.BaselineBytes != 3<<30 {
+		t.Errorf("same key: baseline %d bytes, want the resident size measured now (%d)", again.Memory.BaselineBytes, 3<<30)
 	}
 
 	eng, fake = keyed("model=b ort=1.30.0 intra_op=1")
@@ -103,7 +103,7 @@ func TestCPUMemoryCalibrationCache(t *testing.T) {
 			t.Fatal(err)
 		}
 		eng, fake := keyed("model=a ort=1.30.0 intra_op=1")
-		if st, runs := start(t, eng, fake, 2<<30, notDir); runs == 0 || st.EstimatePerTokenLen <= 0 {
+		if st, runs := start(t, eng, fake, 2<<30, notDir); runs == 0 || st.Memory.PerTokenLen <= 0 {
 			t.Errorf("a cache directory that cannot be made: %d runs, estimate %+v; want a measured fit and a start", runs, st)
 		}
 	})
@@ -119,12 +119,12 @@ func TestCPUMemoryCachedOnly(t *testing.T) {
 		fake := &fakeEngine{}
 		return startCPUCalibration(t, keyedEngine{fakeEngine: fake, key: key}, fake, 2<<30, CPUMemoryConfig{CacheDir: dir, CachedOnly: cachedOnly})
 	}
-	if st, runs := start(t, "model=a", true); runs != 0 || st.BatchBytes != 0 {
-		t.Errorf("nothing kept: %d calibration runs, batch budget %.0f bytes; want none and none", runs, st.BatchBytes)
+	if st, runs := start(t, "model=a", true); runs != 0 || st.Memory.BudgetBytes != 0 {
+		t.Errorf("nothing kept: %d calibration runs, batch budget %.0f bytes; want none and none", runs, st.Memory.BudgetBytes)
 	}
 	measured, _ := start(t, "model=a", false)
-	if st, runs := start(t, "model=a", true); runs != 0 || st.BatchBytes != measured.BatchBytes || st.BatchBytes <= 0 {
-		t.Errorf("kept fit: %d calibration runs, batch budget %.0f bytes; want none and the measured %.0f", runs, st.BatchBytes, measured.BatchBytes)
+	if st, runs := start(t, "model=a", true); runs != 0 || st.Memory.BudgetBytes != measured.Memory.BudgetBytes || st.Memory.BudgetBytes <= 0 {
+		t.Errorf("kept fit: %d calibration runs, batch budget %.0f bytes; want none and the measured %.0f", runs, st.Memory.BudgetBytes, measured.Memory.BudgetBytes)
 	}
 }
 

@@ -28,7 +28,7 @@ type device struct {
 	engine   Engine
 	workers  int
 	fallback bool // lazily created CPU engine
-	est      memEstimate
+	est      MemoryModel
 	// cpu is a CPU device's memory budget (CPUMemory); nil: none.
 	cpu *cpuBudget
 
@@ -104,7 +104,7 @@ func (p *Pool) openCPU(ctx context.Context, fallback bool) error {
 	if err != nil {
 		return fmt.Errorf("gpupool: opening CPU engine: %w", err)
 	}
-	var est memEstimate
+	var est MemoryModel
 	var bud *cpuBudget
 	if p.cfg.cpuMem != nil && !fallback {
 		mem := p.cfg.procMem
@@ -117,8 +117,8 @@ func (p *Pool) openCPU(ctx context.Context, fallback bool) error {
 			return err
 		}
 		if bud != nil {
-			p.log.Info().Float64("estimate_base_bytes", est.base).Float64("estimate_bytes_per_token", est.perToken).
-				Float64("estimate_bytes_per_token_len", est.perTokenLen).Uint64("limit_bytes", p.cfg.cpuMem.Limit).
+			p.log.Info().Float64("estimate_base_bytes", est.Base).Float64("estimate_bytes_per_token", est.PerToken).
+				Float64("estimate_bytes_per_token_len", est.PerTokenLen).Uint64("limit_bytes", p.cfg.cpuMem.Limit).
 				Uint64("baseline_bytes", bud.baseline).Uint64("reserve_bytes", p.cfg.cpuMem.Reserve).
 				Int("workers", p.workersFor(dev)).Float64("batch_bytes", bud.room).Dur("took", time.Since(t0)).
 				Msg("gpupool: cpu: memory calibrated; batches are cut to batch_bytes each")
@@ -143,8 +143,13 @@ func (p *Pool) workersFor(dev Device) int {
 	return w
 }
 
-func (p *Pool) addDeviceLocked(dev Device, eng Engine, est memEstimate, fallback bool) *device {
+func (p *Pool) addDeviceLocked(dev Device, eng Engine, est MemoryModel, fallback bool) *device {
 	w := p.workersFor(dev)
+	if dev.Kind == CUDA {
+		// What admission and the planner count against, fixed for the
+		// pool's life; the model carries it so its Room is theirs.
+		est.BudgetBytes, est.HeadroomBytes = p.gpuBudget(dev), float64(p.cfg.headroom)
+	}
 	d := &device{slot: len(p.devices), dev: dev, engine: eng, workers: w, fallback: fallback, est: est, deviceMemory: deviceMemory{arenaPeak: est.arena}}
 	if dev.Kind == CUDA {
 		p.m.gpuDegraded.WithLabelValues(dev.Label()).Set(0) // the series exists before anything goes wrong
@@ -197,12 +202,12 @@ func (p *Pool) openGPUs(ctx context.Context) error {
 			continue
 		}
 		p.log.Info().Str("device", dev.Label()).Str("uuid", dev.UUID).Str("name", dev.Name).
-			Uint64("total_bytes", dev.TotalMemory).Uint64("weights_bytes", est.weights).
-			Float64("estimate_base_bytes", est.base).Float64("estimate_bytes_per_token", est.perToken).
-			Float64("estimate_bytes_per_token_len", est.perTokenLen).Float64("estimate_bytes_per_row", est.perRow).
-			Float64("estimate_held_out_error", est.heldOut).Float64("arena_bytes", est.arena).
-			Float64("beside_arena_bytes", est.beside).Bool("beside_arena_measured", est.besideMeasured).
-			Bool("calibrated", est.calibrated).Msg("gpupool: GPU ready")
+			Uint64("total_bytes", dev.TotalMemory).Uint64("weights_bytes", est.WeightBytes).
+			Float64("estimate_base_bytes", est.Base).Float64("estimate_bytes_per_token", est.PerToken).
+			Float64("estimate_bytes_per_token_len", est.PerTokenLen).Float64("estimate_bytes_per_row", est.PerRow).
+			Float64("estimate_held_out_error", est.HeldOut).Float64("arena_bytes", est.arena).
+			Float64("beside_arena_bytes", est.BesideArenaBytes).Bool("beside_arena_measured", est.BesideArenaMeasured).
+			Bool("calibrated", est.Calibrated).Msg("gpupool: GPU ready")
 		p.addDeviceLocked(dev, eng, est, false)
 	}
 	// CUDA may have replaced SIGINT/SIGTERM handlers while initialising
@@ -361,7 +366,7 @@ func (p *Pool) createFallback() {
 		_ = eng.Close()
 		return
 	}
-	d := p.addDeviceLocked(dev, eng, memEstimate{}, true)
+	d := p.addDeviceLocked(dev, eng, MemoryModel{}, true)
 	p.stats.Fallbacks++
 	p.m.fallbacks.Inc()
 	p.log.Warn().Msg("gpupool: no GPU can run the work, falling back to a CPU engine")

@@ -2,7 +2,7 @@ package gpupool
 
 import "fmt"
 
-// gpuFit is a GPU's calibrated memory per batch, memEstimate's fitted
+// gpuFit is a GPU's calibrated memory per batch, MemoryModel's fitted
 // terms: bytes ≈ Base + PerRow·rows + PerToken·rows·len +
 // PerTokenLen·rows·len², times the margins, HeldOut among them.
 type gpuFit struct {
@@ -20,8 +20,8 @@ func (f gpuFit) usable() bool {
 		(f.PerRow > 0 || f.PerToken > 0 || f.PerTokenLen > 0) && f.HeldOut <= maxHeldOut
 }
 
-func gpuFitOf(e memEstimate) gpuFit {
-	return gpuFit{Base: e.base, PerRow: e.perRow, PerToken: e.perToken, PerTokenLen: e.perTokenLen, HeldOut: e.heldOut}
+func gpuFitOf(e MemoryModel) gpuFit {
+	return gpuFit{Base: e.Base, PerRow: e.PerRow, PerToken: e.PerToken, PerTokenLen: e.PerTokenLen, HeldOut: e.HeldOut}
 }
 
 // gpuFitCacheVersion changes whenever calibrate or fitActivations measure

@@ -130,18 +130,18 @@ func TestGPUCalibrationCache(t *testing.T) {
 		t.Errorf("same key: the log does not say the calibration came from %s:\n%s", path, again.logs)
 	}
 	a, b := first.pool.devices[0], again.pool.devices[0]
-	if gpuFitOf(a.est) != gpuFitOf(b.est) || !b.est.calibrated {
+	if gpuFitOf(a.est) != gpuFitOf(b.est) || !b.est.Calibrated {
 		t.Errorf("same key: fit %+v, want the first start's %+v", gpuFitOf(b.est), gpuFitOf(a.est))
 	}
 	if b.est.arena != a.est.arena {
 		t.Errorf("same key: %.0f bytes counted as arena, want the first start's %.0f", b.est.arena, a.est.arena)
 	}
-	if !b.est.besideMeasured || b.est.beside != a.est.beside || b.est.weights != a.est.weights || b.est.usedBase != a.est.usedBase {
+	if !b.est.BesideArenaMeasured || b.est.BesideArenaBytes != a.est.BesideArenaBytes || b.est.WeightBytes != a.est.WeightBytes || b.est.usedBase != a.est.usedBase {
 		t.Errorf("same key: beside %.0f (measured %v), weights %d, used base %d; want the first start's %.0f, %d, %d measured now",
-			b.est.beside, b.est.besideMeasured, b.est.weights, b.est.usedBase, a.est.beside, a.est.weights, a.est.usedBase)
+			b.est.BesideArenaBytes, b.est.BesideArenaMeasured, b.est.WeightBytes, b.est.usedBase, a.est.BesideArenaBytes, a.est.WeightBytes, a.est.usedBase)
 	}
 	for _, s := range []Shape{{1, 8}, {341, 48}, {64, 256}, {32, 512}} {
-		da, db := a.est.maxRows(s.Len, 40<<30), b.est.maxRows(s.Len, 40<<30)
+		da, db := a.est.MaxRows(s.Len, 40<<30), b.est.MaxRows(s.Len, 40<<30)
 		ea, eb := first.pool.admit(a, s.Rows, s.Len), again.pool.admit(b, s.Rows, s.Len)
 		if da != db || ea.ok != eb.ok || ea.est != eb.est {
 			t.Errorf("%d×%d: the cached start admits %v (%.0f bytes, %d rows fit), the measured one %v (%.0f, %d)",
@@ -239,7 +239,7 @@ func TestGPUCalibrationCache(t *testing.T) {
 			t.Fatal(err)
 		}
 		s := startGPU(t, cacheKeyA, "GPU-a", notDir)
-		if st := s.pool.Stats().Devices[0]; s.eng.ladderRuns() == 0 || st.EstimatePerTokenLen <= 0 || !strings.Contains(s.logs, "not kept") {
+		if st := s.pool.Stats().Devices[0]; s.eng.ladderRuns() == 0 || st.Memory.PerTokenLen <= 0 || !strings.Contains(s.logs, "not kept") {
 			t.Errorf("a cache directory that cannot be made: %d shapes ran, estimate %+v; want a measured fit, a start and the log saying it was not kept:\n%s",
 				s.eng.ladderRuns(), st, s.logs)
 		}

@@ -5,34 +5,65 @@ import (
 	"slices"
 )
 
-// memEstimate is a device's memory model: running a batch of rows × len
-// padded tokens needs about base + perRow·rows + perToken·rows·len +
-// perTokenLen·rows·len² bytes beyond the weights. The len² term is
-// attention: every layer holds rows·heads·len² scores (and their softmax) at
-// once, which for long pairs outgrows everything linear in the tokens. The
-// per-row term is what a row costs whatever its length: DeBERTa-v3's
-// relative-position Tile on the first GPU run (0.7 MiB fp16, 2.6 MiB fp32),
-// without which short batches of many rows were under-predicted by 20-35%.
-type memEstimate struct {
-	base, perRow, perToken, perTokenLen float64
-	// heldOut is the fit's largest under-prediction of a calibration
-	// shape it was not fitted on (leave one out): added to every estimate
-	// on top of fragmentationMargin, so shapes between and beyond the
-	// calibration ladder are not under-predicted by the fit's own error.
-	heldOut float64
-	// weights is what opening the engine took; usedBase is device memory
-	// in use right after that, before any batch ran.
-	weights, usedBase uint64
-	// beside is what the process holds on the device beyond weights and
-	// arena once every worker has run: the CUDA context's growth on first
-	// use and each concurrent run's cuBLAS/cuDNN workspace. besideMeasured
-	// is false while it is still the DefaultGPUMemMargin floor.
-	beside         float64
-	besideMeasured bool
-	// arena is the memory calibration left in ORT's arena (the largest
-	// warm-up batch's footprint), reusable by later batches.
-	arena      float64
-	calibrated bool
+// MemoryModel is a device's memory as the pool plans and admits with it:
+// what a batch costs (Bytes), how many rows of a length fit in some room
+// (MaxRows), and the room one batch has within a budget (Room). The pool
+// keeps one per device, calibrated at start (GPU always, CPU with
+// CPUMemory); DeviceStats.Memory is a copy, so `scorer doctor` and
+// gpu-proof report what the pool does instead of rebuilding it.
+//
+// A batch of rows × len padded tokens needs about Base + PerRow·rows +
+// PerToken·rows·len + PerTokenLen·rows·len² bytes beyond the weights. The
+// len² term is attention: every layer holds rows·heads·len² scores (and
+// their softmax) at once, which for long pairs outgrows everything linear in
+// the tokens. The per-row term is what a row costs whatever its length:
+// DeBERTa-v3's relative-position Tile on the first GPU run (0.7 MiB fp16,
+// 2.6 MiB fp32), without which short batches of many rows were
+// under-predicted by 20-35%.
+type MemoryModel struct {
+	// Base, PerRow, PerToken and PerTokenLen are the fitted coefficients,
+	// in bytes, before the margins Bytes adds; zero on a CPU without
+	// CPUMemory, the configured fallback on a GPU that could not be
+	// calibrated.
+	Base, PerRow, PerToken, PerTokenLen float64
+	// HeldOut is the GPU fit's largest under-prediction of a calibration
+	// shape it was not fitted on (leave one out), relative: added to every
+	// estimate on top of the 10% fragmentation margin, so shapes between
+	// and beyond the calibration ladder are not under-predicted by the
+	// fit's own error.
+	HeldOut float64
+	// Calibrated says the coefficients were measured (at this start, or at
+	// an earlier one with the same key), not the fallback.
+	Calibrated bool
+
+	// WeightBytes is what opening a GPU's engine took (its weights, and
+	// the CUDA context where readings are per process).
+	WeightBytes uint64
+	// BesideArenaBytes is what a GPU's admission counts beside the weights
+	// and the arena: the CUDA context's growth on first use and each
+	// concurrent run's cuBLAS/cuDNN workspace, measured once every worker
+	// has run when BesideArenaMeasured, else the DefaultGPUMemMargin floor.
+	BesideArenaBytes    float64
+	BesideArenaMeasured bool
+	// HeadroomBytes is the free memory a GPU's admission leaves beside a
+	// batch (Headroom).
+	HeadroomBytes float64
+	// BudgetBytes is what the pool admits against. On a GPU: this
+	// process's memory on the device, GPUMemLimit and never above
+	// MemFraction of it. On a CPU with CPUMemory: the most one batch's
+	// Bytes may be (BatchBytes, or one worker's share of the limit), with
+	// nothing beside it to take off. Zero: no budget.
+	BudgetBytes float64
+	// BaselineBytes is a CPU's resident memory once its engine was open
+	// and calibrated (CPUMemory only).
+	BaselineBytes uint64
+
+	// usedBase is device memory in use right after the engine opened,
+	// before any batch ran (admission credits growth past it as our
+	// arena); arena is the memory calibration left in ORT's arena (the
+	// largest warm-up batch's footprint), reusable by later batches.
+	usedBase uint64
+	arena    float64
 }
 
 // fragmentationMargin is added to every estimate: a BFC arena serves a
@@ -42,25 +73,35 @@ type memEstimate struct {
 const fragmentationMargin = 0.10
 
 // factor is what every estimate is multiplied by.
-func (e memEstimate) factor() float64 { return (1 + fragmentationMargin) * (1 + e.heldOut) }
+func (e MemoryModel) factor() float64 { return (1 + fragmentationMargin) * (1 + e.HeldOut) }
 
-// bytes is what a rows × length batch needs, margins included: what
-// admission reserves for it.
-func (e memEstimate) bytes(rows, length int) float64 {
+// Bytes is what a batch of rows pairs padded to length tokens needs beyond
+// the weights and BesideArenaBytes, margins included: what admission
+// reserves for it.
+func (e MemoryModel) Bytes(rows, length int) float64 {
 	r, l := float64(rows), float64(length)
-	return max(0, e.base+e.perRow*r+e.perToken*r*l+e.perTokenLen*r*l*l) * e.factor()
+	return max(0, e.Base+e.PerRow*r+e.PerToken*r*l+e.PerTokenLen*r*l*l) * e.factor()
 }
 
-// maxRows is the most rows of length tokens whose estimate fits in room
-// bytes; 0 when not even one row does.
-func (e memEstimate) maxRows(length int, room float64) int {
+// MaxRows is the most rows of length tokens whose Bytes fits in room bytes;
+// 0 when not even one row does.
+func (e MemoryModel) MaxRows(length int, room float64) int {
 	l := float64(length)
-	per := (e.perRow + e.perToken*l + e.perTokenLen*l*l) * e.factor()
-	avail := room - max(0, e.base)*e.factor()
+	per := (e.PerRow + e.PerToken*l + e.PerTokenLen*l*l) * e.factor()
+	avail := room - max(0, e.Base)*e.factor()
 	if per <= 0 || avail <= 0 {
 		return 0
 	}
 	return int(min(avail/per, 1<<30))
+}
+
+// Room is what one batch may take on an otherwise idle device when budget
+// bytes are this process's there: budget less WeightBytes,
+// BesideArenaBytes and HeadroomBytes. Room(BudgetBytes) is what the planner
+// cuts each batch's rows to (MaxRows); on a CPU it is BudgetBytes itself.
+// Admission refuses for good a batch whose Bytes exceed it.
+func (e MemoryModel) Room(budget float64) float64 {
+	return budget - float64(e.WeightBytes) - e.BesideArenaBytes - e.HeadroomBytes
 }
 
 // memPoint is one calibration reading: a rows × length batch needed bytes.
@@ -85,10 +126,10 @@ const maxHeldOut = 0.5
 // to the reading, of a point by the fit on all the others (leave one out):
 // what the fit may miss at a shape it has not seen, capped at maxHeldOut.
 // ok is false when no subset has a positive growth term.
-func fitActivations(pts []memPoint) (memEstimate, bool) {
+func fitActivations(pts []memPoint) (MemoryModel, bool) {
 	est, ok := fitRelative(pts)
 	if !ok {
-		return memEstimate{}, false
+		return MemoryModel{}, false
 	}
 	for i, pt := range pts {
 		if pt.bytes <= 0 {
@@ -96,27 +137,27 @@ func fitActivations(pts []memPoint) (memEstimate, bool) {
 		}
 		rest := append(slices.Clone(pts[:i]), pts[i+1:]...)
 		if e, ok := fitRelative(rest); ok {
-			under := (pt.bytes - e.bytes(pt.rows, pt.length)/e.factor()) / pt.bytes
-			est.heldOut = min(maxHeldOut, max(est.heldOut, under))
+			under := (pt.bytes - e.Bytes(pt.rows, pt.length)/e.factor()) / pt.bytes
+			est.HeldOut = min(maxHeldOut, max(est.HeldOut, under))
 		}
 	}
 	return est, true
 }
 
 // fitRelative is fitActivations without the held-out margin.
-func fitRelative(pts []memPoint) (memEstimate, bool) {
+func fitRelative(pts []memPoint) (MemoryModel, bool) {
 	var top float64
 	for _, pt := range pts {
 		top = max(top, pt.bytes)
 	}
 	if top <= 0 {
-		return memEstimate{}, false
+		return MemoryModel{}, false
 	}
 	// A reading of nothing (noise around a tiny shape) would get an
 	// infinite weight; a thousandth of the largest bounds it.
 	floor := top / 1000
 	weight := func(pt memPoint) float64 { return 1 / max(pt.bytes, floor) }
-	var best memEstimate
+	var best MemoryModel
 	bestErr := math.Inf(1)
 	for mask := 1; mask < 8; mask++ {
 		terms := []memTerm{termBase}
@@ -126,16 +167,16 @@ func fitRelative(pts []memPoint) (memEstimate, bool) {
 			}
 		}
 		e, ok := fitTerms(pts, terms, weight)
-		if !ok || e.perRow < 0 || e.perToken < 0 || e.perTokenLen < 0 {
+		if !ok || e.PerRow < 0 || e.PerToken < 0 || e.PerTokenLen < 0 {
 			continue
 		}
-		e.base = max(0, e.base)
-		if e.perRow <= 0 && e.perToken <= 0 && e.perTokenLen <= 0 {
+		e.Base = max(0, e.Base)
+		if e.PerRow <= 0 && e.PerToken <= 0 && e.PerTokenLen <= 0 {
 			continue
 		}
 		var sse float64
 		for _, pt := range pts {
-			d := (e.bytes(pt.rows, pt.length)/e.factor() - pt.bytes) / max(pt.bytes, floor)
+			d := (e.Bytes(pt.rows, pt.length)/e.factor() - pt.bytes) / max(pt.bytes, floor)
 			sse += d * d
 		}
 		if sse < bestErr {
@@ -145,7 +186,7 @@ func fitRelative(pts []memPoint) (memEstimate, bool) {
 	return best, !math.IsInf(bestErr, 1)
 }
 
-// memTerm is one term of the memory model, in the order of memEstimate's
+// memTerm is one term of the memory model, in the order of MemoryModel's
 // coefficients: the per-batch intercept, then what grows with rows,
 // rows·len and rows·len².
 type memTerm int
@@ -169,9 +210,9 @@ func (k memTerm) value(rows, length int) float64 {
 // pts, every other coefficient zero; weight nil weighs every point 1. ok
 // is false with fewer points than terms or (nearly) dependent terms. The
 // coefficients are as solved: which signs are usable is the caller's rule.
-func fitTerms(pts []memPoint, terms []memTerm, weight func(memPoint) float64) (memEstimate, bool) {
+func fitTerms(pts []memPoint, terms []memTerm, weight func(memPoint) float64) (MemoryModel, bool) {
 	if len(pts) < len(terms) {
-		return memEstimate{}, false
+		return MemoryModel{}, false
 	}
 	x := make([][]float64, len(pts))
 	y := make([]float64, len(pts))
@@ -188,10 +229,10 @@ func fitTerms(pts []memPoint, terms []memTerm, weight func(memPoint) float64) (m
 	}
 	coef, ok := leastSquares(x, y)
 	if !ok {
-		return memEstimate{}, false
+		return MemoryModel{}, false
 	}
-	var e memEstimate
-	coefs := [...]*float64{&e.base, &e.perRow, &e.perToken, &e.perTokenLen}
+	var e MemoryModel
+	coefs := [...]*float64{&e.Base, &e.PerRow, &e.PerToken, &e.PerTokenLen}
 	for j, k := range terms {
 		*coefs[k] = coef[j]
 	}
@@ -270,27 +311,27 @@ func leastSquares(x [][]float64, y []float64) ([]float64, bool) {
 // noise) falls back to the line a + b·rows·len, a negative b to
 // a + c·rows·len²; ok is false when even the line has no positive slope.
 // The intercept is as fitted, negative included.
-func fitMemory(pts []memPoint) (memEstimate, bool) {
+func fitMemory(pts []memPoint) (MemoryModel, bool) {
 	lens := map[int]bool{}
 	for _, pt := range pts {
 		lens[pt.length] = true
 	}
 	if len(lens) >= 3 {
 		e, ok := fitTerms(pts, []memTerm{termBase, termPerToken, termPerTokenLen}, nil)
-		if ok && e.perTokenLen >= 0 && e.perToken >= 0 && (e.perToken > 0 || e.perTokenLen > 0) {
+		if ok && e.PerTokenLen >= 0 && e.PerToken >= 0 && (e.PerToken > 0 || e.PerTokenLen > 0) {
 			return e, true
 		}
-		if ok && e.perTokenLen > 0 && e.perToken < 0 {
+		if ok && e.PerTokenLen > 0 && e.PerToken < 0 {
 			// Growth all in len² (a negative linear term is noise around
 			// zero): a + c·rows·len², not a line that misses the curve.
-			if e, ok := fitTerms(pts, []memTerm{termBase, termPerTokenLen}, nil); ok && e.perTokenLen > 0 {
+			if e, ok := fitTerms(pts, []memTerm{termBase, termPerTokenLen}, nil); ok && e.PerTokenLen > 0 {
 				return e, true
 			}
 		}
 	}
 	e, ok := fitTerms(pts, []memTerm{termBase, termPerToken}, nil)
-	if !ok || e.perToken <= 0 {
-		return memEstimate{}, false
+	if !ok || e.PerToken <= 0 {
+		return MemoryModel{}, false
 	}
 	return e, true
 }

@@ -303,20 +303,20 @@ func TestCalibrationFitsTransformerMemory(t *testing.T) {
 			defer p.Close(context.Background())
 			est := p.devices[0].est
 			wantC := float64(mem.heads) * mem.perScore
-			if !est.calibrated || rel(est.perToken, mem.perToken) > 0.05 || rel(est.perTokenLen, wantC) > 0.05 ||
-				math.Abs(est.perRow-mem.perRow) > 0.1*mem.perRow+64<<10 {
+			if !est.Calibrated || rel(est.PerToken, mem.perToken) > 0.05 || rel(est.PerTokenLen, wantC) > 0.05 ||
+				math.Abs(est.PerRow-mem.perRow) > 0.1*mem.perRow+64<<10 {
 				t.Fatalf("fit base %.3g, per row %.4g (want %.4g), per token %.4g (want %.4g), per token·len %.4g (want %.4g)",
-					est.base, est.perRow, mem.perRow, est.perToken, mem.perToken, est.perTokenLen, wantC)
+					est.Base, est.PerRow, mem.perRow, est.PerToken, mem.perToken, est.PerTokenLen, wantC)
 			}
-			fitted[tc.name] = est.perTokenLen
-			if est.weights != mem.weights {
-				t.Errorf("weights %d, want %d", est.weights, mem.weights)
+			fitted[tc.name] = est.PerTokenLen
+			if est.WeightBytes != mem.weights {
+				t.Errorf("weights %d, want %d", est.WeightBytes, mem.weights)
 			}
 			// Every shape is covered with the margin, and no shape is
 			// overcharged by more than the margin plus chunk rounding.
 			for _, s := range []Shape{{1, 8}, {256, 64}, {128, 128}, {64, 256}, {32, 512}, {8, 512}} {
 				truth := float64(mem.footprint(s.Rows, s.Len))
-				got := est.bytes(s.Rows, s.Len)
+				got := est.Bytes(s.Rows, s.Len)
 				if got < truth || got > truth*1.2+4*arenaChunk {
 					t.Errorf("%d×%d: estimate %.0f MiB, true %.0f MiB", s.Rows, s.Len, got/(1<<20), truth/(1<<20))
 				}
@@ -451,20 +451,20 @@ func TestFitMemoryPolicies(t *testing.T) {
 			if !ok {
 				return
 			}
-			if e.perRow != 0 || e.perToken < 0 || e.perTokenLen < 0 || (e.perToken == 0 && e.perTokenLen == 0) {
+			if e.PerRow != 0 || e.PerToken < 0 || e.PerTokenLen < 0 || (e.PerToken == 0 && e.PerTokenLen == 0) {
 				t.Fatalf("fit %+v: want non-negative growth terms, no per-row term", e)
 			}
 			switch tc.name {
 			case "bends down":
-				if e.perTokenLen != 0 || e.perToken <= 0 {
+				if e.PerTokenLen != 0 || e.PerToken <= 0 {
 					t.Errorf("fit %+v: want the line", e)
 				}
 			case "len² only":
-				if e.perToken != 0 || e.perTokenLen <= 0 {
+				if e.PerToken != 0 || e.PerTokenLen <= 0 {
 					t.Errorf("fit %+v: want a + c·rows·len²", e)
 				}
 			default:
-				if rel(e.base, tc.a) > 1e-6 || rel(e.perToken, tc.b) > 1e-6 || rel(e.perTokenLen, tc.c) > 1e-6 {
+				if rel(e.Base, tc.a) > 1e-6 || rel(e.PerToken, tc.b) > 1e-6 || rel(e.PerTokenLen, tc.c) > 1e-6 {
 					t.Errorf("fit %+v, want a=%g b=%g c=%g", e, tc.a, tc.b, tc.c)
 				}
 			}

@@ -303,11 +303,11 @@ func TestCalibrationFitsMemoryModel(t *testing.T) {
 	})}})
 	p := newPool(t, f, Mode(ModeCUDA), WithProbe(probe), MemFraction(1), Calibrate(Calibration{MaxLen: 256}))
 	st := p.Stats().Devices[0]
-	if d := st.EstimatePerToken - perToken; d > 1 || d < -1 {
-		t.Errorf("per-token estimate %v, want %v", st.EstimatePerToken, perToken)
+	if d := st.Memory.PerToken - perToken; d > 1 || d < -1 {
+		t.Errorf("per-token estimate %v, want %v", st.Memory.PerToken, perToken)
 	}
-	if d := st.EstimateBase - base; d > 1024 || d < -1024 {
-		t.Errorf("base estimate %v, want %v", st.EstimateBase, base)
+	if d := st.Memory.Base - base; d > 1024 || d < -1024 {
+		t.Errorf("base estimate %v, want %v", st.Memory.Base, base)
 	}
 	// After calibration the arena holds the largest batch, so a normal
 	// batch needs no new memory and is admitted even with little free

@@ -73,10 +73,10 @@ func TestMemoryModelReplaysH200Bench(t *testing.T) {
 			defer p.Close(context.Background())
 			st := p.Stats().Devices[0]
 			t.Logf("%s tf32=%v: %.0f + %.3f MiB·rows + %.0f B·rows·len + %.1f B·rows·len², held-out margin %.1f%%",
-				b.Precision, b.TF32, st.EstimateBase, st.EstimatePerRow/(1<<20), st.EstimatePerToken, st.EstimatePerTokenLen,
-				100*st.EstimateHeldOut)
+				b.Precision, b.TF32, st.Memory.Base, st.Memory.PerRow/(1<<20), st.Memory.PerToken, st.Memory.PerTokenLen,
+				100*st.Memory.HeldOut)
 			for _, s := range shapes {
-				got, want := st.EstimateBytes(s.Rows, s.Len), float64(measured[s])
+				got, want := st.Memory.Bytes(s.Rows, s.Len), float64(measured[s])
 				r := got/want - 1
 				t.Logf("%d×%d: admission reserves %.0f MiB, measured %.0f MiB (%+.1f%%)", s.Rows, s.Len, got/(1<<20), want/(1<<20), 100*r)
 				if r < -0.02 || r > 0.15 {

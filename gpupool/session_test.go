@@ -389,10 +389,10 @@ func TestCPUMemoryBoundsLongInputsOnRealModel(t *testing.T) {
 		}
 	}()
 	st := p.Stats().Devices[0]
-	est := st.est
+	est := st.Memory
 	t.Logf("calibrated: %.0f + %.0f·r·l + %.1f·r·l² bytes; batch %.1f MiB; one 512-token row %.1f MiB",
-		est.base, est.perToken, est.perTokenLen, st.BatchBytes/(1<<20), est.bytes(1, 512)/(1<<20))
-	if st.BatchBytes <= 0 || est.perTokenLen <= 0 {
+		est.Base, est.PerToken, est.PerTokenLen, st.Memory.BudgetBytes/(1<<20), est.Bytes(1, 512)/(1<<20))
+	if st.Memory.BudgetBytes <= 0 || est.PerTokenLen <= 0 {
 		t.Fatalf("no usable calibration on the real model: %+v", st)
 	}
 	rec.mu.Lock()
@@ -422,8 +422,8 @@ func TestCPUMemoryBoundsLongInputsOnRealModel(t *testing.T) {
 	rec.mu.Unlock()
 	longRows, shortRows := 0, 0
 	for _, s := range shapes {
-		if e := est.bytes(s[0], s[1]); e > st.BatchBytes {
-			t.Errorf("batch %d×%d: modelled %.1f MiB, above the %.1f MiB a batch may take", s[0], s[1], e/(1<<20), st.BatchBytes/(1<<20))
+		if e := est.Bytes(s[0], s[1]); e > st.Memory.BudgetBytes {
+			t.Errorf("batch %d×%d: modelled %.1f MiB, above the %.1f MiB a batch may take", s[0], s[1], e/(1<<20), st.Memory.BudgetBytes/(1<<20))
 		}
 		if s[1] >= 490 {
 			longRows = max(longRows, s[0])
@@ -435,7 +435,7 @@ func TestCPUMemoryBoundsLongInputsOnRealModel(t *testing.T) {
 	if longRows == 0 || longRows >= shortRows {
 		t.Errorf("long pairs ran up to %d rows a batch, ordinary ones %d: want fewer for long", longRows, shortRows)
 	}
-	if allow := 2*st.BatchBytes + 48<<20; float64(peak-before) > allow {
+	if allow := 2*st.Memory.BudgetBytes + 48<<20; float64(peak-before) > allow {
 		t.Errorf("peak resident memory rose %.1f MiB while scoring long pairs, above both workers' batches plus 48 MiB (%.1f MiB)",
 			float64(peak-before)/(1<<20), allow/(1<<20))
 	}

@@ -45,38 +45,12 @@ type DeviceStats struct {
 	Batches, Pairs uint64
 	Degraded, Hot  bool
 	Fallback       bool
-	// EstimateBase, EstimatePerRow, EstimatePerToken and
-	// EstimatePerTokenLen are the calibrated memory model bytes ≈ base +
-	// perRow·rows + perToken·rows·len + perTokenLen·rows·len² (zero on a
-	// CPU without CPUMemory), before the margins EstimateBytes adds.
-	EstimateBase, EstimatePerRow, EstimatePerToken, EstimatePerTokenLen float64
-	// EstimateHeldOut is the GPU fit's largest relative under-prediction of
-	// a calibration shape left out of it, added to every estimate.
-	EstimateHeldOut float64
-	// WeightBytes is what opening a GPU's engine took (its weights, and
-	// the CUDA context where readings are per process). BesideArenaBytes is
-	// what its admission counts beside that and the arena (the context's
-	// growth, each worker's workspace): measured once every worker has run
-	// when BesideArenaMeasured, else DefaultGPUMemMargin.
-	WeightBytes         uint64
-	BesideArenaBytes    float64
-	BesideArenaMeasured bool
-	// BatchBytes is the most modelled memory one CPU batch may take and
-	// BaselineBytes the resident memory once the CPU engine was open and
-	// calibrated (both zero without CPUMemory).
-	BatchBytes, BaselineBytes float64
-
-	est memEstimate
+	// Memory is the device's memory model as the pool plans and admits
+	// with it: the calibrated cost of a batch, what the pool counts beside
+	// it, and the budget (zero on a CPU without CPUMemory and on the CPU
+	// fallback).
+	Memory MemoryModel
 }
-
-// EstimateBytes is what admission reserves on this device for a batch of
-// rows pairs padded to length tokens: the memory model with its margins,
-// beyond the weights and BesideArenaBytes.
-func (s DeviceStats) EstimateBytes(rows, length int) float64 { return s.est.bytes(rows, length) }
-
-// MaxRows is the most rows of length tokens whose EstimateBytes fits in
-// room bytes (0: not one).
-func (s DeviceStats) MaxRows(length int, room float64) int { return s.est.maxRows(length, room) }
 
 // PaddingEfficiency is RealTokens / PaddedTokens: 1 means no padding.
 func (s Stats) PaddingEfficiency() float64 {
@@ -99,12 +73,7 @@ func (p *Pool) Stats() Stats {
 	s.Devices = make([]DeviceStats, len(p.devices))
 	for i, d := range p.devices {
 		s.Devices[i] = DeviceStats{Device: d.dev, Workers: d.workers, Batches: d.batches, Pairs: d.pairs, Degraded: d.degraded,
-			Hot: d.hot, Fallback: d.fallback, EstimateBase: d.est.base, EstimatePerRow: d.est.perRow,
-			EstimatePerToken: d.est.perToken, EstimatePerTokenLen: d.est.perTokenLen, EstimateHeldOut: d.est.heldOut,
-			WeightBytes: d.est.weights, BesideArenaBytes: d.est.beside, BesideArenaMeasured: d.est.besideMeasured, est: d.est}
-		if d.cpu != nil {
-			s.Devices[i].BatchBytes, s.Devices[i].BaselineBytes = d.cpu.room, float64(d.cpu.baseline)
-		}
+			Hot: d.hot, Fallback: d.fallback, Memory: d.est}
 	}
 	return s
 }

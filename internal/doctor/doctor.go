@@ -210,11 +210,12 @@ type DeviceCheck struct {
 	opening            time.Duration
 }
 
-// MemoryModel is the calibrated bytes ≈ base + perRow·rows +
-// perToken·rows·len + perTokenLen·rows·len² with the fit's held-out error,
-// what admission counts beside the weights and the arena, the arena cap,
-// and how many rows of the model's longest pairs admission lets one batch
-// have on an otherwise idle GPU.
+// MemoryModel is the pool's gpupool.MemoryModel as the report shows it: the
+// calibrated bytes ≈ base + perRow·rows + perToken·rows·len +
+// perTokenLen·rows·len² with the fit's held-out error, what admission
+// counts beside the weights and the arena, the arena cap, and how many rows
+// of the model's longest pairs the planner lets one batch have on an
+// otherwise idle GPU (MaxRows in the model's Room of its budget).
 type MemoryModel struct {
 	BaseBytes           float64 `json:"base_bytes"`
 	PerRowBytes         float64 `json:"per_row_bytes"`
@@ -472,7 +473,7 @@ func checkCPU(ctx context.Context, m *model.Model, o Options, pairs []model.Pair
 		c.Problem = problemOf(err)
 		return c
 	}
-	if st := pool.Stats(); mem != nil && len(st.Devices) > 0 && st.Devices[0].BatchBytes == 0 {
+	if st := pool.Stats(); mem != nil && len(st.Devices) > 0 && st.Devices[0].Memory.BudgetBytes == 0 {
 		b.skip("cpu: memory per batch not measured: none kept in CPU_CALIBRATION_CACHE (the service measures and keeps it at its first start); this pool's batches are bounded by rows and tokens only")
 	}
 	defer closeNVML()
@@ -657,14 +658,13 @@ func checkGPU(ctx context.Context, m *model.Model, o Options, probe gpupool.Prob
 	c.MaxBatchTokens, c.MaxBatchRows = pool.BatchShape()
 	st := pool.Stats().Devices[0]
 	c.Workers = st.Workers
-	budget := scfg.GPUMemFraction * float64(d.TotalMemory)
-	if b := scfg.GPUMemBudget.Of(d.TotalMemory); b > 0 {
-		budget = math.Min(budget, float64(b))
-	}
-	c.Memory = &MemoryModel{BaseBytes: st.EstimateBase, PerRowBytes: st.EstimatePerRow, PerTokenBytes: st.EstimatePerToken,
-		PerTokenLenBytes: st.EstimatePerTokenLen, HeldOutError: st.EstimateHeldOut, WeightBytes: st.WeightBytes,
-		BesideArenaBytes: st.BesideArenaBytes, BesideArenaMeasured: st.BesideArenaMeasured, ArenaLimitBytes: gpupool.ArenaLimit(dev, scfg)}
-	c.Memory.MaxRowsAtModelMax = st.MaxRows(m.MaxLength, budget-float64(st.WeightBytes)-st.BesideArenaBytes)
+	// The pool's own memory model: the budget it admits against and the
+	// room it cuts batches to (headroom included), not a recomputation.
+	mm := st.Memory
+	c.Memory = &MemoryModel{BaseBytes: mm.Base, PerRowBytes: mm.PerRow, PerTokenBytes: mm.PerToken,
+		PerTokenLenBytes: mm.PerTokenLen, HeldOutError: mm.HeldOut, WeightBytes: mm.WeightBytes,
+		BesideArenaBytes: mm.BesideArenaBytes, BesideArenaMeasured: mm.BesideArenaMeasured, ArenaLimitBytes: gpupool.ArenaLimit(dev, scfg),
+		MaxRowsAtModelMax: mm.MaxRows(m.MaxLength, mm.Room(mm.BudgetBytes))}
 	// The GPU's share: the CPU reference still has to run after it.
 	share := func() time.Duration { return b.left() / 2 }
 	scores, perPair, err := scoreSample(ctx, pool.ScorePairs, pairs, chunkPairs(o), share)

@@ -96,7 +96,7 @@ type Shape struct {
 	// PeakBytes is this process's device memory after the shape's runs
 	// (ORT's arena keeps its high-water mark until released), ActivationBytes
 	// that less the idle footprint, PredictedBytes what the pool's admission
-	// reserves for the shape (gpupool.DeviceStats.EstimateBytes: the
+	// reserves for the shape (gpupool.MemoryModel.Bytes: the
 	// calibrated model, intercept and margins included). Files from before
 	// 2026-11-27 have the model's slopes only there.
 	PeakBytes       uint64  `json:"peak_bytes"`
@@ -367,12 +367,13 @@ func benchCommand(ctx context.Context, e cli.Env, args []string) error {
 	} else {
 		st := pool.Stats().Devices[0]
 		c := &b.Calibrated
-		c.Base, c.PerRow, c.PerToken, c.PerTokenLen, c.HeldOut = st.EstimateBase, st.EstimatePerRow, st.EstimatePerToken, st.EstimatePerTokenLen, st.EstimateHeldOut
-		b.MarginBytes = uint64(max(0, float64(st.WeightBytes)+st.BesideArenaBytes-float64(b.WeightBytes)))
-		b.MarginMeasured = st.BesideArenaMeasured
+		mm := st.Memory
+		c.Base, c.PerRow, c.PerToken, c.PerTokenLen, c.HeldOut = mm.Base, mm.PerRow, mm.PerToken, mm.PerTokenLen, mm.HeldOut
+		b.MarginBytes = uint64(max(0, float64(mm.WeightBytes)+mm.BesideArenaBytes-float64(b.WeightBytes)))
+		b.MarginMeasured = mm.BesideArenaMeasured
 		_ = pool.Close(context.Background())
 		for i := range b.Shapes {
-			b.Shapes[i].PredictedBytes = st.EstimateBytes(b.Shapes[i].Rows, b.Shapes[i].Len)
+			b.Shapes[i].PredictedBytes = mm.Bytes(b.Shapes[i].Rows, b.Shapes[i].Len)
 		}
 		b.compareMemory()
 	}
