@@ -98,6 +98,30 @@ func TestAutoModeFallsBackToCPUWithOneWarning(t *testing.T) {
 	}
 }
 
+// TestUnavailableProbeIsLikeNoNVML: a pool handed the owner's failed NVML
+// open (UnavailableProbe) answers as one that failed to open NVML itself,
+// on any host: auto mode scores on the CPU after one warning naming the
+// cause, cuda mode fails with the cause and its remedy.
+func TestUnavailableProbeIsLikeNoNVML(t *testing.T) {
+	nvmlErr := nvmlError("init", nvml.ERROR_LIBRARY_NOT_FOUND)
+	var logs bytes.Buffer
+	f := newFakeFactory(nil)
+	p := newPool(t, f, Mode(ModeAuto), WithProbe(UnavailableProbe(nvmlErr)), Logger(zerolog.New(&logs)))
+	if devs := p.Devices(); len(devs) != 1 || devs[0].Kind != CPU {
+		t.Fatalf("auto: Devices() = %+v, want the CPU only", devs)
+	}
+	if n := strings.Count(logs.String(), `"level":"warn"`); n != 1 || !strings.Contains(logs.String(), `"problem":"no_driver"`) {
+		t.Fatalf("auto: want one warning naming no_driver, got logs:\n%s", logs.String())
+	}
+	_, err := New(testCtx(t), newFakeFactory(nil).factory, Mode(ModeCUDA), WithProbe(UnavailableProbe(nvmlErr)))
+	if !errors.Is(err, ErrNoGPU) || !strings.Contains(err.Error(), "mode cuda but no GPU works: no NVIDIA driver") {
+		t.Fatalf("cuda: err = %v, want the mode-cuda error naming the missing driver", err)
+	}
+	if _, err := UnavailableProbe(nil).Devices(); !errors.Is(err, ErrNoGPU) {
+		t.Errorf("UnavailableProbe(nil).Devices() = %v, want ErrNoGPU", err)
+	}
+}
+
 func TestCUDAModeFailsWithoutGPU(t *testing.T) {
 	requireNoNVML(t)
 	f := newFakeFactory(nil)

@@ -273,7 +273,9 @@ func withHeadroom(bytes uint64) Option { return optFunc(func(c *cfg) { c.headroo
 
 // WithProbe replaces NVML with p (tests, or a caller that owns NVML's
 // lifetime). Without it, New opens NVML itself in auto and cuda modes and
-// shuts it down at Close.
+// shuts it down at Close. NVML is opened once per process by whoever owns
+// it: an owner that could not open it passes UnavailableProbe(err), so the
+// pool does not try a second time.
 func WithProbe(p Probe) Option { return optFunc(func(c *cfg) { c.probe = p }) }
 
 // Logger sets the pool's logger (default: none).

@@ -46,6 +46,27 @@ type Probe interface {
 	Throttled(idx int) (reasons uint64, err error)
 }
 
+// UnavailableProbe is the Probe of a host where NVML could not be opened:
+// every call returns err, NewNVMLProbe's error. A caller that opens NVML
+// for the whole process (once) and failed hands it to the pool through
+// WithProbe: the pool then takes err as why no GPU works, exactly as if it
+// had opened NVML itself and failed (auto mode: the CPU, with err as the one
+// warning's reason; cuda mode: an error naming it), without loading NVML a
+// second time. A nil err reads as ErrNoGPU.
+func UnavailableProbe(err error) Probe {
+	if err == nil {
+		err = ErrNoGPU
+	}
+	return unavailableProbe{err}
+}
+
+type unavailableProbe struct{ err error }
+
+func (u unavailableProbe) Devices() ([]DeviceInfo, error)                 { return nil, u.err }
+func (u unavailableProbe) MemoryInfo(int) (uint64, uint64, uint64, error) { return 0, 0, 0, u.err }
+func (u unavailableProbe) Utilization(int) (uint32, error)                { return 0, u.err }
+func (u unavailableProbe) Throttled(int) (uint64, error)                  { return 0, u.err }
+
 // Typed NVML outcomes. The NVML adapter maps nvml.Return codes onto these in
 // one place (nvmlError), so the rest of the pool reasons about states, not
 // driver codes.

@@ -23,21 +23,24 @@ const (
 	// RewriteMask replaces each layer's Where → Softmax → Where by one
 	// additive key mask for all layers (attnmask.go).
 	RewriteMask = "mask"
+	// RewriteSkipLayerNorm fuses each residual Add (and the dense
+	// product's bias) with its LayerNorm (skipln.go).
+	RewriteSkipLayerNorm = "skipln"
 )
 
 // DefaultAttentionRewrites is every attention rewrite that is on unless a
 // setting says otherwise.
-const DefaultAttentionRewrites = RewriteAlign + "," + RewriteScale + "," + RewriteMask
+const DefaultAttentionRewrites = RewriteAlign + "," + RewriteScale + "," + RewriteMask + "," + RewriteSkipLayerNorm
 
 // AttentionRewriteNames is every rewrite ParseAttentionRewrites knows.
-var AttentionRewriteNames = []string{RewriteAlign, RewriteScale, RewriteMask}
+var AttentionRewriteNames = []string{RewriteAlign, RewriteScale, RewriteMask, RewriteSkipLayerNorm}
 
 // alignPositions is the multiple RewriteAlign widens windows to: fp16
 // tensor-core GEMMs want every dimension a multiple of 8.
 const alignPositions = 8
 
 // attnSteps is a parsed ATTENTION_REWRITES.
-type attnSteps struct{ align, scale, mask bool }
+type attnSteps struct{ align, scale, mask, skipLN bool }
 
 // ParseAttentionRewrites checks a comma-separated list of rewrite names
 // (AttentionRewriteNames; "none" for none, "" for the defaults) and returns
@@ -63,6 +66,8 @@ func parseAttnSteps(s string) (attnSteps, error) {
 			st.scale = true
 		case RewriteMask:
 			st.mask = true
+		case RewriteSkipLayerNorm:
+			st.skipLN = true
 		case "none":
 		default:
 			return st, fmt.Errorf("unknown attention rewrite %q (known: %s, or none)", f, strings.Join(AttentionRewriteNames, ", "))
@@ -76,7 +81,7 @@ func (st attnSteps) String() string {
 	for _, s := range []struct {
 		on   bool
 		name string
-	}{{st.align, RewriteAlign}, {st.scale, RewriteScale}, {st.mask, RewriteMask}} {
+	}{{st.align, RewriteAlign}, {st.scale, RewriteScale}, {st.mask, RewriteMask}, {st.skipLN, RewriteSkipLayerNorm}} {
 		if s.on {
 			on = append(on, s.name)
 		}
@@ -90,9 +95,11 @@ func (st attnSteps) String() string {
 // attnStats is what rewriteAttention did.
 type attnStats struct {
 	rel relAttnStats
-	// mask is the mask step's count, maskKept why it changed nothing.
-	mask     maskStats
-	maskKept error
+	// mask and skipLN are those steps' counts, kept why a step asked
+	// for changed nothing.
+	mask   maskStats
+	skipLN skipLNStats
+	kept   []error
 }
 
 func (s attnStats) String() string {
@@ -100,8 +107,11 @@ func (s attnStats) String() string {
 	if s.mask.Softmaxes > 0 {
 		done = append(done, s.mask.String())
 	}
-	if s.maskKept != nil {
-		done = append(done, "mask kept: "+s.maskKept.Error())
+	if s.skipLN.Fused > 0 {
+		done = append(done, s.skipLN.String())
+	}
+	for _, err := range s.kept {
+		done = append(done, "kept: "+err.Error())
 	}
 	return strings.Join(done, "; ")
 }
@@ -110,8 +120,9 @@ func (s attnStats) String() string {
 // asked for, on g in place. A graph the relative-attention rewrite does
 // not recognise comes back untouched with its error; the other steps then
 // do not run (they are DeBERTa's).
-func rewriteAttention(g *onnxpb.GraphProto, opset int64, steps attnSteps) (attnStats, error) {
+func rewriteAttention(m *onnxpb.ModelProto, steps attnSteps) (attnStats, error) {
 	var st attnStats
+	g, opset := m.GetGraph(), defaultOpset(m)
 	opts := relAttnOptions{scale: steps.scale}
 	if steps.align {
 		opts.align = alignPositions
@@ -124,9 +135,18 @@ func rewriteAttention(g *onnxpb.GraphProto, opset int64, steps attnSteps) (attnS
 		st.mask, err = rewriteMask(g, opset)
 		switch {
 		case errors.Is(err, errNoMaskedSoftmax):
-			st.maskKept = err
+			st.kept = append(st.kept, err)
 		case err != nil:
 			return st, fmt.Errorf("mask: %w", err)
+		}
+	}
+	if steps.skipLN {
+		st.skipLN, err = rewriteSkipLayerNorm(m)
+		switch {
+		case errors.Is(err, errNoSkipLayerNorm):
+			st.kept = append(st.kept, err)
+		case err != nil:
+			return st, fmt.Errorf("skipln: %w", err)
 		}
 	}
 	return st, nil

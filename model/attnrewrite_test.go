@@ -22,8 +22,11 @@ func TestAttentionRewriteStructure(t *testing.T) {
 	for family, path := range relAttnGraphs(t) {
 		t.Run(family, func(t *testing.T) {
 			rewritten, st := rewrittenFileWith(t, path, mustParseSteps(t, ""))
-			if st.rel.ScalesMoved != 4 || st.rel.Align != alignPositions || st.mask.Softmaxes != 2 || st.mask.Masks != 1 {
-				t.Errorf("%v; want 4 scales moved, windows aligned to %d, 2 softmaxes sharing 1 mask", st, alignPositions)
+			// Two layers: 2 c2p/p2c scales each, one softmax each, a
+			// residual LayerNorm after attention and after the FFN.
+			if st.rel.ScalesMoved != 4 || st.rel.Align != alignPositions || st.mask.Softmaxes != 2 || st.mask.Masks != 1 ||
+				st.skipLN.Fused != 4 || st.skipLN.WithBias != 4 {
+				t.Errorf("%v; want 4 scales moved, windows aligned to %d, 2 softmaxes sharing 1 mask, 4 LayerNorms fused with their bias", st, alignPositions)
 			}
 			for name, p := range map[string]string{"exported": path, "rewritten": rewritten} {
 				g := readTestGraph(t, p)
@@ -74,7 +77,7 @@ func TestAttentionRewriteSteps(t *testing.T) {
 	short := []int{48, 48, 20, 7}
 	shortIDs := randomBatch(rng, short, 1000)
 	wantShort := rawLogits(t, path, shortIDs, short)
-	for _, steps := range []string{"none", RewriteAlign, RewriteScale, RewriteMask, DefaultAttentionRewrites} {
+	for _, steps := range []string{"none", RewriteAlign, RewriteScale, RewriteMask, RewriteSkipLayerNorm, DefaultAttentionRewrites} {
 		t.Run(steps, func(t *testing.T) {
 			rewritten, st := rewrittenFileWith(t, path, mustParseSteps(t, steps))
 			d := max(maxDiff(want, rawLogits(t, rewritten, fx.InputIDs, fx.Lengths)),

@@ -304,7 +304,7 @@ func (m *Model) prepareGraph(keep bool, steps attnSteps) error {
 	m.graphDir, m.dataFiles = lg.dir, lg.files
 	if keep {
 		m.GraphRewrite = "graph as exported: relative-attention rewrite off"
-	} else if st, err := rewriteAttention(lg.m.GetGraph(), defaultOpset(lg.m), steps); err != nil {
+	} else if st, err := rewriteAttention(lg.m, steps); err != nil {
 		m.GraphRewrite = "graph as exported: " + err.Error()
 		// A failed rewrite may have left the graph half changed.
 		if lg, err = readLeanGraph(m.ONNXPath); err != nil {

@@ -65,7 +65,7 @@ func rewrittenFileWith(t *testing.T, path string, steps attnSteps) (string, attn
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := rewriteAttention(lg.m.GetGraph(), defaultOpset(lg.m), steps)
+	st, err := rewriteAttention(lg.m, steps)
 	if err != nil {
 		t.Fatalf("rewriting %s: %v", path, err)
 	}
@@ -396,7 +396,7 @@ func TestRelAttentionUnrecognised(t *testing.T) {
 	}
 	g.Node = nodes
 	before := proto.Clone(g)
-	if _, err := rewriteAttention(g, defaultOpset(lg.m), mustParseSteps(t, "")); !errors.Is(err, errNoRelAttention) {
+	if _, err := rewriteAttention(lg.m, mustParseSteps(t, "")); !errors.Is(err, errNoRelAttention) {
 		t.Fatalf("rewrite of a broken pattern: %v; want errNoRelAttention", err)
 	}
 	if !proto.Equal(before, g) {

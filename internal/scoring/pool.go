@@ -77,9 +77,10 @@ func NewPool(ctx context.Context, cfg config.Config, m *model.Model, log zerolog
 	return pool, closeNVML, nil
 }
 
-// openProbe opens NVML unless DEVICE=cpu; nil when NVML is unavailable
-// under DEVICE=auto (the pool then logs its CPU fallback once, with its own
-// reason), an error naming the cause under DEVICE=cuda.
+// openProbe opens NVML unless DEVICE=cpu; under DEVICE=auto, when NVML is
+// unavailable, gpupool.UnavailableProbe with the reason, so the pool logs
+// its CPU fallback once with it and does not open NVML a second time; an
+// error naming the cause under DEVICE=cuda.
 func openProbe(ctx context.Context, cfg config.Config, log zerolog.Logger) (gpupool.Probe, func(), error) {
 	if cfg.Device == string(gpupool.ModeCPU) {
 		return nil, nil, nil
@@ -98,7 +99,7 @@ func openProbe(ctx context.Context, cfg config.Config, log zerolog.Logger) (gpup
 		return nil, nil, fmt.Errorf("DEVICE=cuda: %w", err)
 	}
 	log.Debug().Err(err).Msg("NVML unavailable")
-	return nil, nil, nil
+	return gpupool.UnavailableProbe(err), func() {}, nil
 }
 
 // LogBuilt logs, at debug level, what a scorer built from cfg runs with:
