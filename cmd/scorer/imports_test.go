@@ -110,3 +110,58 @@ func hasPrefix(s string, prefixes []string) bool {
 	}
 	return false
 }
+
+// TestOneBuilder: scoring.Open is the only way from the settings to a pool
+// and a scorer, so no package but internal/scoring calls gpupool.New, opens
+// NVML (gpupool.NewNVMLProbe) or starts ONNX Runtime (model.InitRuntime);
+// gpupool and model themselves, and tests, aside. A command that built its
+// own pool would measure a scorer the service never runs (bench did: no
+// score cache, no topic sizing) and break the rule only scoring.Runtime
+// keeps: after a pool that did not finish closing, never unload NVML or ORT.
+func TestOneBuilder(t *testing.T) {
+	cmd := exec.Command("go", "list", "-f", "{{.ImportPath}} {{.Dir}} {{join .GoFiles \" \"}} {{join .CgoFiles \" \"}}", "./...")
+	cmd.Dir = testenv.RepoRoot()
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	builders := map[string]map[string]bool{ // import path → its functions only internal/scoring calls
+		module + "gpupool": {"New": true, "NewNVMLProbe": true},
+		module + "model":   {"InitRuntime": true},
+	}
+	fset := token.NewFileSet()
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		pkg := strings.TrimPrefix(f[0], module)
+		if pkg == "internal/scoring" || pkg == "gpupool" || strings.HasPrefix(pkg, "gpupool/") || pkg == "model" || strings.HasPrefix(pkg, "model/") {
+			continue
+		}
+		for _, name := range f[2:] {
+			af, err := parser.ParseFile(fset, filepath.Join(f[1], name), nil, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			local := map[string]map[string]bool{} // the file's name for a builder package → its builders
+			for _, im := range af.Imports {
+				path := strings.Trim(im.Path.Value, `"`)
+				if fns, ok := builders[path]; ok {
+					n := filepath.Base(path)
+					if im.Name != nil {
+						n = im.Name.Name
+					}
+					local[n] = fns
+				}
+			}
+			ast.Inspect(af, func(n ast.Node) bool {
+				if sel, ok := n.(*ast.SelectorExpr); ok {
+					if id, ok := sel.X.(*ast.Ident); ok && local[id.Name][sel.Sel.Name] {
+						t.Errorf("%s: %s.%s: only internal/scoring builds pools and starts NVML and ONNX Runtime; use scoring.Open (and a scoring.Runtime)",
+							fset.Position(sel.Pos()), id.Name, sel.Sel.Name)
+					}
+				}
+				return true
+			})
+		}
+	}
+}

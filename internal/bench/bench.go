@@ -1,7 +1,9 @@
 // Package bench is `scorer bench`, the benchmark harness (docs/benchmarks.md):
 // the pipeline against raw ONNX Runtime, padding, tokenizer share, latency,
 // memory under a backlog, CPU scaling, batch shapes, the revision workload
-// and int8. It drives the service's own wiring (internal/service) so the
+// and int8. Its scorers are the service's (scoring.Open, with wrappers that
+// record batches), and its pipeline runs the service's Kafka side
+// (internal/streaming: topics, producer, consumer) around them, so the
 // numbers are the service's; nothing imports this package but the binary.
 // Children (broker, scorer) are this same executable re-run with a
 // subcommand, so it only works inside the scorer binary.
@@ -186,11 +188,13 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	shutdownORT, err := scoring.InitORT(cfg.ORTLib)
+	// ONNX Runtime and NVML for every scorer the sections open (scoring.Open
+	// on rt), closed after the last one by the stacks' rule.
+	rt, err := scoring.StartRuntime(cfg.ORTLib, log)
 	if err != nil {
 		return err
 	}
-	defer shutdownORT()
+	defer rt.Close()
 
 	rows, err := intList(bf.shapeRows)
 	if err != nil {
@@ -218,7 +222,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 		if err != nil {
 			return fmt.Errorf("bench: model dir: %w", err)
 		}
-		mr, err := benchModel(ctx, e, cfg, bf, log, mt, dir, corpus, len(dirs) > 1, skip, threads, workers, multiples)
+		mr, err := benchModel(ctx, e, rt, cfg, bf, log, mt, dir, corpus, len(dirs) > 1, skip, threads, workers, multiples)
 		if err != nil {
 			return fmt.Errorf("bench: %s: %w", filepath.Base(dir), err)
 		}
@@ -238,7 +242,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 			}
 			t = []int{slices.Max(tokens)}
 		}
-		pr, err := benchPerf(ctx, e, cfg, bf, mt, dir, corpus, skip, large, r, t, plans)
+		pr, err := benchPerf(ctx, e, rt, cfg, bf, mt, dir, corpus, skip, large, r, t, plans)
 		if err != nil {
 			return fmt.Errorf("bench: %s: %w", filepath.Base(dir), err)
 		}
@@ -290,7 +294,7 @@ func report(e cli.Env, rep *benchReport, md, jsonPath string, skip map[string]bo
 }
 
 // benchModel runs every section for one model folder.
-func benchModel(ctx context.Context, e cli.Env, cfg config.Config, bf benchFlags, log zerolog.Logger, mt *meter, dir string, corpus []corpusLine, several bool, skip map[string]bool, threads, workers, multiples []int) (modelReport, error) {
+func benchModel(ctx context.Context, e cli.Env, rt *scoring.Runtime, cfg config.Config, bf benchFlags, log zerolog.Logger, mt *meter, dir string, corpus []corpusLine, several bool, skip map[string]bool, threads, workers, multiples []int) (modelReport, error) {
 	cfg.ModelDir = dir
 	m, err := scoring.LoadModel(cfg)
 	if err != nil {
@@ -318,7 +322,7 @@ func benchModel(ctx context.Context, e cli.Env, cfg config.Config, bf benchFlags
 	progress(e, "%s: pipeline, %d transcripts (%d pairs), as fast as possible", m.Name, len(sample), pairsOf(sample, labels))
 	// A failed section fails the whole run, so only a finished span counts.
 	endPipeline := mt.begin("pipeline")
-	run, err := runPipeline(ctx, cfg, m, log, pipelineOpts{records: recs, keys: keys, keep: true, timeout: bf.pipelineDeadline, profile: prof})
+	run, err := runPipeline(ctx, rt, cfg, m, log, pipelineOpts{records: recs, keys: keys, keep: true, timeout: bf.pipelineDeadline, profile: prof})
 	if err != nil {
 		return mr, fmt.Errorf("pipeline: %w", err)
 	}
@@ -330,6 +334,10 @@ func benchModel(ctx context.Context, e cli.Env, cfg config.Config, bf benchFlags
 	tp := throughputResult{Transcripts: len(sample), Pairs: run.pairs, Batches: len(run.rec.batches), Device: run.device.Label(),
 		PipelineSeconds: run.wall.Seconds(), RawSeconds: rawDur.Seconds(), Target: 0.90}
 	tp.PipelinePairsPerSec = float64(run.pairs) / run.wall.Seconds()
+	// The service's score cache answers repeated pairs without the engine:
+	// what the pipeline served, against what it inferred.
+	tp.SamplePairs, tp.CacheHits = pairsOf(sample, labels), run.cache.Hits
+	tp.ServedPairsPerSec = float64(tp.SamplePairs) / run.wall.Seconds()
 	tp.RawPairsPerSec = float64(rawPairs) / rawDur.Seconds()
 	var engine time.Duration
 	for _, b := range run.rec.batches {
@@ -365,7 +373,7 @@ func benchModel(ctx context.Context, e cli.Env, cfg config.Config, bf benchFlags
 		recs, keys, _ := splitLines(short)
 		progress(e, "%s: latency, %d short transcripts (%d pairs) at %g/s", m.Name, len(short), pairsOf(short, labels), bf.latencyRate)
 		end := mt.begin("latency")
-		lr, err := runPipeline(ctx, cfg, m, log, pipelineOpts{records: recs, keys: keys, rate: bf.latencyRate, timeout: bf.pipelineDeadline})
+		lr, err := runPipeline(ctx, rt, cfg, m, log, pipelineOpts{records: recs, keys: keys, rate: bf.latencyRate, timeout: bf.pipelineDeadline})
 		end()
 		if err != nil {
 			return mr, fmt.Errorf("latency: %w", err)
@@ -385,7 +393,7 @@ func benchModel(ctx context.Context, e cli.Env, cfg config.Config, bf benchFlags
 		sevs := scalingEvents(sample, bf.scalingPairs, labels)
 		progress(e, "%s: CPU scaling, threads %v × workers %v", m.Name, threads, workers)
 		end := mt.begin("scaling")
-		pts, err := runScaling(ctx, cfg, m, sevs, threads, workers, bf.scalingRounds)
+		pts, err := runScaling(ctx, rt, cfg, m, sevs, threads, workers, bf.scalingRounds)
 		end()
 		if err != nil {
 			return mr, err
@@ -421,7 +429,7 @@ func benchModel(ctx context.Context, e cli.Env, cfg config.Config, bf benchFlags
 // benchPerf runs the sections about doing less work per pair for one model
 // folder: CPU batch shapes, the revision workload (not on the large
 // stand-in: its cache behaviour is the small models'), fp32 vs int8.
-func benchPerf(ctx context.Context, e cli.Env, cfg config.Config, bf benchFlags, mt *meter, dir string, corpus []corpusLine, skip map[string]bool, large bool, rows, tokens []int, plans []cpuShape) (perfReport, error) {
+func benchPerf(ctx context.Context, e cli.Env, rt *scoring.Runtime, cfg config.Config, bf benchFlags, mt *meter, dir string, corpus []corpusLine, skip map[string]bool, large bool, rows, tokens []int, plans []cpuShape) (perfReport, error) {
 	cfg.ModelDir, cfg.ModelFile = dir, ""
 	m, err := scoring.LoadModel(cfg)
 	if err != nil {
@@ -450,7 +458,7 @@ func benchPerf(ctx context.Context, e cli.Env, cfg config.Config, bf benchFlags,
 		}
 		progress(e, "%s: CPU batch shapes, rows %v × tokens %v × plans %s, %d round(s)", pr.Model, rows, tokens, bf.shapePlans, rounds)
 		end := mt.begin(section("shapes"))
-		pr.Shapes, err = runShapes(ctx, cfg, m, evs, rows, tokens, plans, rounds)
+		pr.Shapes, err = runShapes(ctx, rt, cfg, m, evs, rows, tokens, plans, rounds)
 		end()
 		if err != nil {
 			return pr, err
@@ -465,7 +473,7 @@ func benchPerf(ctx context.Context, e cli.Env, cfg config.Config, bf benchFlags,
 			capBytes = 256 << 20 // SCORE_CACHE_BYTES=0 turns the service's cache off, not this section
 		}
 		end := mt.begin("revision")
-		pr.Revision, err = runRevision(ctx, cfg, m, evs, bf.revisionVers, bf.revisionEdit, capBytes, bf.revisionCap, bf.revisionRnds)
+		pr.Revision, err = runRevision(ctx, rt, cfg, m, evs, bf.revisionVers, bf.revisionEdit, capBytes, bf.revisionCap, bf.revisionRnds)
 		end()
 		if err != nil {
 			return pr, err
@@ -483,7 +491,7 @@ func benchPerf(ctx context.Context, e cli.Env, cfg config.Config, bf benchFlags,
 			rounds = 1
 		}
 		end := mt.begin(section("int8"))
-		pr.Int8, err = runInt8(ctx, cfg, dir, evs, rounds)
+		pr.Int8, err = runInt8(ctx, rt, cfg, dir, evs, rounds)
 		end()
 		if err != nil {
 			return pr, err

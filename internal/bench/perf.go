@@ -61,31 +61,27 @@ func (s cpuShape) apply(cfg config.Config) config.Config {
 // cpuScorer is a CPU pool with a TranscriptScorer over it, optionally
 // through a score cache.
 type cpuScorer struct {
+	stack *scoring.Stack
 	pool  *gpupool.Pool
 	ts    *model.TranscriptScorer
 	plain *model.TranscriptScorer // without the cache, for the warm-up
 }
 
-func newCPUScorer(ctx context.Context, cfg config.Config, m *model.Model, cache *scorecache.Cache) (*cpuScorer, error) {
-	// The pool the service builds with DEVICE=cpu: its batch shape, CPU
-	// plan and memory budget, from cfg.
+// newCPUScorer opens the stack the service builds with DEVICE=cpu (its
+// batch shape, CPU plan and memory budget, from cfg) on rt and m, with
+// cache as its score cache (nil: none, whatever SCORE_CACHE_BYTES says:
+// these sections measure the engine, and revision brings its own caches).
+func newCPUScorer(ctx context.Context, rt *scoring.Runtime, cfg config.Config, m *model.Model, cache *scorecache.Cache) (*cpuScorer, error) {
 	cfg.Device = string(gpupool.ModeCPU)
-	pool, closeNVML, err := scoring.NewPool(ctx, cfg, m, zerolog.Nop(), nil, nil)
+	stack, err := scoring.Open(ctx, cfg, zerolog.Nop(), nil, scoring.OnRuntime(rt), scoring.WithModel(m), scoring.WithCache(cache))
 	if err != nil {
 		return nil, err
 	}
-	closeNVML() // DEVICE=cpu opened none
-	lc := cfg.LabelConfig()
-	var opts []model.ScorerOption
-	if cache != nil {
-		opts = append(opts, model.WithCache(cache))
-	}
-	cs := &cpuScorer{pool: pool}
-	if cs.ts, err = model.NewTranscriptScorer(m, lc, pool, opts...); err == nil {
-		cs.plain, err = model.NewTranscriptScorer(m, lc, pool)
-	}
-	if err != nil {
-		_ = pool.Close(context.Background())
+	cs := &cpuScorer{stack: stack, pool: stack.Pool, ts: stack.Scorer}
+	// The warm-up must not fill the cache the measurement reads: a second
+	// scorer over the same pool, without it.
+	if cs.plain, err = model.NewTranscriptScorer(stack.Model, stack.Labels, stack.Pool); err != nil {
+		_ = stack.Close(context.Background())
 		return nil, err
 	}
 	return cs, nil
@@ -103,13 +99,13 @@ func (cs *cpuScorer) warm(ctx context.Context, ev schema.TranscriptEvent) error 
 	return err
 }
 
-func (cs *cpuScorer) close() { _ = cs.pool.Close(context.Background()) }
+func (cs *cpuScorer) close() { _ = cs.stack.Close(context.Background()) }
 
 // runShapes measures every rows × tokens × (workers, threads) setting on
 // the same events in interleaved rounds, keeping each setting's best round
 // by wall time and by CPU time (a burst from another tenant then spoils
 // one round, not a setting).
-func runShapes(ctx context.Context, cfg config.Config, m *model.Model, evs []schema.TranscriptEvent, rows, tokens []int, plans []cpuShape, rounds int) ([]shapePoint, error) {
+func runShapes(ctx context.Context, rt *scoring.Runtime, cfg config.Config, m *model.Model, evs []schema.TranscriptEvent, rows, tokens []int, plans []cpuShape, rounds int) ([]shapePoint, error) {
 	var out []shapePoint
 	for round := range rounds {
 		i := 0
@@ -117,7 +113,7 @@ func runShapes(ctx context.Context, cfg config.Config, m *model.Model, evs []sch
 			for _, t := range tokens {
 				for _, r := range rows {
 					s := cpuShape{Rows: r, Tokens: t, Workers: p.Workers, Threads: p.Threads}
-					pt, err := timeShape(ctx, cfg, m, evs, s)
+					pt, err := timeShape(ctx, rt, cfg, m, evs, s)
 					if err != nil {
 						return nil, fmt.Errorf("bench: shape %+v: %w", s, err)
 					}
@@ -137,8 +133,8 @@ func runShapes(ctx context.Context, cfg config.Config, m *model.Model, evs []sch
 
 // timeShape scores evs[1:] in one call (the engine sees every pair at
 // once, as under a backlog) after a warm-up on evs[0].
-func timeShape(ctx context.Context, cfg config.Config, m *model.Model, evs []schema.TranscriptEvent, s cpuShape) (shapePoint, error) {
-	cs, err := newCPUScorer(ctx, s.apply(cfg), m, nil)
+func timeShape(ctx context.Context, rt *scoring.Runtime, cfg config.Config, m *model.Model, evs []schema.TranscriptEvent, s cpuShape) (shapePoint, error) {
+	cs, err := newCPUScorer(ctx, rt, s.apply(cfg), m, nil)
 	if err != nil {
 		return shapePoint{}, err
 	}
@@ -264,7 +260,7 @@ func editSentence(s string, v int) string {
 // runRevision scores the workload through a CPU pool, chunk transcripts
 // per call as the consumer batches them: cache off and on at capBytes in
 // alternating rounds (each keeps its best), then once at cappedBytes.
-func runRevision(ctx context.Context, cfg config.Config, m *model.Model, evs []schema.TranscriptEvent, versions int, share float64, capBytes, cappedBytes int64, rounds int) (*revisionResult, error) {
+func runRevision(ctx context.Context, rt *scoring.Runtime, cfg config.Config, m *model.Model, evs []schema.TranscriptEvent, versions int, share float64, capBytes, cappedBytes int64, rounds int) (*revisionResult, error) {
 	work := revisionWorkload(evs, versions, share)
 	r := &revisionResult{Transcripts: len(evs), Versions: versions, EditShare: share, CacheCapBytes: capBytes,
 		CappedCapBytes: cappedBytes, SavedTarget: 0.60, SpeedupTarget: 2.5}
@@ -275,7 +271,7 @@ func runRevision(ctx context.Context, cfg config.Config, m *model.Model, evs []s
 	}
 	chunk := max(cfg.BatchMaxMessages, 1)
 	run := func(cache *scorecache.Cache, after func()) (inferred uint64, wall, cpu time.Duration, err error) {
-		cs, err := newCPUScorer(ctx, cfg, m, cache)
+		cs, err := newCPUScorer(ctx, rt, cfg, m, cache)
 		if err != nil {
 			return 0, 0, 0, err
 		}
@@ -373,7 +369,7 @@ const int8File = "onnx/model_quantized.onnx"
 // the default shape, alternating over rounds (each keeps its best), and
 // compares their scores with internal/compare. It returns nil when the
 // folder has no int8 file.
-func runInt8(ctx context.Context, cfg config.Config, dir string, evs []schema.TranscriptEvent, rounds int) (*int8Result, error) {
+func runInt8(ctx context.Context, rt *scoring.Runtime, cfg config.Config, dir string, evs []schema.TranscriptEvent, rounds int) (*int8Result, error) {
 	if _, err := os.Stat(filepath.Join(dir, int8File)); err != nil {
 		return nil, nil
 	}
@@ -386,7 +382,7 @@ func runInt8(ctx context.Context, cfg config.Config, dir string, evs []schema.Tr
 			if err != nil {
 				return nil, err
 			}
-			cs, err := newCPUScorer(ctx, c, m, nil)
+			cs, err := newCPUScorer(ctx, rt, c, m, nil)
 			if err != nil {
 				return nil, err
 			}

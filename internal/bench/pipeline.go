@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"runtime/pprof"
@@ -21,8 +20,9 @@ import (
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/produce"
 	"github.com/scorer/scorer/internal/scoring"
+	"github.com/scorer/scorer/internal/streaming"
 	"github.com/scorer/scorer/model"
-	"github.com/scorer/scorer/producer"
+	"github.com/scorer/scorer/model/scorecache"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -174,19 +174,18 @@ func (s *ackSink) DeadLetter(ctx context.Context, dls []schema.DeadLetter) error
 	return nil
 }
 
-// newBenchPool builds the pool through the same NewPool and session config
-// as Open, except that each engine is wrapped to record its batches.
-func newBenchPool(ctx context.Context, cfg config.Config, m *model.Model, log zerolog.Logger, reg prometheus.Registerer, rec *batchRecorder) (*gpupool.Pool, func(), error) {
-	record := func(inner gpupool.EngineFactory) gpupool.EngineFactory {
+// recordBatches wraps the pool's engine factory so that each engine
+// records its batches in rec (nil: none).
+func recordBatches(rec *batchRecorder, maxLength int) func(gpupool.EngineFactory) gpupool.EngineFactory {
+	return func(inner gpupool.EngineFactory) gpupool.EngineFactory {
 		return func(d gpupool.Device) (gpupool.Engine, error) {
 			e, err := inner(d)
 			if err != nil || rec == nil {
 				return e, err
 			}
-			return recordingEngine{Engine: e, rec: rec, maxLength: m.MaxLength}, nil
+			return recordingEngine{Engine: e, rec: rec, maxLength: maxLength}, nil
 		}
 	}
-	return scoring.NewPool(ctx, cfg, m, log, reg, record)
 }
 
 // pipelineOpts says what one pipeline run produces and how.
@@ -214,13 +213,19 @@ type pipelineRun struct {
 	// shapeTokens and shapeRows are the batch caps the pool planned under.
 	shapeTokens, shapeRows int
 	dlq                    int
+	// cache is the score cache's counts over the run (zero without one).
+	cache scorecache.Stats
 }
 
-// runPipeline runs the real service stack in this process — pool, model,
-// TranscriptScorer, consumer and producer wired as Run wires them —
-// against `scorer broker` in a child process, produces the records and waits
-// until every one is acknowledged on the output topic.
-func runPipeline(ctx context.Context, cfg config.Config, m *model.Model, log zerolog.Logger, o pipelineOpts) (*pipelineRun, error) {
+// runPipeline runs what `scorer run` runs, in this process: the topics
+// readied and sized (streaming.Prepare), the scoring stack (scoring.Open:
+// model, pool, score cache, TranscriptScorer, on rt), the producer and the
+// consumer (streaming), against `scorer broker` in a child process; then it
+// produces the records and waits until every one is acknowledged on the
+// output topic. What the bench adds are wrappers: the engines record their
+// batches, the pool's callers their pairs in arrival order, the consumer's
+// scorer its batch times and its sink each acknowledgement.
+func runPipeline(ctx context.Context, rt *scoring.Runtime, cfg config.Config, m *model.Model, log zerolog.Logger, o pipelineOpts) (*pipelineRun, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
 	broker, addr, err := startBrokerChild(ctx, cfg.InputPartitions)
@@ -229,48 +234,45 @@ func runPipeline(ctx context.Context, cfg config.Config, m *model.Model, log zer
 	}
 	defer broker.stop(2 * time.Second)
 	cfg.KafkaBrokers = []string{addr}
-	// The child broker speaks plaintext and listens already: its topics
-	// are created at once.
-	var sec config.KafkaSecurity
-	topics := []producer.TopicSpec{{Name: cfg.InputTopic, Partitions: cfg.InputPartitions}, {Name: cfg.OutputTopic, Partitions: cfg.InputPartitions}, {Name: cfg.DLQTopic, Partitions: 1}}
-	if err := producer.EnsureTopics(ctx, cfg.KafkaBrokers, sec.Dialer(cfg.ClientID), topics...); err != nil {
+	// The child broker has one node and starts empty, as the in-memory
+	// broker of KAFKA_BROKERS=embedded: its topics are created.
+	topics, err := streaming.Prepare(ctx, cfg, true, log)
+	if err != nil {
 		return nil, err
 	}
 
 	reg := prometheus.NewRegistry()
 	rec := &batchRecorder{keep: o.keep}
-	pool, cleanup, err := newBenchPool(ctx, cfg, m, log, reg, rec)
+	stack, err := scoring.Open(ctx, cfg, log, reg, scoring.OnRuntime(rt), scoring.WithModel(m),
+		scoring.WrapEngines(recordBatches(rec, m.MaxLength)),
+		scoring.WrapPairs(func(p model.PairScorer) model.PairScorer { return arrivalScorer{inner: p, rec: rec} }))
 	if err != nil {
 		return nil, err
 	}
-	defer cleanup()
 	// The CPU pool calibrates its memory model with one-row batches while
 	// it opens; they are not the run's, and would be replayed as raw work
 	// and start the time split before the first record was produced.
 	rec.reset()
-	poolClosed := false
+	stackClosed := false
 	defer func() {
-		if !poolClosed {
+		if !stackClosed {
 			// On an error or Ctrl-C, do not drain the queued batches
 			// (minutes on a CPU): cancel them after a short grace.
 			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
-			_ = pool.Close(cctx)
+			_ = stack.Close(cctx)
 		}
 	}()
-	ts, err := model.NewTranscriptScorer(m, cfg.LabelConfig(), arrivalScorer{inner: pool, rec: rec})
-	if err != nil {
-		return nil, err
-	}
+	pool := stack.Pool
 
-	prod, err := producer.New(cfg.ProducerConfig(sec), log.With().Str("component", "producer").Logger(), reg)
+	prod, err := streaming.NewProducer(topics, log, reg)
 	if err != nil {
 		return nil, err
 	}
 	defer prod.Close(context.Background())
 	sink := &ackSink{inner: prod, at: map[string]time.Time{}, target: int64(len(o.records)), all: make(chan struct{})}
-	scorer := &timingScorer{inner: ts}
-	cons, err := consumer.New(cfg.ConsumerConfig(sec), scorer, sink, log.With().Str("component", "consumer").Logger(), reg)
+	scorer := &timingScorer{inner: stack.Scorer}
+	cons, err := streaming.NewConsumer(cfg, topics, scorer, sink, log.With().Str("component", "consumer").Logger(), reg)
 	if err != nil {
 		return nil, err
 	}
@@ -288,7 +290,7 @@ func runPipeline(ctx context.Context, cfg config.Config, m *model.Model, log zer
 		}
 	}
 
-	w := produce.NewInputWriter(cfg.KafkaBrokers, cfg.InputTopic, sec.Transport(cfg.ClientID))
+	w := produce.NewInputWriter(cfg.KafkaBrokers, cfg.InputTopic, topics.Security.Transport(cfg.ClientID))
 	w.BatchTimeout = time.Millisecond // each paced record goes out at once
 	defer w.Close()
 
@@ -347,6 +349,9 @@ func runPipeline(ctx context.Context, cfg config.Config, m *model.Model, log zer
 	r.stats = pool.Stats()
 	r.shapeTokens, r.shapeRows = pool.BatchShape()
 	r.pairs = int(r.stats.Pairs)
+	if stack.Cache != nil {
+		r.cache = stack.Cache.Stats()
+	}
 	if len(r.stats.Devices) > 0 {
 		r.device = r.stats.Devices[0].Device
 		r.workers = r.stats.Devices[0].Workers
@@ -354,8 +359,8 @@ func runPipeline(ctx context.Context, cfg config.Config, m *model.Model, log zer
 	stopCons()
 	<-consDone
 	consDone <- nil // for the deferred receive
-	poolClosed = true
-	if err := pool.Close(context.Background()); err != nil && !errors.Is(err, gpupool.ErrPoolClosed) {
+	stackClosed = true
+	if err := stack.Close(context.Background()); err != nil {
 		return nil, err
 	}
 	return r, nil

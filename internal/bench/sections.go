@@ -12,6 +12,7 @@ import (
 
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/produce"
+	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
 )
@@ -61,7 +62,7 @@ type scalingPoint struct {
 // tokenization included, no Kafka) at each threads × workers setting. Kafka
 // is left out because it does not change with these settings and would only
 // add noise and minutes.
-func runScaling(ctx context.Context, cfg config.Config, m *model.Model, evs []schema.TranscriptEvent, threads, workers []int, rounds int) ([]scalingPoint, error) {
+func runScaling(ctx context.Context, rt *scoring.Runtime, cfg config.Config, m *model.Model, evs []schema.TranscriptEvent, threads, workers []int, rounds int) ([]scalingPoint, error) {
 	var out []scalingPoint
 	// Settings are measured in interleaved rounds and each keeps its best
 	// round: on a shared machine another tenant's burst then spoils one
@@ -73,7 +74,7 @@ func runScaling(ctx context.Context, cfg config.Config, m *model.Model, evs []sc
 				// The service's CPU pool with these threads and workers.
 				c := cfg
 				c.CPUThreads, c.Workers = t, w
-				cs, err := newCPUScorer(ctx, c, m, nil)
+				cs, err := newCPUScorer(ctx, rt, c, m, nil)
 				if err != nil {
 					return nil, err
 				}

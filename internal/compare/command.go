@@ -106,9 +106,6 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 			}
 			sides[i].RelAttnRewrite = on
 		}
-		// Each side scores everything itself: a cache would make the
-		// second side's throughput meaningless.
-		sides[i].ScoreCacheBytes = 0
 		if err := sides[i].Validate(); err != nil {
 			return err
 		}
@@ -124,15 +121,16 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 		return err
 	}
 
-	shutdownORT, err := scoring.InitORT(cfg.ORTLib)
+	// One runtime for both sides: ONNX Runtime is started once per process.
+	rt, err := scoring.StartRuntime(cfg.ORTLib, log)
 	if err != nil {
 		return err
 	}
-	defer shutdownORT()
+	defer rt.Close()
 
 	var runs [2]Run
 	for i, sc := range sides {
-		if runs[i], err = compareSide(ctx, sc, log, events); err != nil {
+		if runs[i], err = compareSide(ctx, rt, sc, log, events); err != nil {
 			if ctx.Err() != nil {
 				return fmt.Errorf("compare: %w", cli.ErrInterrupted)
 			}
@@ -161,24 +159,16 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	return nil
 }
 
-// compareSide opens one side's scoring stack, scores the sample and closes
-// the stack again.
-func compareSide(ctx context.Context, cfg config.Config, log zerolog.Logger, events []schema.TranscriptEvent) (Run, error) {
-	m, err := scoring.LoadModel(cfg)
+// compareSide opens one side's scoring stack on rt, scores the sample and
+// closes the stack again. Each side scores everything itself (NoCache): a
+// cache would make the second side's throughput meaningless.
+func compareSide(ctx context.Context, rt *scoring.Runtime, cfg config.Config, log zerolog.Logger, events []schema.TranscriptEvent) (Run, error) {
+	stack, err := scoring.Open(ctx, cfg, log, nil, scoring.OnRuntime(rt), scoring.NoCache())
 	if err != nil {
 		return Run{}, err
 	}
-	log.Info().Str("model", m.Name).Str("graph_rewrite", m.GraphRewrite).Msg("model graph")
-	pool, closeNVML, err := scoring.NewPool(ctx, cfg, m, log, nil, nil)
-	if err != nil {
-		return Run{}, err
-	}
-	defer closeNVML()
-	defer pool.Close(context.Background())
-	ts, err := model.NewTranscriptScorer(m, cfg.LabelConfig(), pool)
-	if err != nil {
-		return Run{}, err
-	}
+	defer stack.Close(context.Background())
+	m, pool, ts := stack.Model, stack.Pool, stack.Scorer
 	// One short untimed call first, so neither side's throughput carries
 	// the sessions' first-run set-up.
 	warm := events[0]

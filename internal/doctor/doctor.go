@@ -304,11 +304,13 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		return rep, err
 	}
 	rep.ORT.Version, rep.ORT.Providers = info.Version, info.Providers
-	shutdown, err := model.InitRuntime(o.ORTLib)
+	// ONNX Runtime and NVML, shared by every pool the doctor opens, whose
+	// Close keeps the stacks' rule (nothing unloaded under a live run).
+	rt, err := scoring.StartRuntime(o.ORTLib, o.Log)
 	if err != nil {
 		return rep, err
 	}
-	defer shutdown()
+	defer rt.Close()
 	if o.device() != gpupool.ModeCPU {
 		rep.CUDALibs = hostcheck.FindCUDALibraries()
 	}
@@ -335,7 +337,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 
 	var gpuProblem *Problem
 	if o.device() != gpupool.ModeCPU {
-		gpuProblem = checkGPUs(ctx, m, o, pairs, b, &rep)
+		gpuProblem = checkGPUs(ctx, rt, m, o, pairs, b, &rep)
 		restore()
 		cudnnWarning(&rep)
 	}
@@ -344,7 +346,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	for _, g := range rep.GPUs {
 		opening = max(opening, g.opening)
 	}
-	cpu := checkCPU(ctx, m, o, pairs, b, !gpuOK, opening)
+	cpu := checkCPU(ctx, rt, m, o, pairs, b, !gpuOK, opening)
 	rep.CPU = &cpu
 	for i := range rep.GPUs {
 		parity(&rep.GPUs[i], cpu.scores, o.Config.Threshold)
@@ -444,12 +446,12 @@ func samplePairs(m *model.Model, o Options) ([]model.Pair, error) {
 
 // checkCPU scores the sample on the CPU pool the service builds with
 // DEVICE=cpu (the CPU batch shape, workers and threads, the memory budget:
-// scoring.NewPool from the same configuration) and measures its
+// scoring.Open from the same configuration) and measures its
 // throughput. When a GPU is the path (path false) the CPU is only the
 // parity reference: it is skipped when less of the budget is left than
 // opening a GPU's pool took (opening, a floor on what opening the CPU's
 // costs), and otherwise scores as much of the sample as the budget allows.
-func checkCPU(ctx context.Context, m *model.Model, o Options, pairs []model.Pair, b *budget, path bool, opening time.Duration) DeviceCheck {
+func checkCPU(ctx context.Context, rt *scoring.Runtime, m *model.Model, o Options, pairs []model.Pair, b *budget, path bool, opening time.Duration) DeviceCheck {
 	c := DeviceCheck{Device: "cpu"}
 	if left := b.left(); !path && (left <= 0 || left < opening) {
 		c.Skipped = fmt.Sprintf("%.1f s of the %v budget left after the GPU checks; opening a session took %.1f s there", max(0, left.Seconds()), o.Budget, opening.Seconds())
@@ -458,26 +460,22 @@ func checkCPU(ctx context.Context, m *model.Model, o Options, pairs []model.Pair
 	}
 	cpu := o.Config
 	cpu.Device = string(gpupool.ModeCPU)
-	var extra []gpupool.Option
 	host := config.DetectHost()
-	mem, _, err := cpu.CPUMemory(host)
-	if err == nil && mem != nil {
-		// Measuring the CPU's memory per batch takes 11 s of production
-		// DeBERTa-v3 in fp16 on 2 cores; the service does it at its first
-		// start and keeps it (CPU_CALIBRATION_CACHE), the doctor only reads it.
-		mem.CachedOnly = true
-		extra = append(extra, gpupool.CPUMemory(*mem))
-	}
-	pool, closeNVML, err := scoring.NewPool(ctx, cpu, m, o.Log, nil, nil, extra...)
+	mem, _, _ := cpu.CPUMemory(host)
+	// Measuring the CPU's memory per batch takes 11 s of production
+	// DeBERTa-v3 in fp16 on 2 cores; the service does it at its first start
+	// and keeps it (CPU_CALIBRATION_CACHE), the doctor only reads it.
+	stack, err := scoring.Open(ctx, cpu, o.Log, nil, scoring.OnRuntime(rt), scoring.WithModel(m), scoring.NoCache(),
+		scoring.CPUCalibrationCachedOnly())
 	if err != nil {
 		c.Problem = problemOf(err)
 		return c
 	}
+	defer stack.Close(context.Background())
+	pool := stack.Pool
 	if st := pool.Stats(); mem != nil && len(st.Devices) > 0 && st.Devices[0].Memory.BudgetBytes == 0 {
 		b.skip("cpu: memory per batch not measured: none kept in CPU_CALIBRATION_CACHE (the service measures and keeps it at its first start); this pool's batches are bounded by rows and tokens only")
 	}
-	defer closeNVML()
-	defer pool.Close(context.Background())
 	st := pool.Stats()
 	c.MaxBatchTokens, c.MaxBatchRows = pool.BatchShape()
 	if len(st.Devices) > 0 {
@@ -556,15 +554,14 @@ func throughput(ctx context.Context, pool *gpupool.Pool, pairs []model.Pair, chu
 
 // checkGPUs reads NVML and runs every selected GPU; it returns why no GPU
 // works, or nil when at least one does.
-func checkGPUs(ctx context.Context, m *model.Model, o Options, pairs []model.Pair, b *budget, rep *Report) *Problem {
+func checkGPUs(ctx context.Context, rt *scoring.Runtime, m *model.Model, o Options, pairs []model.Pair, b *budget, rep *Report) *Problem {
 	n := &rep.NVML
 	n.CUDAVisibleDevices, n.CUDADeviceOrder = envOr(o.LookupEnv, "CUDA_VISIBLE_DEVICES"), envOr(o.LookupEnv, "CUDA_DEVICE_ORDER")
-	probe, shutdown, err := gpupool.NewNVMLProbe(ctx, gpupool.NVMLLookupEnv(o.LookupEnv))
+	probe, err := rt.OpenNVML(ctx, o.LookupEnv)
 	if err != nil {
 		n.Problem = problemOf(err)
 		return n.Problem
 	}
-	defer shutdown()
 	n.Available = true
 	if sr, ok := probe.(gpupool.SystemReporter); ok {
 		if si, err := sr.System(); err == nil {
@@ -594,7 +591,7 @@ func checkGPUs(ctx context.Context, m *model.Model, o Options, pairs []model.Pai
 		if ids := o.Config.GPUIDs; len(ids) > 0 && !selected(ids, d) {
 			continue
 		}
-		c := checkGPU(ctx, m, o, probe, d, pairs, b)
+		c := checkGPU(ctx, rt, m, o, d, pairs, b)
 		rep.GPUs = append(rep.GPUs, c)
 		if !c.OK && first == nil {
 			first = c.Problem
@@ -633,28 +630,21 @@ func envOr(lookup func(string) (string, bool), k string) string {
 // scores the sample for parity with the CPU (compared once the CPU has
 // run), scores it with TF32 toggled where that changes anything and the
 // budget allows, and runs the throughput check.
-func checkGPU(ctx context.Context, m *model.Model, o Options, probe gpupool.Probe, d gpupool.DeviceInfo, pairs []model.Pair, b *budget) DeviceCheck {
+func checkGPU(ctx context.Context, rt *scoring.Runtime, m *model.Model, o Options, d gpupool.DeviceInfo, pairs []model.Pair, b *budget) DeviceCheck {
 	opened := time.Now()
 	dev := gpupool.Device{Kind: gpupool.CUDA, Index: d.Index, UUID: d.UUID, Name: d.Name, TotalMemory: d.TotalMemory}
 	c := DeviceCheck{Device: dev.Label(), UUID: d.UUID}
-	host := config.DetectHost()
-	opts, err := o.Config.PoolOptions(host)
-	if err != nil {
-		c.Problem = problemOf(err)
-		return c
-	}
-	// The service's pool on this one GPU, without the CPU to fall back to.
-	scfg := o.Config.SessionConfig(host)
-	pool, err := gpupool.New(ctx, gpupool.SessionFactory(m, scfg), append(opts, gpupool.Mode(gpupool.ModeCUDA),
-		gpupool.WithProbe(probe), gpupool.GPUIDs(d.UUID), gpupool.CPUFallback(false),
-		gpupool.Calibrate(gpupool.Calibration{MaxLen: m.MaxLength}), gpupool.Logger(o.Log))...)
+	// The service's pool on this one GPU, without the CPU to fall back to,
+	// on the Runtime's NVML.
+	stack, err := scoring.Open(ctx, o.Config, o.Log, nil, scoring.OnRuntime(rt), scoring.WithModel(m), scoring.OneGPU(d.UUID), scoring.NoCache())
 	if err != nil {
 		c.Problem = problemOf(err)
 		return c
 	}
 	c.opening = time.Since(opened)
-	defer pool.Close(context.Background())
-	scoring.LogBuilt(o.Log, o.Config, host, pool)
+	defer stack.Close(context.Background())
+	pool := stack.Pool
+	scfg := o.Config.SessionConfig(config.DetectHost())
 	c.MaxBatchTokens, c.MaxBatchRows = pool.BatchShape()
 	st := pool.Stats().Devices[0]
 	c.Workers = st.Workers

@@ -213,7 +213,7 @@ func TestDoctorBudgetCutsAndSaysSo(t *testing.T) {
 		}
 	}
 
-	ref := checkCPU(t.Context(), nil, o, nil, &budget{deadline: time.Now().Add(time.Minute), skipped: new([]string)}, false, time.Hour)
+	ref := checkCPU(t.Context(), nil, nil, o, nil, &budget{deadline: time.Now().Add(time.Minute), skipped: new([]string)}, false, time.Hour)
 	if ref.Skipped == "" || ref.OK {
 		t.Errorf("CPU reference with a minute left after an hour-long GPU pool opening: %+v, want it skipped", ref)
 	}

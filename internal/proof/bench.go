@@ -29,6 +29,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/config"
@@ -266,11 +268,11 @@ func benchCommand(ctx context.Context, e cli.Env, args []string) error {
 		return err
 	}
 	defer guard.RestoreChanged()
-	m, probe, closeAll, err := open(ctx, cfg)
+	m, probe, rt, err := open(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer closeAll()
+	defer rt.Close()
 	devs, err := probe.Devices()
 	if err != nil {
 		return fmt.Errorf("gpu-proof: %w", err)
@@ -296,13 +298,9 @@ func benchCommand(ctx context.Context, e cli.Env, args []string) error {
 	// The configured sessions and pool, allowed 0.95 of the GPU and no
 	// per-process budget: the shapes probe how far memory goes, not what a
 	// tenant may take.
-	host := config.DetectHost()
-	scfg := cfg.SessionConfig(host)
-	scfg.GPUMemFraction, scfg.GPUMemBudget = 0.95, gpupool.MemLimit{}
-	poolOpts, err := cfg.PoolOptions(host)
-	if err != nil {
-		return err
-	}
+	wide := cfg
+	wide.GPUMemFraction, wide.GPUMemLimit = 0.95, "0"
+	scfg := wide.SessionConfig(config.DetectHost())
 	dev := gpupool.Device{Kind: gpupool.CUDA, Index: d.Index, UUID: d.UUID, Name: d.Name, TotalMemory: d.TotalMemory}
 	eng, err := gpupool.SessionFactory(m, scfg)(dev)
 	guard.RestoreChanged()
@@ -358,20 +356,18 @@ func benchCommand(ctx context.Context, e cli.Env, args []string) error {
 	_ = s.ReleaseArena(ctx)
 
 	// The service's own calibration on the same GPU, against the shapes.
-	pool, err := gpupool.New(ctx, gpupool.SessionFactory(m, scfg), append(poolOpts,
-		gpupool.Mode(gpupool.ModeCUDA), gpupool.WithProbe(probe), gpupool.GPUIDs(d.UUID), gpupool.MemFraction(0.95), gpupool.GPUMemLimit(gpupool.MemLimit{}),
-		gpupool.CPUFallback(false), gpupool.Calibrate(gpupool.Calibration{MaxLen: m.MaxLength}))...)
+	stack, err := scoring.Open(ctx, wide, zerolog.Nop(), nil, scoring.OnRuntime(rt), scoring.WithModel(m), scoring.OneGPU(d.UUID), scoring.NoCache())
 	guard.RestoreChanged()
 	if err != nil {
 		b.Calibrated.Error = err.Error()
 	} else {
-		st := pool.Stats().Devices[0]
+		st := stack.Pool.Stats().Devices[0]
 		c := &b.Calibrated
 		mm := st.Memory
 		c.Base, c.PerRow, c.PerToken, c.PerTokenLen, c.HeldOut = mm.Base, mm.PerRow, mm.PerToken, mm.PerTokenLen, mm.HeldOut
 		b.MarginBytes = uint64(max(0, float64(mm.WeightBytes)+mm.BesideArenaBytes-float64(b.WeightBytes)))
 		b.MarginMeasured = mm.BesideArenaMeasured
-		_ = pool.Close(context.Background())
+		_ = stack.Close(context.Background())
 		for i := range b.Shapes {
 			b.Shapes[i].PredictedBytes = mm.Bytes(b.Shapes[i].Rows, b.Shapes[i].Len)
 		}
@@ -398,24 +394,25 @@ func (b *Bench) compareMemory() {
 	}
 }
 
-// open starts ONNX Runtime, loads the configured model and opens NVML;
-// closeAll undoes all three.
-func open(ctx context.Context, cfg config.Config) (*model.Model, gpupool.Probe, func(), error) {
-	shutdown, err := scoring.InitORT(cfg.ORTLib)
+// open starts ONNX Runtime, loads the configured model and opens NVML, in
+// the Runtime every pool of the command is built on; its Close undoes them
+// (unless a pool did not finish closing).
+func open(ctx context.Context, cfg config.Config) (*model.Model, gpupool.Probe, *scoring.Runtime, error) {
+	rt, err := scoring.StartRuntime(cfg.ORTLib, zerolog.Nop())
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	m, err := scoring.LoadModel(cfg)
 	if err != nil {
-		shutdown()
+		_ = rt.Close()
 		return nil, nil, nil, err
 	}
-	probe, closeNVML, err := gpupool.NewNVMLProbe(ctx, gpupool.NVMLLookupEnv(os.LookupEnv))
+	probe, err := rt.OpenNVML(ctx, os.LookupEnv)
 	if err != nil {
-		shutdown()
+		_ = rt.Close()
 		return nil, nil, nil, fmt.Errorf("gpu-proof: %w (run `scorer doctor` for the cause)", err)
 	}
-	return m, probe, func() { closeNVML(); shutdown() }, nil
+	return m, probe, rt, nil
 }
 
 // timeShape runs one warm-up batch, then batches for d, and returns pairs/s

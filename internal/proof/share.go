@@ -13,7 +13,6 @@ import (
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/compare"
 	"github.com/scorer/scorer/internal/scoring"
-	"github.com/scorer/scorer/model"
 )
 
 // Share is one scorer's run while another shares its GPU.
@@ -75,11 +74,11 @@ func shareCommand(ctx context.Context, e cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	m, probe, closeAll, err := open(ctx, cfg)
+	m, probe, rt, err := open(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer closeAll()
+	defer rt.Close()
 	res := Share{Name: f.name, Model: m.Name + " " + m.SHA256[:12], GPUMemLimit: cfg.GPUMemLimit, Transcripts: len(events)}
 	// Device-wide peak, polled: it is the neighbour's and ours together.
 	// Only the poller writes peak and res.DeviceTotal; they are read after
@@ -108,15 +107,13 @@ func shareCommand(ctx context.Context, e cli.Env, args []string) error {
 		}
 	})
 	log := zerolog.New(e.Stderr).With().Timestamp().Str("scorer", f.name).Logger().Level(zerolog.WarnLevel)
-	pool, closePool, err := scoring.NewPool(ctx, cfg, m, log, nil, nil)
+	// The service's stack on the Runtime's NVML, without the score cache:
+	// every pair reaches the GPU, as the throughput compared assumes.
+	stack, err := scoring.Open(ctx, cfg, log, nil, scoring.OnRuntime(rt), scoring.WithModel(m), scoring.NoCache())
 	if err != nil {
 		return err
 	}
-	defer closePool()
-	ts, err := model.NewTranscriptScorer(m, cfg.LabelConfig(), pool)
-	if err != nil {
-		return err
-	}
+	pool, ts := stack.Pool, stack.Scorer
 	start := time.Now()
 	_, err = ts.Score(ctx, events)
 	res.Seconds = time.Since(start).Seconds()
@@ -125,7 +122,7 @@ func shareCommand(ctx context.Context, e cli.Env, args []string) error {
 		res.Error = err.Error()
 	}
 	st := pool.Stats()
-	_ = pool.Close(context.Background())
+	_ = stack.Close(context.Background())
 	res.Pairs, res.OOMRetries, res.Refusals, res.Fallbacks, res.RunErrors = st.Pairs, st.OOMRetries, st.Refusals, st.Fallbacks, st.RunErrors
 	res.PairsPerSec = float64(st.Pairs) / res.Seconds
 	if st.Batches > 0 {

@@ -20,26 +20,18 @@ func SessionFactory(cfg config.Config, m *model.Model) gpupool.EngineFactory {
 	return gpupool.SessionFactory(m, cfg.SessionConfig(config.DetectHost()))
 }
 
-// NewPool starts NVML (unless DEVICE=cpu) and the device pool for m: the
-// options cfg.PoolOptions gives, then what is wiring rather than
-// configuration (the logger, reg, NVML, calibration up to m's maximum
-// length). Its engines are m's sessions with cfg's session settings;
-// wrap, when not nil, wraps that factory (the stack waits for the model's
-// load in it, the bench records batches). The returned func shuts NVML down
-// after the pool is closed. The settings the pool was built with are logged
-// at debug level ("scorer built"), the same line for every subcommand.
-// extra options are applied last (the doctor's CPU calibration taken only
-// from the cache).
-func NewPool(ctx context.Context, cfg config.Config, m *model.Model, log zerolog.Logger, reg prometheus.Registerer,
-	wrap func(gpupool.EngineFactory) gpupool.EngineFactory, extra ...gpupool.Option) (*gpupool.Pool, func(), error) {
+// newPool starts the device pool for m: the options cfg.PoolOptions gives,
+// then what is wiring rather than configuration (the logger, reg, probe
+// when not nil, calibration up to m's maximum length), then extra (what an
+// Open option changes). factory makes its engines. The settings the pool
+// was built with are logged at debug level ("scorer built"), the same line
+// for every subcommand.
+func newPool(ctx context.Context, cfg config.Config, m *model.Model, probe gpupool.Probe, log zerolog.Logger, reg prometheus.Registerer,
+	factory gpupool.EngineFactory, extra ...gpupool.Option) (*gpupool.Pool, error) {
 	host := config.DetectHost()
 	opts, err := cfg.PoolOptions(host)
 	if err != nil {
-		return nil, nil, err
-	}
-	factory := gpupool.SessionFactory(m, cfg.SessionConfig(host))
-	if wrap != nil {
-		factory = wrap(factory)
+		return nil, err
 	}
 	opts = append(opts,
 		// Calibration pairs longer than the model's maximum would be
@@ -47,24 +39,17 @@ func NewPool(ctx context.Context, cfg config.Config, m *model.Model, log zerolog
 		gpupool.Calibrate(gpupool.Calibration{MaxLen: m.MaxLength}),
 		gpupool.Logger(log.With().Str("component", "gpupool").Logger()),
 		gpupool.Registerer(reg))
-	opts = append(opts, extra...)
-	closeNVML := func() {}
-	probe, closeProbe, err := openProbe(ctx, cfg, log)
-	if err != nil {
-		return nil, nil, err
-	}
 	if probe != nil {
-		closeNVML = closeProbe
 		opts = append(opts, gpupool.WithProbe(probe))
 	}
+	opts = append(opts, extra...)
 	if mem, lim, _ := cfg.CPUMemory(host); mem != nil {
 		log.Info().Uint64("cpu_mem_limit_bytes", lim.Bytes).Str("source", lim.Source).Uint64("reserve_bytes", mem.Reserve).
 			Msg("CPU memory budget")
 	}
 	pool, err := gpupool.New(ctx, factory, opts...)
 	if err != nil {
-		closeNVML()
-		return nil, nil, err
+		return nil, err
 	}
 	// GPUs left out (lost, unreadable, ignored by CUDA) while others work:
 	// said once here, not on every admission.
@@ -73,42 +58,31 @@ func NewPool(ctx context.Context, cfg config.Config, m *model.Model, log zerolog
 			log.Warn().Errs("reasons", ws).Msg("GPU discovery: some GPUs are left out or may be misnumbered")
 		}
 	}
-	LogBuilt(log, cfg, host, pool)
-	return pool, closeNVML, nil
+	logBuilt(log, cfg, host, pool)
+	return pool, nil
 }
 
-// openProbe opens NVML unless DEVICE=cpu; under DEVICE=auto, when NVML is
-// unavailable, gpupool.UnavailableProbe with the reason, so the pool logs
-// its CPU fallback once with it and does not open NVML a second time; an
-// error naming the cause under DEVICE=cuda.
-func openProbe(ctx context.Context, cfg config.Config, log zerolog.Logger) (gpupool.Probe, func(), error) {
-	if cfg.Device == string(gpupool.ModeCPU) {
-		return nil, nil, nil
-	}
-	PCIBusOrder(log)
-	// The CUDA runtime reads CUDA_VISIBLE_DEVICES from the real process
-	// environment, so the probe must too, to number GPUs as CUDA does.
-	probe, shutdown, err := gpupool.NewNVMLProbe(ctx, gpupool.NVMLLookupEnv(os.LookupEnv))
-	switch {
-	case err == nil:
-		return probe, shutdown, nil
-	case cfg.Device == string(gpupool.ModeCUDA):
+// probeError is what a pool built from cfg makes of NVML failing to open
+// (err): an error naming the cause under DEVICE=cuda; nil under DEVICE=auto,
+// where the pool then logs its CPU fallback once, with its own reason.
+func probeError(cfg config.Config, err error, log zerolog.Logger) error {
+	if cfg.Device == string(gpupool.ModeCUDA) {
 		if pr, ok := hostcheck.DiagnoseCUDA(err); ok {
-			return nil, nil, fmt.Errorf("DEVICE=cuda: %s; remedy: %s: %w", pr.Cause, pr.Remedy, err)
+			return fmt.Errorf("DEVICE=cuda: %s; remedy: %s: %w", pr.Cause, pr.Remedy, err)
 		}
-		return nil, nil, fmt.Errorf("DEVICE=cuda: %w", err)
+		return fmt.Errorf("DEVICE=cuda: %w", err)
 	}
 	log.Debug().Err(err).Msg("NVML unavailable")
-	return gpupool.UnavailableProbe(err), func() {}, nil
+	return nil
 }
 
-// LogBuilt logs, at debug level, what a scorer built from cfg runs with:
+// logBuilt logs, at debug level, what a scorer built from cfg runs with:
 // the pool's devices, batch shape and workers, the session settings, the
 // CPU memory budget (as configured; what calibration makes of it is the
 // pool's own line) and the input limits. Every subcommand that builds a
 // pool logs this one line ("scorer built"), so their settings can be
 // compared.
-func LogBuilt(log zerolog.Logger, cfg config.Config, host config.Host, pool *gpupool.Pool) {
+func logBuilt(log zerolog.Logger, cfg config.Config, host config.Host, pool *gpupool.Pool) {
 	ev := log.Debug()
 	if !ev.Enabled() {
 		return

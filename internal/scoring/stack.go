@@ -15,35 +15,41 @@ import (
 )
 
 // Stack is everything between a decoded event and its scores: the
-// ORT runtime, the model, the device pool and the transcript scorer. `run`,
-// `score` and `bench` all build the same one.
+// ONNX Runtime environment and NVML (its Runtime), the model, the device
+// pool and the transcript scorer. Open is the only way to build one, and so
+// the only way from settings to a pool and a scorer: `run`, `score`,
+// `bench`, `compare`, `doctor` and `gpu-proof` all build theirs with it,
+// and differ only by Open's options.
 type Stack struct {
 	Model   *model.Model
 	Pool    *gpupool.Pool
 	Scorer  *model.TranscriptScorer
-	Cache   *scorecache.Cache // nil when SCORE_CACHE_BYTES=0
+	Cache   *scorecache.Cache // nil when SCORE_CACHE_BYTES=0 or NoCache
 	Labels  model.LabelConfig
 	Limits  schema.Limits
+	opts    options
+	rt      *Runtime
 	closers []func(context.Context) error
 	// loading is the model while its hash and tokenizer load (openModel
-	// to awaitModel).
+	// to awaitModel); nil when WithModel gave it loaded.
 	loading *model.Loading
-	// poolUnfinished is set when the pool's Close failed: a terminated Run
-	// or an NVML call may still be in flight, so NVML and ONNX Runtime
-	// must stay loaded (the process is exiting anyway).
-	poolUnfinished bool
 }
 
 // Open starts the stack in dependency order, one step per component, each
-// adding its closer: ONNX Runtime, the model, NVML and the pool, the score
-// cache and the transcript scorer. The model's hash and tokenizer load
-// while the pool creates its sessions (model.Start), which on a
-// production-size model hides both behind ORT's own load. A failed step closes what the earlier
+// adding its closer: ONNX Runtime (unless OnRuntime gives it), the model
+// (unless WithModel gives it), NVML and the pool, the score cache and the
+// transcript scorer, all from cfg's settings (package config) and changed
+// only as opts say. The model's hash and tokenizer load while the pool
+// creates its sessions (model.Start), which on a production-size model
+// hides both behind ORT's own load. A failed step closes what the earlier
 // ones opened, in reverse, and returns its error.
-func Open(ctx context.Context, cfg config.Config, log zerolog.Logger, reg prometheus.Registerer) (*Stack, error) {
+func Open(ctx context.Context, cfg config.Config, log zerolog.Logger, reg prometheus.Registerer, opts ...Option) (*Stack, error) {
 	s := &Stack{Labels: cfg.LabelConfig(), Limits: cfg.Limits()}
+	for _, o := range opts {
+		o(&s.opts)
+	}
 	for _, step := range []func(context.Context, config.Config, zerolog.Logger, prometheus.Registerer) error{
-		s.openORT, s.openModel, s.openPool, s.awaitModel, s.openScorer,
+		s.openRuntime, s.openModel, s.openPool, s.awaitModel, s.openScorer,
 	} {
 		if err := step(ctx, cfg, log, reg); err != nil {
 			// Undo what was opened; the error is what the caller needs.
@@ -54,29 +60,30 @@ func Open(ctx context.Context, cfg config.Config, log zerolog.Logger, reg promet
 	return s, nil
 }
 
-// openORT starts the process's ONNX Runtime environment. Its closer leaves
-// the library loaded when the pool did not finish closing: DestroyEnvironment
-// dlcloses libonnxruntime under any Run still going, a crash instead of an
-// exit.
-func (s *Stack) openORT(_ context.Context, cfg config.Config, log zerolog.Logger, _ prometheus.Registerer) error {
-	shutdown, err := InitORT(cfg.ORTLib)
+// openRuntime starts the process's ONNX Runtime environment, or takes the
+// Runtime OnRuntime gave (which its owner closes). Its closer runs last and
+// leaves ORT and NVML loaded when the pool did not finish closing.
+func (s *Stack) openRuntime(_ context.Context, cfg config.Config, log zerolog.Logger, _ prometheus.Registerer) error {
+	if s.rt = s.opts.runtime; s.rt != nil {
+		return nil
+	}
+	rt, err := StartRuntime(cfg.ORTLib, log)
 	if err != nil {
 		return err
 	}
-	s.closers = append(s.closers, func(context.Context) error {
-		if s.poolUnfinished {
-			log.Warn().Msg("leaving ONNX Runtime loaded: the pool did not finish closing (the process is exiting anyway)")
-			return nil
-		}
-		return shutdown()
-	})
+	s.rt = rt
+	s.closers = append(s.closers, func(context.Context) error { return rt.Close() })
 	return nil
 }
 
 // openModel reads the model's graph and starts hashing it and loading its
-// tokenizer in the background; it holds nothing a closer must free (the
-// sessions are the pool's).
+// tokenizer in the background, or takes the model WithModel gave; it holds
+// nothing a closer must free (the sessions are the pool's).
 func (s *Stack) openModel(_ context.Context, cfg config.Config, log zerolog.Logger, _ prometheus.Registerer) error {
+	if s.opts.model != nil {
+		s.Model = s.opts.model
+		return nil
+	}
 	lo, err := cfg.ModelOptions()
 	if err != nil {
 		return err
@@ -89,33 +96,46 @@ func (s *Stack) openModel(_ context.Context, cfg config.Config, log zerolog.Logg
 	return nil
 }
 
-// openPool starts NVML and the device pool, with two closers: the pool's,
-// and NVML's after it. A pool that did not finish closing (ErrCloseIncomplete:
-// a run or NVML call may still be going) or failed to close leaves NVML and
-// ONNX Runtime loaded, since unloading them under a live call would crash
-// the process, which is exiting anyway.
+// openPool opens NVML (once per Runtime) and the device pool. A pool that
+// did not finish closing (ErrCloseIncomplete: a run or NVML call may still
+// be going) or failed to close tells the Runtime, which then leaves NVML
+// and ONNX Runtime loaded, since unloading them under a live call would
+// crash the process, which is exiting anyway.
 func (s *Stack) openPool(ctx context.Context, cfg config.Config, log zerolog.Logger, reg prometheus.Registerer) error {
-	m := s.loading.Model()
-	wait := func(f gpupool.EngineFactory) gpupool.EngineFactory { return afterLoad(s.loading, f) }
-	pool, closeNVML, err := NewPool(ctx, cfg, m, log, reg, wait)
+	m := s.Model
+	if s.loading != nil {
+		m = s.loading.Model()
+	}
+	probe, err := s.rt.probeFor(ctx, cfg, log)
 	if err != nil {
-		if _, lerr := s.loading.Wait(); lerr != nil {
-			return lerr // why no engine opened
+		return err
+	}
+	factory := SessionFactory(cfg, m)
+	if s.loading != nil {
+		factory = afterLoad(s.loading, factory)
+	}
+	if s.opts.wrapEngines != nil {
+		factory = s.opts.wrapEngines(factory)
+	}
+	extra := s.opts.pool
+	if mem, _, err := cfg.CPUMemory(config.DetectHost()); err == nil && mem != nil && s.opts.cpuCachedOnly {
+		mem.CachedOnly = true
+		extra = append(extra, gpupool.CPUMemory(*mem))
+	}
+	pool, err := newPool(ctx, cfg, m, probe, log, reg, factory, extra...)
+	if err != nil {
+		if s.loading != nil {
+			if _, lerr := s.loading.Wait(); lerr != nil {
+				return lerr // why no engine opened
+			}
 		}
 		return err
 	}
 	s.Pool = pool
-	s.closers = append(s.closers, func(context.Context) error {
-		if s.poolUnfinished {
-			log.Warn().Msg("leaving NVML initialised: the pool did not finish closing (the process is exiting anyway)")
-			return nil
-		}
-		closeNVML()
-		return nil
-	}, func(ctx context.Context) error {
+	s.closers = append(s.closers, func(ctx context.Context) error {
 		err := pool.Close(ctx)
 		if err != nil {
-			s.poolUnfinished = true
+			s.rt.poolUnfinished()
 			msg := "the device pool closed with an error; skipping NVML and ONNX Runtime shutdown"
 			if errors.Is(err, gpupool.ErrCloseIncomplete) {
 				msg = "the device pool still has runs going; skipping NVML and ONNX Runtime shutdown (the process is exiting anyway)"
@@ -130,6 +150,9 @@ func (s *Stack) openPool(ctx context.Context, cfg config.Config, log zerolog.Log
 // awaitModel waits for the model's background load (every engine already
 // has) and logs what was loaded.
 func (s *Stack) awaitModel(_ context.Context, _ config.Config, log zerolog.Logger, _ prometheus.Registerer) error {
+	if s.loading == nil {
+		return nil
+	}
 	m, err := s.loading.Wait()
 	if err != nil {
 		return err
@@ -158,19 +181,28 @@ func afterLoad(ld *model.Loading, factory gpupool.EngineFactory) gpupool.EngineF
 	}
 }
 
-// openScorer builds the score cache (SCORE_CACHE_BYTES; none at 0) and the
-// transcript scorer over the pool.
+// openScorer builds the score cache (SCORE_CACHE_BYTES, none at 0; or what
+// NoCache and WithCache say) and the transcript scorer over the pool.
 func (s *Stack) openScorer(_ context.Context, cfg config.Config, _ zerolog.Logger, reg prometheus.Registerer) error {
 	var opts []model.ScorerOption
-	if cfg.ScoreCacheBytes > 0 {
+	switch {
+	case s.opts.cacheSet:
+		s.Cache = s.opts.cache
+	case cfg.ScoreCacheBytes > 0:
 		c, err := scorecache.New(int64(cfg.ScoreCacheBytes), reg)
 		if err != nil {
 			return err
 		}
 		s.Cache = c
-		opts = append(opts, model.WithCache(c))
 	}
-	ts, err := model.NewTranscriptScorer(s.Model, s.Labels, s.Pool, opts...)
+	if s.Cache != nil {
+		opts = append(opts, model.WithCache(s.Cache))
+	}
+	var engine model.PairScorer = s.Pool
+	if s.opts.wrapPairs != nil {
+		engine = s.opts.wrapPairs(engine)
+	}
+	ts, err := model.NewTranscriptScorer(s.Model, s.Labels, engine, opts...)
 	if err != nil {
 		return err
 	}
@@ -178,7 +210,10 @@ func (s *Stack) openScorer(_ context.Context, cfg config.Config, _ zerolog.Logge
 	return nil
 }
 
-// Close releases the stack in reverse order of opening.
+// Close releases the stack in reverse order of opening: the pool, then the
+// Runtime Open started (not one OnRuntime gave), which stays loaded when
+// the pool did not finish closing. ctx bounds the pool's drain
+// (gpupool.Pool.Close).
 func (s *Stack) Close(ctx context.Context) error {
 	var errs []error
 	for i := len(s.closers) - 1; i >= 0; i-- {
