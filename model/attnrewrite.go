@@ -26,6 +26,10 @@ const (
 	// RewriteSkipLayerNorm fuses each residual Add (and the dense
 	// product's bias) with its LayerNorm (skipln.go).
 	RewriteSkipLayerNorm = "skipln"
+	// RewriteMHA runs each layer's attention core as ONNX Runtime's
+	// MultiHeadAttention (attnmha.go); it needs mask and is not on by
+	// default until a GPU says it pays.
+	RewriteMHA = "mha"
 )
 
 // DefaultAttentionRewrites is every attention rewrite that is on unless a
@@ -33,14 +37,19 @@ const (
 const DefaultAttentionRewrites = RewriteAlign + "," + RewriteScale + "," + RewriteMask + "," + RewriteSkipLayerNorm
 
 // AttentionRewriteNames is every rewrite ParseAttentionRewrites knows.
-var AttentionRewriteNames = []string{RewriteAlign, RewriteScale, RewriteMask, RewriteSkipLayerNorm}
+var AttentionRewriteNames = []string{RewriteAlign, RewriteScale, RewriteMask, RewriteSkipLayerNorm, RewriteMHA}
 
 // alignPositions is the multiple RewriteAlign widens windows to: fp16
 // tensor-core GEMMs want every dimension a multiple of 8.
 const alignPositions = 8
 
 // attnSteps is a parsed ATTENTION_REWRITES.
-type attnSteps struct{ align, scale, mask, skipLN bool }
+type attnSteps struct {
+	align, scale, mask, skipLN, mha bool
+	// heads is config.json's num_attention_heads (0: not stated), which
+	// mha needs.
+	heads int
+}
 
 // ParseAttentionRewrites checks a comma-separated list of rewrite names
 // (AttentionRewriteNames; "none" for none, "" for the defaults) and returns
@@ -68,10 +77,15 @@ func parseAttnSteps(s string) (attnSteps, error) {
 			st.mask = true
 		case RewriteSkipLayerNorm:
 			st.skipLN = true
+		case RewriteMHA:
+			st.mha = true
 		case "none":
 		default:
 			return st, fmt.Errorf("unknown attention rewrite %q (known: %s, or none)", f, strings.Join(AttentionRewriteNames, ", "))
 		}
+	}
+	if st.mha && !st.mask {
+		return st, fmt.Errorf("attention rewrite %s needs %s", RewriteMHA, RewriteMask)
 	}
 	return st, nil
 }
@@ -81,7 +95,7 @@ func (st attnSteps) String() string {
 	for _, s := range []struct {
 		on   bool
 		name string
-	}{{st.align, RewriteAlign}, {st.scale, RewriteScale}, {st.mask, RewriteMask}, {st.skipLN, RewriteSkipLayerNorm}} {
+	}{{st.align, RewriteAlign}, {st.scale, RewriteScale}, {st.mask, RewriteMask}, {st.skipLN, RewriteSkipLayerNorm}, {st.mha, RewriteMHA}} {
 		if s.on {
 			on = append(on, s.name)
 		}
@@ -99,6 +113,7 @@ type attnStats struct {
 	// for changed nothing.
 	mask   maskStats
 	skipLN skipLNStats
+	mha    mhaStats
 	kept   []error
 }
 
@@ -109,6 +124,9 @@ func (s attnStats) String() string {
 	}
 	if s.skipLN.Fused > 0 {
 		done = append(done, s.skipLN.String())
+	}
+	if s.mha.Fused > 0 {
+		done = append(done, s.mha.String())
 	}
 	for _, err := range s.kept {
 		done = append(done, "kept: "+err.Error())
@@ -147,6 +165,16 @@ func rewriteAttention(m *onnxpb.ModelProto, steps attnSteps) (attnStats, error) 
 			st.kept = append(st.kept, err)
 		case err != nil:
 			return st, fmt.Errorf("skipln: %w", err)
+		}
+	}
+	// After the mask step, whose shared bias it reads.
+	if steps.mha {
+		st.mha, err = rewriteMHA(m, steps.heads)
+		switch {
+		case errors.Is(err, errNoAttentionCore) || st.mha.Heads < 1:
+			st.kept = append(st.kept, err)
+		case err != nil:
+			return st, fmt.Errorf("mha: %w", err)
 		}
 	}
 	return st, nil

@@ -77,9 +77,16 @@ func TestAttentionRewriteSteps(t *testing.T) {
 	short := []int{48, 48, 20, 7}
 	shortIDs := randomBatch(rng, short, 1000)
 	wantShort := rawLogits(t, path, shortIDs, short)
-	for _, steps := range []string{"none", RewriteAlign, RewriteScale, RewriteMask, RewriteSkipLayerNorm, DefaultAttentionRewrites} {
+	mha := RewriteMask + "," + RewriteMHA
+	for _, steps := range []string{"none", RewriteAlign, RewriteScale, RewriteMask, RewriteSkipLayerNorm, DefaultAttentionRewrites,
+		mha, DefaultAttentionRewrites + "," + RewriteMHA} {
 		t.Run(steps, func(t *testing.T) {
-			rewritten, st := rewrittenFileWith(t, path, mustParseSteps(t, steps))
+			parsed := mustParseSteps(t, steps)
+			parsed.heads = 2 // the fixture's num_attention_heads (README.md)
+			rewritten, st := rewrittenFileWith(t, path, parsed)
+			if parsed.mha && st.mha.Fused != 2 {
+				t.Errorf("%s: want both layers' attention as MultiHeadAttention", st)
+			}
 			d := max(maxDiff(want, rawLogits(t, rewritten, fx.InputIDs, fx.Lengths)),
 				maxDiff(wantShort, rawLogits(t, rewritten, shortIDs, short)))
 			if d > 1e-5 {
@@ -162,4 +169,33 @@ func TestWindowAlignment(t *testing.T) {
 func valueInfo(name string, typ onnxpb.TensorProto_DataType) *onnxpb.ValueInfoProto {
 	return &onnxpb.ValueInfoProto{Name: proto.String(name), Type: &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{
 		TensorType: &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(int32(typ))}}}}
+}
+
+// TestAttentionMHAFamilies runs every rewrite with mha on the three DeBERTa
+// families (each 2 layers of 2 heads, as their config.json or SOURCE.txt
+// says): both layers' attention as one MultiHeadAttention, logits within
+// 1e-5 of the graph as exported on padded batches past 129 tokens and
+// short ones.
+func TestAttentionMHAFamilies(t *testing.T) {
+	for family, path := range relAttnGraphs(t) {
+		t.Run(family, func(t *testing.T) {
+			steps := mustParseSteps(t, DefaultAttentionRewrites+","+RewriteMHA)
+			steps.heads = 2
+			rewritten, st := rewrittenFileWith(t, path, steps)
+			if st.mha.Fused != 2 {
+				t.Fatalf("%s: want 2 attention cores as MultiHeadAttention", st)
+			}
+			rng := rand.New(rand.NewPCG(5, 6))
+			var worst float64
+			for _, lens := range [][]int{{300, 150, 37, 5}, {48, 48, 20}, {9}} {
+				ids := randomBatch(rng, lens, 1000)
+				d := maxDiff(rawLogits(t, path, ids, lens), rawLogits(t, rewritten, ids, lens))
+				worst = max(worst, d)
+				if d > 1e-5 {
+					t.Errorf("lengths %v: max |Δlogit| %.3g > 1e-5", lens, d)
+				}
+			}
+			t.Logf("%s: %s: max |Δlogit| %.3g", family, st, worst)
+		})
+	}
 }

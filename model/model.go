@@ -285,6 +285,7 @@ func loadGraph(opts LoadOptions) (*Model, int, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("model: %w", err)
 	}
+	steps.heads = cfg.heads
 	if err := m.prepareGraph(opts.KeepRelativeAttention, steps); err != nil {
 		return nil, 0, err
 	}
@@ -325,6 +326,7 @@ func (m *Model) prepareGraph(keep bool, steps attnSteps) error {
 type modelConfig struct {
 	labels       []string
 	maxPositions int // 0 when absent
+	heads        int // num_attention_heads, 0 when absent
 }
 
 func readConfig(path string) (modelConfig, error) {
@@ -335,6 +337,7 @@ func readConfig(path string) (modelConfig, error) {
 	var raw struct {
 		ID2Label              map[string]string `json:"id2label"`
 		MaxPositionEmbeddings int               `json:"max_position_embeddings"`
+		NumAttentionHeads     int               `json:"num_attention_heads"`
 	}
 	if err := json.Unmarshal(data, &raw); err != nil {
 		return modelConfig{}, fmt.Errorf("model: parsing %s: %w", path, err)
@@ -343,7 +346,7 @@ func readConfig(path string) (modelConfig, error) {
 	if err != nil {
 		return modelConfig{}, fmt.Errorf("model: %s: %w", path, err)
 	}
-	return modelConfig{labels: labels, maxPositions: raw.MaxPositionEmbeddings}, nil
+	return modelConfig{labels: labels, maxPositions: raw.MaxPositionEmbeddings, heads: raw.NumAttentionHeads}, nil
 }
 
 // labelsFromID2Label turns config.json's string-keyed id2label into a slice,
