@@ -12,23 +12,6 @@ import (
 	"time"
 )
 
-// sections are the parts of `scorer bench` that --skip names, in the order
-// they run and the order of their blocks in the --md file. Each has its own
-// block, so a run of some sections replaces only theirs and every block
-// keeps the conditions of the run that wrote it.
-var sections = []struct{ name, what string }{
-	{"pipeline", "pipeline vs raw ORT, padding, tokenizer, latency at saturation"},
-	{"latency", "latency at a low rate"},
-	{"memory", "scorer peak RSS under a backlog"},
-	{"scaling", "CPU scaling, threads × workers"},
-	{"shapes", "CPU batch shapes"},
-	{"revision", "revision workload with the score cache"},
-	{"int8", "fp32 vs int8"},
-	{"large", "the --large-model stand-in: batch shapes and fp32 vs int8"},
-	{"wholeproc", "whole process against the raw loop, small models"},
-	{"production", "whole process against the raw loop, --production-model"},
-}
-
 // sectionRun is when one section ran and how busy the machine was
 // meanwhile. A section that runs once per model accumulates its spans.
 type sectionRun struct {
@@ -126,35 +109,11 @@ func ranSections(r *benchReport) []string {
 			if _, ok := r.Sections[s.name]; ok {
 				out = append(out, s.name)
 			}
-		} else if hasData(r, s.name) {
+		} else if s.has(r) {
 			out = append(out, s.name)
 		}
 	}
 	return out
-}
-
-func hasData(r *benchReport, section string) bool {
-	switch section {
-	case "pipeline":
-		return ranPipeline(r)
-	case "latency":
-		return ranLatency(r)
-	case "memory":
-		return slices.ContainsFunc(r.Models, func(m modelReport) bool { return len(m.Memory.Points) > 0 })
-	case "scaling":
-		return slices.ContainsFunc(r.Models, func(m modelReport) bool { return len(m.Scaling) > 0 })
-	case "shapes":
-		return slices.ContainsFunc(smallPerf(r), func(p perfReport) bool { return len(p.Shapes) > 0 })
-	case "revision":
-		return slices.ContainsFunc(smallPerf(r), func(p perfReport) bool { return p.Revision != nil })
-	case "int8":
-		return slices.ContainsFunc(smallPerf(r), func(p perfReport) bool { return p.Int8 != nil })
-	case "large":
-		return len(largePerf(r)) > 0
-	case "wholeproc", "production":
-		return slices.ContainsFunc(r.WholeProcess, func(x wholeProcess) bool { return wholeSection(r, x.Model) == section })
-	}
-	return false
 }
 
 func ranPipeline(r *benchReport) bool {
@@ -196,8 +155,12 @@ func sectionModels(r *benchReport, section string) []string {
 			out = append(out, name)
 		}
 	}
-	switch section {
-	case "pipeline", "latency", "memory", "scaling":
+	s := sectionNamed(section)
+	if s == nil {
+		return nil
+	}
+	switch s.table {
+	case modelTable:
 		for _, m := range r.Models {
 			name := m.Model
 			if len(m.SHA256) >= 12 {
@@ -205,15 +168,15 @@ func sectionModels(r *benchReport, section string) []string {
 			}
 			add(name)
 		}
-	case "shapes", "revision", "int8":
+	case perfTable:
 		for _, p := range smallPerf(r) {
 			add(p.Model)
 		}
-	case "large":
+	case largeTable:
 		for _, p := range largePerf(r) {
 			add(strings.TrimSuffix(p.Model, largeSuffix))
 		}
-	case "wholeproc", "production":
+	case wholeTable:
 		graphs := map[string][]string{}
 		for _, x := range r.WholeProcess {
 			if wholeSection(r, x.Model) == section {
@@ -264,16 +227,8 @@ func sectionBlock(r *benchReport, section, jsonPath string) string {
 	}
 	fmt.Fprintf(&b, "%s: %s. Settings: %s.\n\n", noun, strings.Join(models, ", "), settingsLine(r.Settings))
 	var t bytes.Buffer
-	only := func(s string) bool { return s == section }
-	switch section {
-	case "pipeline", "latency", "memory", "scaling":
-		printTable(&t, r, only)
-	case "shapes", "revision", "int8":
-		printPerfTable(&t, smallPerf(r), only)
-	case "large":
-		printPerfTable(&t, largePerf(r), func(s string) bool { return s == "shapes" || s == "int8" })
-	case "wholeproc", "production":
-		printWholeTable(&t, r, only)
+	if s := sectionNamed(section); s != nil {
+		s.print(&t, r)
 	}
 	b.WriteString("```text\n")
 	b.Write(t.Bytes())

@@ -1,0 +1,45 @@
+package bench
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/scorer/scorer/internal/testenv"
+)
+
+// TestSectionTableInDesign: docs/design.md shows the section table the code
+// runs by, between its bench-sections markers; a section added to the table
+// is added there too.
+func TestSectionTableInDesign(t *testing.T) {
+	path := filepath.Join(testenv.RepoRoot(), "docs", "design.md")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const begin, end = "<!-- bench-sections:begin -->\n", "<!-- bench-sections:end -->"
+	doc := string(b)
+	i, j := strings.Index(doc, begin), strings.Index(doc, end)
+	if i < 0 || j < i {
+		t.Fatalf("%s has no %q … %q lines", path, strings.TrimSpace(begin), end)
+	}
+	if got, want := doc[i+len(begin):j], sectionsMarkdown(); got != want {
+		t.Errorf("%s's section table is not the code's; want:\n%s", path, want)
+	}
+}
+
+// TestSectionNames: every section has a name, what it measures, how it
+// runs, its rows and a test for its data, and no name is used twice.
+func TestSectionNames(t *testing.T) {
+	seen := map[string]bool{}
+	for _, s := range sections {
+		if s.name == "" || s.measures == "" || s.runs == "" || s.rows == "" || s.has == nil || seen[s.name] {
+			t.Errorf("section %+v: want every field, and a name of its own", s)
+		}
+		seen[s.name] = true
+		if sectionNamed(s.name) == nil {
+			t.Errorf("sectionNamed(%q) = nil", s.name)
+		}
+	}
+}
