@@ -332,7 +332,7 @@ func benchModel(ctx context.Context, e cli.Env, rt *scoring.Runtime, cfg config.
 		return mr, fmt.Errorf("raw replay: %w", err)
 	}
 	tp := throughputResult{Transcripts: len(sample), Pairs: run.pairs, Batches: len(run.rec.batches), Device: run.device.Label(),
-		PipelineSeconds: run.wall.Seconds(), RawSeconds: rawDur.Seconds(), Target: 0.90}
+		PipelineSeconds: run.wall.Seconds(), RawSeconds: rawDur.Seconds(), Target: pipelineRatioTarget.bound}
 	tp.PipelinePairsPerSec = float64(run.pairs) / run.wall.Seconds()
 	// The service's score cache answers repeated pairs without the engine:
 	// what the pipeline served, against what it inferred.
@@ -348,21 +348,21 @@ func benchModel(ctx context.Context, e cli.Env, rt *scoring.Runtime, cfg config.
 	tp.PipelineCPUSeconds, tp.RawCPUSeconds = run.cpu.Seconds(), rawCPU.Seconds()
 	tp.CPURatio = (float64(run.pairs) / run.cpu.Seconds()) / (float64(rawPairs) / rawCPU.Seconds())
 	tp.Ratio = tp.PipelinePairsPerSec / tp.RawPairsPerSec
-	tp.OK = tp.Ratio >= tp.Target
+	tp.OK = pipelineRatioTarget.ok(tp.Ratio)
 	mr.Throughput = tp
 
 	arrReal, arrPadded := arrivalPadding(run.rec.arrivals, run.shapeTokens, run.shapeRows)
 	mr.Padding = paddingResult{Ours: run.stats.PaddingEfficiency(), ArrivalOrder: float64(arrReal) / float64(arrPadded),
-		RealTokens: run.stats.RealTokens, PaddedTokens: run.stats.PaddedTokens, ArrivalPaddedTokens: arrPadded, Target: 0.85}
-	mr.Padding.OK = mr.Padding.Ours >= mr.Padding.Target
+		RealTokens: run.stats.RealTokens, PaddedTokens: run.stats.PaddedTokens, ArrivalPaddedTokens: arrPadded, Target: paddingTarget.bound}
+	mr.Padding.OK = paddingTarget.ok(mr.Padding.Ours)
 
 	tok, err := timeTokenizer(m, evs)
 	if err != nil {
 		return mr, err
 	}
-	mr.Tokenizer = tokenizerShare{tokenizerResult: tok, PipelineCPUSeconds: run.cpu.Seconds(), Target: 0.05}
+	mr.Tokenizer = tokenizerShare{tokenizerResult: tok, PipelineCPUSeconds: run.cpu.Seconds(), Target: tokenizerShareTarget.bound}
 	mr.Tokenizer.Share = tok.Seconds / run.cpu.Seconds()
-	mr.Tokenizer.OK = mr.Tokenizer.Share < mr.Tokenizer.Target
+	mr.Tokenizer.OK = tokenizerShareTarget.ok(mr.Tokenizer.Share)
 	mr.LatencySaturation = latencyOf(run.latencies)
 	mr.LatencySaturation.Transcripts = len(sample)
 	endPipeline()
@@ -415,11 +415,11 @@ func benchModel(ctx context.Context, e cli.Env, rt *scoring.Runtime, cfg config.
 			mr.Memory.Points = append(mr.Memory.Points, mp)
 		}
 		mr.Memory.InflightLimit = limit
-		mr.Memory.MaxGrowth = 0.15
+		mr.Memory.MaxGrowth = memoryGrowthTarget.bound
 		if n := len(mr.Memory.Points); n >= 2 {
 			lo, hi := mr.Memory.Points[0].PeakRSSMiB, mr.Memory.Points[n-1].PeakRSSMiB
 			mr.Memory.Growth = hi/lo - 1
-			flat := mr.Memory.Growth <= mr.Memory.MaxGrowth
+			flat := memoryGrowthTarget.ok(mr.Memory.Growth)
 			mr.Memory.Flat = &flat
 		}
 	}

@@ -263,7 +263,7 @@ func editSentence(s string, v int) string {
 func runRevision(ctx context.Context, rt *scoring.Runtime, cfg config.Config, m *model.Model, evs []schema.TranscriptEvent, versions int, share float64, capBytes, cappedBytes int64, rounds int) (*revisionResult, error) {
 	work := revisionWorkload(evs, versions, share)
 	r := &revisionResult{Transcripts: len(evs), Versions: versions, EditShare: share, CacheCapBytes: capBytes,
-		CappedCapBytes: cappedBytes, SavedTarget: 0.60, SpeedupTarget: 2.5}
+		CappedCapBytes: cappedBytes, SavedTarget: revisionSavedTarget.bound, SpeedupTarget: revisionSpeedTarget.bound}
 	for _, v := range work {
 		for i := range v {
 			r.Pairs += v[i].SentenceCount() * len(cfg.Labels)
@@ -344,7 +344,7 @@ func runRevision(ctx context.Context, rt *scoring.Runtime, cfg config.Config, m 
 	r.Speedup = r.PairsPerSecOn / r.PairsPerSecOff
 	r.CPUSpeedup = r.CPUSecondsOff / r.CPUSecondsOn
 	r.Saved = 1 - float64(r.InferredOn)/float64(r.InferredOff)
-	r.OK = r.Saved >= r.SavedTarget && max(r.Speedup, r.CPUSpeedup) >= r.SpeedupTarget
+	r.OK = revisionSavedTarget.ok(r.Saved) && revisionSpeedTarget.ok(max(r.Speedup, r.CPUSpeedup))
 	return r, nil
 }
 

@@ -192,39 +192,39 @@ func productionChecks(model string, rows []wholeProcess, startups []startupPoint
 		return nil
 	}
 	var out []productionCheck
-	add := func(name, target string, v float64, ok bool) {
-		out = append(out, productionCheck{Name: name, Value: v, Target: target, OK: ok})
+	add := func(name string, t target, v float64) {
+		out = append(out, productionCheck{Name: name, Value: v, Target: t.String(), OK: t.ok(v)})
 	}
 	for _, g := range []string{"model.onnx", int8File} {
 		if t, l := get(g, "typical"), get(g, "long"); t != nil && l != nil {
 			v := l.ScorerPeakRSSMiB / t.ScorerPeakRSSMiB
-			add(g+": peak RSS long / typical", "≤ 1.25", v, v <= 1.25)
+			add(g+": peak RSS long / typical", atMost(1.25, ""), v)
 		}
 	}
 	for _, in := range []string{"typical", "long"} {
 		if f, q := get("model.onnx", in), get(int8File, in); f != nil && q != nil {
 			v := q.ScorerPeakRSSMiB / f.ScorerPeakRSSMiB
-			add("int8 / fp32 peak RSS, "+in, "< 1", v, v < 1)
+			add("int8 / fp32 peak RSS, "+in, below(1, ""), v)
 			s := q.ScorerNetPairsPerSec / f.ScorerNetPairsPerSec
-			add("int8 / fp32 pairs/s after start-up, "+in, "≥ 2", s, s >= 2)
+			add("int8 / fp32 pairs/s after start-up, "+in, atLeast(2, ""), s)
 			if q.ScorerCPUSeconds > 0 {
 				c := f.ScorerCPUSeconds / q.ScorerCPUSeconds
-				add("int8 / fp32 pairs per CPU-second, "+in, "≥ 2", c, c >= 2)
+				add("int8 / fp32 pairs per CPU-second, "+in, atLeast(2, ""), c)
 			}
 		}
 	}
 	for _, g := range []string{"model.onnx", int8File} {
 		for _, in := range []string{"typical", "long"} {
 			if r := get(g, in); r != nil && r.RawSeconds > 0 {
-				add(fmt.Sprintf("%s %s: scorer / raw loop pairs/s", g, in), "≥ 0.95", r.SpeedRatio, r.SpeedRatio >= 0.95)
+				add(fmt.Sprintf("%s %s: scorer / raw loop pairs/s", g, in), atLeast(0.95, ""), r.SpeedRatio)
 				for _, sp := range startups {
 					if sp.Model == model && sp.Graph == g && sp.CachedSeconds > 0 {
 						first := r.RawSeconds / (r.ScorerSeconds + sp.Seconds - sp.CachedSeconds)
-						add(fmt.Sprintf("%s %s: scorer / raw loop pairs/s, first start (calibration measured)", g, in), "≥ 0.95", first, first >= 0.95)
+						add(fmt.Sprintf("%s %s: scorer / raw loop pairs/s, first start (calibration measured)", g, in), atLeast(0.95, ""), first)
 					}
 				}
-				add(fmt.Sprintf("%s %s: scorer / raw loop pairs per CPU-second", g, in), "≥ 0.95", r.CPURatio, r.CPURatio >= 0.95)
-				add(fmt.Sprintf("%s %s: scorer / raw loop peak RSS", g, in), "≤ 1.25", r.RSSRatio, r.RSSRatio <= 1.25)
+				add(fmt.Sprintf("%s %s: scorer / raw loop pairs per CPU-second", g, in), atLeast(0.95, ""), r.CPURatio)
+				add(fmt.Sprintf("%s %s: scorer / raw loop peak RSS", g, in), atMost(1.25, ""), r.RSSRatio)
 			}
 		}
 	}
@@ -233,7 +233,7 @@ func productionChecks(model string, rows []wholeProcess, startups []startupPoint
 			for _, in := range startups {
 				if in.Model == model && in.Graph == sp.Graph && in.CachedSeconds > 0 {
 					v := sp.CachedPeakRSSMiB / in.CachedPeakRSSMiB
-					add(sp.Graph+": start-up peak RSS, external data / inline", "≤ 1.05", v, v <= 1.05)
+					add(sp.Graph+": start-up peak RSS, external data / inline", atMost(1.05, ""), v)
 				}
 			}
 		}
@@ -242,7 +242,7 @@ func productionChecks(model string, rows []wholeProcess, startups []startupPoint
 		for _, in := range []string{"typical", "long"} {
 			if r := get(g, in); r != nil {
 				v := r.ScorerPeakRSSMiB * (1 << 20) / 1e9
-				add(fmt.Sprintf("%s %s: scorer peak RSS, GB", g, in), fmt.Sprintf("≤ %.1f", limit), v, v <= limit)
+				add(fmt.Sprintf("%s %s: scorer peak RSS, GB", g, in), atMost(limit, "").digits(1), v)
 			}
 		}
 	}
@@ -279,12 +279,13 @@ func rewriteChecks(get func(graph, input string) *wholeProcess) []productionChec
 				continue
 			}
 			if r.RawSeconds > 0 {
-				t := rewriteTargets[in]
+				t := atLeast(rewriteTargets[in], "").digits(1)
 				out = append(out, productionCheck{Name: fmt.Sprintf("%s %s: scorer (rewrite) / raw loop (graph as exported) pairs/s", g, in),
-					Value: r.SpeedRatio, Target: fmt.Sprintf("≥ %.1f", t), OK: r.SpeedRatio >= t})
+					Value: r.SpeedRatio, Target: t.String(), OK: t.ok(r.SpeedRatio)})
 			}
+			t := atMost(1, "")
 			out = append(out, productionCheck{Name: fmt.Sprintf("%s %s: scorer peak RSS, rewrite / as exported", g, in),
-				Value: r.RewriteRSSRatio, Target: "≤ 1", OK: r.RewriteRSSRatio <= 1})
+				Value: r.RewriteRSSRatio, Target: t.String(), OK: t.ok(r.RewriteRSSRatio)})
 		}
 	}
 	return out

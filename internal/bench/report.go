@@ -195,17 +195,17 @@ func printTable(w io.Writer, r *benchReport, want func(section string) bool) {
 				return fmt.Sprintf("%s; %d", f1(t.ServedPairsPerSec), t.CacheHits)
 			})
 		}
-		row("pipeline / raw", "≥ 0.90", func(mr *modelReport) string { return ratio(mr.Throughput.Ratio, mr.Throughput.OK) })
+		row("pipeline / raw", pipelineRatioTarget.String(), func(mr *modelReport) string { return ratio(mr.Throughput.Ratio, mr.Throughput.OK) })
 		row("pipeline / raw, pairs per CPU-second", "", func(mr *modelReport) string { return fmt.Sprintf("%.3f", mr.Throughput.CPURatio) })
 		row("engine busy: worker-seconds / wall seconds", "", func(mr *modelReport) string { return fmt.Sprintf("%.3f", mr.Throughput.EngineBusyShare) })
 		row("pipeline wall: lead-in / engine / idle gaps / tail (ms)", "", func(mr *modelReport) string {
 			t := mr.Throughput.Split
 			return fmt.Sprintf("%.0f / %.0f / %.0f / %.0f", t.LeadInMs, t.EngineMs, t.IdleGapsMs, t.TailMs)
 		})
-		row("padding efficiency, ours", "≥ 0.85", func(mr *modelReport) string { return ratio(mr.Padding.Ours, mr.Padding.OK) })
+		row("padding efficiency, ours", paddingTarget.String(), func(mr *modelReport) string { return ratio(mr.Padding.Ours, mr.Padding.OK) })
 		row("padding efficiency, arrival order", "", func(mr *modelReport) string { return fmt.Sprintf("%.3f", mr.Padding.ArrivalOrder) })
 		row("tokenizer (tokens/s, 1 thread)", "", func(mr *modelReport) string { return f1(mr.Tokenizer.TokensPerSec) })
-		row("tokenizer share of pipeline CPU", "< 5%", func(mr *modelReport) string {
+		row("tokenizer share of pipeline CPU", tokenizerShareTarget.String(), func(mr *modelReport) string {
 			return fmt.Sprintf("%.2f%% %s", 100*mr.Tokenizer.Share, mark(mr.Tokenizer.OK))
 		})
 		row("latency saturation p50 / p95 / p99 (ms)", "", func(mr *modelReport) string {
@@ -252,7 +252,7 @@ func printTable(w io.Writer, r *benchReport, want func(section string) bool) {
 		})
 	}
 	if nPoints >= 2 {
-		row("peak RSS growth, largest vs smallest backlog", "≤ 15% (flat)", func(mr *modelReport) string {
+		row("peak RSS growth, largest vs smallest backlog", memoryGrowthTarget.String()+" (flat)", func(mr *modelReport) string {
 			if mr.Memory.Flat == nil {
 				return "-"
 			}
@@ -367,14 +367,14 @@ func printRevisionRows(row func(name, target string, f func(p *perfReport) strin
 	row("revision: pairs / inferred, cache off / on", "", rev(func(r *revisionResult) string {
 		return fmt.Sprintf("%d / %d / %d", r.Pairs, r.InferredOff, r.InferredOn)
 	}))
-	row("revision: inference pairs saved by the cache", "≥ 60%", rev(func(r *revisionResult) string {
-		return fmt.Sprintf("%.1f%% %s", 100*r.Saved, mark(r.Saved >= r.SavedTarget))
+	row("revision: inference pairs saved by the cache", revisionSavedTarget.String(), rev(func(r *revisionResult) string {
+		return fmt.Sprintf("%.1f%% %s", 100*r.Saved, mark(revisionSavedTarget.ok(r.Saved)))
 	}))
 	row("revision: pairs/s cache off / on", "", rev(func(r *revisionResult) string {
 		return fmt.Sprintf("%.1f / %.1f", r.PairsPerSecOff, r.PairsPerSecOn)
 	}))
-	row("revision: speedup, cache on / off, wall; per CPU-second", "≥ 2.5×", rev(func(r *revisionResult) string {
-		return fmt.Sprintf("%.2f×; %.2f× %s", r.Speedup, r.CPUSpeedup, mark(max(r.Speedup, r.CPUSpeedup) >= r.SpeedupTarget))
+	row("revision: speedup, cache on / off, wall; per CPU-second", revisionSpeedTarget.String(), rev(func(r *revisionResult) string {
+		return fmt.Sprintf("%.2f×; %.2f× %s", r.Speedup, r.CPUSpeedup, mark(revisionSpeedTarget.ok(max(r.Speedup, r.CPUSpeedup))))
 	}))
 	row("revision: cache bytes / entries (cap)", "", rev(func(r *revisionResult) string {
 		return fmt.Sprintf("%d / %d (%d)", r.CacheBytes, r.CacheEntries, r.CacheCapBytes)
