@@ -38,7 +38,7 @@ STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(abspath $(DEPS)/bin/staticcheck)
 FUZZTIME    ?= 15s
 
-.PHONY: build ort cuda-ort kcat helm promtool duckdb staticcheck test test-short fuzz vet fmt lint docs run bench bench-profile rawloop golden image image-cuda image-test dist gpu-proof onnxpb clean
+.PHONY: build ort cuda-ort kcat helm promtool duckdb staticcheck test test-short test-times fuzz vet fmt lint docs run bench bench-profile rawloop golden image image-cuda image-test dist gpu-proof onnxpb clean
 
 build: $(BIN) ort
 
@@ -143,6 +143,12 @@ fuzz: ort
 
 test-short: ort
 	$(GO) test -short -count=1 ./...
+
+# Where the suite's time goes (scripts/test-times.sh): each package's wall and CPU time and the 20
+# slowest tests of `go test -race ./...`, or of TEST_ARGS (TEST_ARGS='-short ./...', TEST_ARGS='-race ./model').
+TEST_ARGS ?= -race -timeout 45m ./...
+test-times: ort
+	./scripts/test-times.sh $(TEST_ARGS)
 
 run: build
 	./scripts/run-demo.sh
