@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -62,48 +61,16 @@ func smallEvents(t testing.TB, n int, prefix string) (string, []string) {
 	return path, ids
 }
 
-var (
-	corpusOnce  sync.Once
-	corpusSents []string
-)
-
 // corpusSentences is every distinct corpus sentence whose length is in
-// [minLen, maxLen] bytes, in corpus order (first call's bounds win).
+// [minLen, maxLen] bytes, in corpus order (testenv decodes the corpus once
+// per process). The slice is shared: do not modify it.
 func corpusSentences(t testing.TB, minLen, maxLen int) []string {
 	t.Helper()
-	corpusOnce.Do(func() {
-		f, err := os.Open(testenv.Transcripts(t))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		seen := map[string]bool{}
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 1<<20), 64<<20)
-		for sc.Scan() {
-			ev, err := schema.DecodeEvent(sc.Bytes(), schema.DefaultLimits())
-			if err != nil {
-				t.Fatal(err)
-			}
-			names := make([]string, 0, len(ev.Sections))
-			for name := range ev.Sections {
-				names = append(names, name)
-			}
-			sort.Strings(names)
-			for _, name := range names {
-				for _, s := range ev.Sections[name] {
-					if len(s) >= minLen && len(s) <= maxLen && !seen[s] {
-						seen[s] = true
-						corpusSents = append(corpusSents, s)
-					}
-				}
-			}
-		}
-	})
-	if len(corpusSents) < 1000 {
-		t.Fatalf("only %d short corpus sentences", len(corpusSents))
+	sents := testenv.CorpusSentences(t, minLen, maxLen)
+	if len(sents) < 1000 {
+		t.Fatalf("only %d short corpus sentences", len(sents))
 	}
-	return corpusSents
+	return sents
 }
 
 // createOutputTopics creates the scorer's output and DLQ topics with room

@@ -10,52 +10,136 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"testing"
 
 	"github.com/scorer/scorer/schema"
 )
 
-// ShortestTranscripts writes the n shortest real transcripts (whole, as they
-// are in the corpus) to a JSONL file and returns it with their events. The
-// shortest keep test time bounded on two cores without inventing data.
-func ShortestTranscripts(t testing.TB, n int) (string, []schema.TranscriptEvent) {
+// corpus is the transcript corpus decoded once per test process. Decoding
+// its 60 MB takes about 3 s of CPU, and 30 to 60 s under the race detector,
+// and a package's tests ask for it many times (internal/offline did a dozen
+// times, each decoding it again: most of that package's time).
+type corpus struct {
+	once  sync.Once
+	err   error
+	lines []corpusLine // in corpus order
+
+	mu        sync.Mutex
+	sentences map[[2]int][]string // CorpusSentences by bounds
+}
+
+type corpusLine struct {
+	raw   []byte
+	ev    schema.TranscriptEvent // shared: read, never handed out
+	count int
+}
+
+var (
+	corporaMu sync.Mutex
+	corpora   = map[string]*corpus{} // by path
+)
+
+// loadCorpus is the corpus at Transcripts(t), decoded on first use.
+func loadCorpus(t testing.TB) *corpus {
 	t.Helper()
-	f, err := os.Open(Transcripts(t))
+	path := Transcripts(t)
+	corporaMu.Lock()
+	c := corpora[path]
+	if c == nil {
+		c = &corpus{sentences: map[[2]int][]string{}}
+		corpora[path] = c
+	}
+	corporaMu.Unlock()
+	c.once.Do(func() { c.lines, c.err = readCorpus(path) })
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	return c
+}
+
+func readCorpus(path string) ([]corpusLine, error) {
+	f, err := os.Open(path)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	defer f.Close()
-	type line struct {
-		raw   []byte
-		ev    schema.TranscriptEvent
-		count int
-	}
-	var lines []line
+	var lines []corpusLine
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
 		ev, err := schema.DecodeEvent(sc.Bytes(), schema.DefaultLimits())
 		if err != nil {
-			t.Fatalf("corpus line %d: %v", len(lines)+1, err)
+			return nil, fmt.Errorf("corpus line %d: %w", len(lines)+1, err)
 		}
-		lines = append(lines, line{raw: bytes.Clone(sc.Bytes()), ev: ev, count: ev.SentenceCount()})
+		lines = append(lines, corpusLine{raw: bytes.Clone(sc.Bytes()), ev: ev, count: ev.SentenceCount()})
 	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
+	return lines, sc.Err()
+}
+
+// ShortestTranscripts writes the n shortest real transcripts (whole, as they
+// are in the corpus) to a JSONL file and returns it with their events. The
+// shortest keep test time bounded on two cores without inventing data. The
+// corpus is decoded once per process; the events returned are the caller's.
+func ShortestTranscripts(t testing.TB, n int) (string, []schema.TranscriptEvent) {
+	t.Helper()
+	c := loadCorpus(t)
+	order := make([]int, len(c.lines))
+	for i := range order {
+		order[i] = i
 	}
-	sort.SliceStable(lines, func(i, j int) bool { return lines[i].count < lines[j].count })
+	sort.SliceStable(order, func(i, j int) bool { return c.lines[order[i]].count < c.lines[order[j]].count })
 	path := filepath.Join(t.TempDir(), fmt.Sprintf("shortest-%d.jsonl", n))
 	var buf bytes.Buffer
 	var evs []schema.TranscriptEvent
-	for _, l := range lines[:n] {
-		buf.Write(l.raw)
+	for _, i := range order[:n] {
+		raw := c.lines[i].raw
+		ev, err := schema.DecodeEvent(raw, schema.DefaultLimits())
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf.Write(raw)
 		buf.WriteByte('\n')
-		evs = append(evs, l.ev)
+		evs = append(evs, ev)
 	}
 	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return path, evs
+}
+
+// CorpusSentences is every distinct corpus sentence whose length is in
+// [minLen, maxLen] bytes, in corpus order (sections by name within a
+// transcript). The slice is shared by the process's callers: do not modify
+// it.
+func CorpusSentences(t testing.TB, minLen, maxLen int) []string {
+	t.Helper()
+	c := loadCorpus(t)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := [2]int{minLen, maxLen}
+	if out, ok := c.sentences[key]; ok {
+		return out
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, l := range c.lines {
+		names := make([]string, 0, len(l.ev.Sections))
+		for name := range l.ev.Sections {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			for _, s := range l.ev.Sections[name] {
+				if len(s) >= minLen && len(s) <= maxLen && !seen[s] {
+					seen[s] = true
+					out = append(out, s)
+				}
+			}
+		}
+	}
+	c.sentences[key] = out
+	return out
 }
 
 // ScorerEnv is the environment every in-test scorer gets (in-process or a
