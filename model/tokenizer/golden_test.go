@@ -55,10 +55,7 @@ func TestGolden(t *testing.T) {
 			if len(g.Cases) == 0 || g.MaxLength <= 0 {
 				t.Fatalf("golden file for %s has %d cases, max_length %d", name, len(g.Cases), g.MaxLength)
 			}
-			tok, err := Load(filepath.Join(dir, "tokenizer.json"))
-			if err != nil {
-				t.Fatal(err)
-			}
+			tok := loadDir(t, dir)
 			pass, fails := 0, 0
 			for i, c := range g.Cases {
 				p, err := tok.Encode(c.Premise)
@@ -122,10 +119,7 @@ func TestGoldenJoined(t *testing.T) {
 			if len(g.Cases) == 0 || g.MaxLength <= 0 || g.Encoding != "joined" {
 				t.Fatalf("joined golden file for %s: %d cases, max_length %d, encoding %q", name, len(g.Cases), g.MaxLength, g.Encoding)
 			}
-			tok, err := Load(filepath.Join(dir, "tokenizer.json"))
-			if err != nil {
-				t.Fatal(err)
-			}
+			tok := loadDir(t, dir)
 			pass, cut, fails := 0, 0, 0
 			for i, c := range g.Cases {
 				p, err := tok.EncodeJoined(c.Premise, c.Separator, c.Hypothesis, g.MaxLength)

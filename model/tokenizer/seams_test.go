@@ -31,10 +31,7 @@ func TestJoinedSeams(t *testing.T) {
 			if err := json.Unmarshal(data, &g); err != nil {
 				t.Fatal(err)
 			}
-			tok, err := Load(filepath.Join(dir, "tokenizer.json"))
-			if err != nil {
-				t.Fatal(err)
-			}
+			tok := loadDir(t, dir)
 			same, n := 0, 0
 			for _, c := range g.Cases {
 				if c.Separator != "</s></s>" || c.Kept != nil {

@@ -17,13 +17,31 @@ func loadModel(t testing.TB, name string) *Tokenizer {
 	return loadDir(t, testenv.ModelDir(t, name))
 }
 
-// loadDir loads the tokenizer.json of a folder under shared/models.
+// loaded are the shared folders' tokenizers, each loaded once per test
+// process: DeBERTa-v3's 8.6 MB tokenizer.json takes seconds of CPU to load
+// under the race detector, and the golden, seam and truncation tests each
+// asked for every folder's. A Tokenizer is read-only after Load and safe
+// for concurrent use (TestConcurrentEncode); TestLoadErrors and the
+// benchmarks still call Load themselves.
+var (
+	loadedMu sync.Mutex
+	loaded   = map[string]*Tokenizer{}
+)
+
+// loadDir is the tokenizer.json of a folder under shared/models, loaded on
+// first use. Tests must not modify it.
 func loadDir(t testing.TB, dir string) *Tokenizer {
 	t.Helper()
+	loadedMu.Lock()
+	defer loadedMu.Unlock()
+	if tok, ok := loaded[dir]; ok {
+		return tok
+	}
 	tok, err := Load(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	loaded[dir] = tok
 	return tok
 }
 
