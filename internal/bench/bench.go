@@ -334,8 +334,9 @@ func benchModel(ctx context.Context, e cli.Env, rt *scoring.Runtime, cfg config.
 	tp := throughputResult{Transcripts: len(sample), Pairs: run.pairs, Batches: len(run.rec.batches), Device: run.device.Label(),
 		PipelineSeconds: run.wall.Seconds(), RawSeconds: rawDur.Seconds(), Target: pipelineRatioTarget.bound}
 	tp.PipelinePairsPerSec = float64(run.pairs) / run.wall.Seconds()
-	// The service's score cache answers repeated pairs without the engine:
-	// what the pipeline served, against what it inferred.
+	// The service's score cache answers repeated pairs without the engine
+	// (an earlier call's, and each distinct pair of a call once): what the
+	// pipeline served, against what it inferred.
 	tp.SamplePairs, tp.CacheHits = pairsOf(sample, labels), run.cache.Hits
 	tp.ServedPairsPerSec = float64(tp.SamplePairs) / run.wall.Seconds()
 	tp.RawPairsPerSec = float64(rawPairs) / rawDur.Seconds()
