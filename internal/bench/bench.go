@@ -151,9 +151,9 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	if err != nil {
 		return err
 	}
-	skip := map[string]bool{}
-	for _, s := range config.SplitList(bf.skip, ",") {
-		skip[s] = true
+	skip, err := skipSet(bf.skip)
+	if err != nil {
+		return err
 	}
 	if bf.from != "" {
 		rep, err := readReport(bf.from)

@@ -5,6 +5,9 @@ import (
 	"io"
 	"slices"
 	"strings"
+
+	"github.com/scorer/scorer/internal/cli"
+	"github.com/scorer/scorer/internal/config"
 )
 
 // section is one part of `scorer bench`: the word --skip takes, the key of
@@ -128,4 +131,22 @@ func sectionsMarkdown() string {
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", s.name, s.measures, s.runs, s.rows)
 	}
 	return b.String()
+}
+
+// skipSet reads --skip: the sections it names, each a row of the table. A
+// name that is none is a usage error (a typo would otherwise run the
+// section it meant to skip, which can take half an hour).
+func skipSet(list string) (map[string]bool, error) {
+	skip := map[string]bool{}
+	for _, name := range config.SplitList(list, ",") {
+		if sectionNamed(name) == nil {
+			names := make([]string, len(sections))
+			for i, s := range sections {
+				names[i] = s.name
+			}
+			return nil, cli.UsageError{Msg: fmt.Sprintf("bench: --skip %q: no such section (sections: %s)", name, strings.Join(names, ", "))}
+		}
+		skip[name] = true
+	}
+	return skip, nil
 }

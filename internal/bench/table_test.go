@@ -1,11 +1,13 @@
 package bench
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/testenv"
 )
 
@@ -41,5 +43,17 @@ func TestSectionNames(t *testing.T) {
 		if sectionNamed(s.name) == nil {
 			t.Errorf("sectionNamed(%q) = nil", s.name)
 		}
+	}
+}
+
+// TestSkipSet: --skip takes the table's names and refuses others.
+func TestSkipSet(t *testing.T) {
+	got, err := skipSet("large, production")
+	if err != nil || !got["large"] || !got["production"] || len(got) != 2 {
+		t.Errorf(`skipSet("large, production") = %v, %v`, got, err)
+	}
+	var ue cli.UsageError
+	if _, err := skipSet("pipeline,prodution"); !errors.As(err, &ue) || !strings.Contains(err.Error(), "prodution") {
+		t.Errorf("skipSet with a typo: %v, want a usage error naming it", err)
 	}
 }
