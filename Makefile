@@ -166,9 +166,11 @@ bench: build rawloop $(DEBERTA_DIR)/onnx/model_quantized.onnx
 
 # ONNX Runtime's per-node profile of the production-size stand-in (fp32 and its fp16 twin), with the
 # relative-attention rewrite off and on: time and output bytes by op type and over the relative-position
-# path, and the op types of ORT's optimised graph (what its fusions leave unfused). Prints the tables
-# and keeps them in bin/profile.txt (profiles and optimised graphs under bin/profile); docs/benchmarks.md,
-# "Where the time goes", reads them. About 10 minutes on 2 cores; PROFILE_FLAGS adds flags.
+# path, and the op types of ORT's optimised graph (what its fusions leave unfused), first counted once
+# per attention rewrite (ATTENTION_REWRITES), each added to those before it. Prints the tables and keeps
+# them in bin/profile.txt (profiles and optimised graphs under bin/profile); docs/benchmarks.md, "Where
+# the time goes", reads them. About 12 minutes on 2 cores; PROFILE_FLAGS adds flags (on a GPU host with
+# ONNX Runtime's CUDA set as ORT_LIB: PROFILE_FLAGS=-device cuda).
 bench-profile: $(DEBERTA_DIR)/onnx/model_quantized.onnx
 	$(GO) run ./tools/ortprofile -model $(DEBERTA_DIR) -rows 4 -lens 48,512 -runs 2 -fp16 -out bin/profile $(PROFILE_FLAGS) | tee bin/profile.txt
 

@@ -84,6 +84,13 @@ func SessionFactory(m *model.Model, cfg SessionConfig) EngineFactory {
 	}
 }
 
+// ModelSessionOptions is the model.SessionOptions a pool's sessions on dev
+// are created with: tools that profile a session (tools/ortprofile) run
+// what the pool runs.
+func ModelSessionOptions(dev Device, cfg SessionConfig) (model.SessionOptions, error) {
+	return sessionOptions(dev, cfg)
+}
+
 // sessionOptions is the model.SessionOptions SessionFactory uses for dev.
 func sessionOptions(dev Device, cfg SessionConfig) (model.SessionOptions, error) {
 	opts := model.SessionOptions{IntraOpThreads: cfg.IntraOpThreads, InterOpThreads: cfg.InterOpThreads}

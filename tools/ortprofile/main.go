@@ -7,9 +7,14 @@
 // adds). It also saves ORT's optimised graph of each variant (weights kept
 // outside it) and counts its op types, so what ORT's fusions leave unfused is
 // visible; --fp16 does the same for the float16 twin (internal/onnxfp16).
-// `make bench-profile` runs it on the production-size stand-in.
+// Before the profiles it counts the optimised graph's ops once per attention
+// rewrite, each added to the ones before it (ATTENTION_REWRITES, model's
+// attnrewrite.go), so every step is seen landing even where no GPU is at
+// hand; -device cuda runs all of it on the CUDA provider with the options
+// the pool's sessions use. `make bench-profile` runs it on the
+// production-size stand-in.
 //
-//	ortprofile -model DIR [-rows 8] [-lens 48,512] [-runs 3] [-threads 2] [-fp16] [-out DIR]
+//	ortprofile -model DIR [-rows 8] [-lens 48,512] [-runs 3] [-threads 2] [-fp16] [-device cpu|cuda] [-out DIR]
 package main
 
 import (
@@ -31,6 +36,7 @@ import (
 	ort "github.com/yalue/onnxruntime_go"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/onnxfp16"
 	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
@@ -46,18 +52,37 @@ func main() {
 	fp16 := flag.Bool("fp16", false, "also profile the float16 twin of model.onnx (written to -out)")
 	out := flag.String("out", "", "folder for the profiles and optimised graphs; empty = a temporary one, removed")
 	ortLib := flag.String("ort-lib", os.Getenv("ORT_LIB"), "ONNX Runtime library")
+	device := flag.String("device", "cpu", "cpu, or cuda (GPU 0, the pool's CUDA session options; needs ONNX Runtime's CUDA set as -ort-lib)")
+	ladder := flag.String("steps", defaultLadder, "semicolon-separated ATTENTION_REWRITES values whose optimised graphs are counted, \"exported\" for the graph as exported; empty = none")
 	flag.Parse()
-	if *dir == "" {
+	if *dir == "" || (*device != "cpu" && *device != "cuda") {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(*dir, *rows, *lens, *runs, *threads, *fp16, *out, *ortLib); err != nil {
+	base, err := sessionBase(*device, *threads)
+	if err == nil {
+		err = run(*dir, *rows, *lens, *runs, *threads, *fp16, *out, *ortLib, *device, *ladder, base)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "ortprofile:", err)
 		os.Exit(1)
 	}
 }
 
-func run(dir string, rows int, lensFlag string, runs, threads int, fp16 bool, out, ortLib string) error {
+// defaultLadder adds the attention rewrites one at a time.
+const defaultLadder = "exported;none;align;align,scale;align,scale,mask;align,scale,mask,skipln;align,scale,mask,skipln,mha"
+
+// sessionBase is the session options every session here starts from: the
+// CPU with threads intra-op threads, or what the pool gives a CUDA session
+// on GPU 0.
+func sessionBase(device string, threads int) (model.SessionOptions, error) {
+	if device == "cuda" {
+		return gpupool.ModelSessionOptions(gpupool.Device{Kind: gpupool.CUDA}, gpupool.SessionConfig{})
+	}
+	return model.SessionOptions{IntraOpThreads: threads, InterOpThreads: 1}, nil
+}
+
+func run(dir string, rows int, lensFlag string, runs, threads int, fp16 bool, out, ortLib, device, ladder string, base model.SessionOptions) error {
 	var lens []int
 	for f := range strings.SplitSeq(lensFlag, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -91,17 +116,98 @@ func run(dir string, rows int, lensFlag string, runs, threads int, fp16 bool, ou
 		}
 		graphs = append(graphs, graph{"fp16", d})
 	}
-	fmt.Printf("ortprofile: %s, %d rows per batch, %d runs per shape, %d intra-op threads, ONNX Runtime %s, %s\n\n",
-		dir, rows, runs, threads, ort.GetVersion(), time.Now().UTC().Format(time.RFC3339))
+	fmt.Printf("ortprofile: %s, %d rows per batch, %d runs per shape, %d intra-op threads, device %s, ONNX Runtime %s, %s\n\n",
+		dir, rows, runs, threads, device, ort.GetVersion(), time.Now().UTC().Format(time.RFC3339))
+	for _, gr := range graphs {
+		if ladder != "" {
+			if err := countLadder(gr.dir, gr.name, device, strings.Split(ladder, ";"), base, out); err != nil {
+				return fmt.Errorf("%s: %w", gr.name, err)
+			}
+		}
+	}
 	for _, gr := range graphs {
 		for _, keep := range []bool{true, false} {
 			variant := fmt.Sprintf("%s-%s", gr.name, map[bool]string{true: "exported", false: "rewritten"}[keep])
-			if err := profileVariant(gr.dir, variant, keep, lens, rows, runs, threads, out); err != nil {
+			if err := profileVariant(gr.dir, variant, keep, lens, rows, runs, base, out); err != nil {
 				return fmt.Errorf("%s: %w", variant, err)
 			}
 		}
 	}
 	return nil
+}
+
+// ladderOps are the op types the ladder's table shows: what each rewrite
+// removes or adds, and the products.
+var ladderOps = []string{"MatMul", "FusedMatMul", "Gemm", "Add", "Div", "Where", "Softmax", "LayerNormalization",
+	"SkipLayerNormalization", "MultiHeadAttention", "GatherElements", "Transpose", "Cast"}
+
+// countLadder creates one session per rung (an ATTENTION_REWRITES value, or
+// "exported") with ORT's optimised graph saved, and prints the graph's op
+// counts as one Markdown table.
+func countLadder(dir, name, device string, rungs []string, base model.SessionOptions, out string) error {
+	fmt.Printf("%s: ORT's optimised graph (%s, all levels) per attention rewrite, each added to those above it\n\n", name, device)
+	fmt.Printf("| ATTENTION_REWRITES | nodes | %s |\n|---|---:|%s\n", strings.Join(ladderOps, " | "), strings.Repeat("---:|", len(ladderOps)))
+	for i, rung := range rungs {
+		opts := model.LoadOptions{Dir: dir, AttentionRewrites: rung}
+		if rung == "exported" {
+			opts = model.LoadOptions{Dir: dir, KeepRelativeAttention: true}
+		}
+		optimized := filepath.Join(out, fmt.Sprintf("%s-%s-rung%d-optimized.onnx", name, device, i))
+		counts, err := optimisedCounts(opts, base, optimized)
+		if err != nil {
+			fmt.Printf("| %s | %s |\n", rung, oneLine(err))
+			continue
+		}
+		total := 0
+		for _, c := range counts {
+			total += c
+		}
+		var cells []string
+		for _, op := range ladderOps {
+			cells = append(cells, strconv.Itoa(counts[op]+counts["com.microsoft."+op]))
+		}
+		fmt.Printf("| %s | %d | %s |\n", rung, total, strings.Join(cells, " | "))
+	}
+	fmt.Println()
+	return nil
+}
+
+// optimisedCounts loads a model, creates one session that saves ORT's
+// optimised graph (weights beside it) and counts that graph's op types.
+func optimisedCounts(lo model.LoadOptions, base model.SessionOptions, optimized string) (map[string]int, error) {
+	m, err := model.Load(lo)
+	if err != nil {
+		return nil, err
+	}
+	opts := base
+	opts.Configure = func(so *ort.SessionOptions) error {
+		if base.Configure != nil {
+			if err := base.Configure(so); err != nil {
+				return err
+			}
+		}
+		if err := so.AddSessionConfigEntry("session.optimized_model_external_initializers_file_name", filepath.Base(optimized)+".data"); err != nil {
+			return err
+		}
+		return so.SetOptimizedModelFilePath(optimized)
+	}
+	s, err := m.NewSession(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Close(); err != nil {
+		return nil, err
+	}
+	defer os.Remove(optimized + ".data")
+	return opTypes(optimized)
+}
+
+func oneLine(err error) string {
+	msg := strings.ReplaceAll(err.Error(), "\n", " ")
+	if len(msg) > 160 {
+		msg = msg[:160] + "…"
+	}
+	return "not loaded: " + msg
 }
 
 // fp16Dir makes a model folder beside out whose model.onnx is the float16
@@ -145,7 +251,7 @@ type opStat struct {
 	bytes  int64
 }
 
-func profileVariant(dir, variant string, keep bool, lens []int, rows, runs, threads int, out string) error {
+func profileVariant(dir, variant string, keep bool, lens []int, rows, runs int, base model.SessionOptions, out string) error {
 	m, err := model.Load(model.LoadOptions{Dir: dir, KeepRelativeAttention: keep})
 	if err != nil {
 		return err
@@ -164,7 +270,13 @@ func profileVariant(dir, variant string, keep bool, lens []int, rows, runs, thre
 	optimized := filepath.Join(out, variant+"-optimized.onnx")
 	for i, n := range lens {
 		profPrefix := filepath.Join(out, fmt.Sprintf("%s-len%d", variant, n))
-		s, err := m.NewSession(model.SessionOptions{IntraOpThreads: threads, InterOpThreads: 1, Configure: func(so *ort.SessionOptions) error {
+		opts := base
+		opts.Configure = func(so *ort.SessionOptions) error {
+			if base.Configure != nil {
+				if err := base.Configure(so); err != nil {
+					return err
+				}
+			}
 			if i == 0 {
 				// The weights go beside the optimised graph, so it stays
 				// small enough to read back.
@@ -176,7 +288,8 @@ func profileVariant(dir, variant string, keep bool, lens []int, rows, runs, thre
 				}
 			}
 			return so.EnableProfiling(profPrefix)
-		}})
+		}
+		s, err := m.NewSession(opts)
 		if err != nil {
 			return err
 		}
@@ -216,7 +329,7 @@ func profileVariant(dir, variant string, keep bool, lens []int, rows, runs, thre
 	if err != nil {
 		return fmt.Errorf("reading the optimised graph: %w", err)
 	}
-	fmt.Printf("%s: ORT's optimised graph (CPU, all levels), op types: %s\n\n", variant, counts)
+	fmt.Printf("%s: ORT's optimised graph (all levels), op types: %s\n\n", variant, counts)
 	return nil
 }
 
@@ -325,15 +438,16 @@ func printProfile(variant string, n, rows, runs int, wall time.Duration, byOp ma
 	fmt.Println()
 }
 
-// opCounts is a graph's op types and counts, most frequent first.
-func opCounts(path string) (string, error) {
+// opTypes counts a graph file's op types; a contrib op is named with its
+// domain ("com.microsoft.FusedMatMul").
+func opTypes(path string) (map[string]int, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	var m onnxpb.ModelProto
 	if err := proto.Unmarshal(data, &m); err != nil {
-		return "", err
+		return nil, err
 	}
 	counts := map[string]int{}
 	for _, n := range m.GetGraph().GetNode() {
@@ -342,6 +456,15 @@ func opCounts(path string) (string, error) {
 			op = d + "." + op
 		}
 		counts[op]++
+	}
+	return counts, nil
+}
+
+// opCounts is a graph's op types and counts, most frequent first.
+func opCounts(path string) (string, error) {
+	counts, err := opTypes(path)
+	if err != nil {
+		return "", err
 	}
 	ops := make([]string, 0, len(counts))
 	for op := range counts {
