@@ -110,6 +110,36 @@ func TestRelAttnRewriteSetting(t *testing.T) {
 	}
 }
 
+// TestAttentionRewritesSetting: ATTENTION_REWRITES defaults to every
+// rewrite but mha, reaches the model's load options as given, and a name
+// the model does not know, or mha without mask, fails validation naming
+// the setting.
+func TestAttentionRewritesSetting(t *testing.T) {
+	for env, want := range map[string]string{"": "align,scale,mask,skipln", "none": "none", "mask,mha": "mask,mha"} {
+		vars := map[string]string{"MODEL_DIR": t.TempDir()}
+		if env != "" {
+			vars["ATTENTION_REWRITES"] = env
+		}
+		cfg, err := parseConfig(t, vars)
+		if err != nil {
+			t.Fatalf("ATTENTION_REWRITES=%q: %v", env, err)
+		}
+		lo, err := cfg.ModelOptions()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lo.AttentionRewrites != want {
+			t.Errorf("ATTENTION_REWRITES=%q: load options %q, want %q", env, lo.AttentionRewrites, want)
+		}
+	}
+	for _, bad := range []string{"align,flash", "mha"} {
+		if _, err := parseConfig(t, map[string]string{"MODEL_DIR": t.TempDir(), "ATTENTION_REWRITES": bad}); err == nil ||
+			!strings.Contains(err.Error(), "ATTENTION_REWRITES") {
+			t.Errorf("ATTENTION_REWRITES=%q: %v, want an error naming the setting", bad, err)
+		}
+	}
+}
+
 // TestGPUCalibrationCacheSetting: GPU_CALIBRATION_CACHE resolves as
 // CPU_CALIBRATION_CACHE does (auto, off, a directory), and the pool
 // PoolOptions builds keeps a GPU's calibration there, so a second start
