@@ -1,16 +1,11 @@
 package model
 
 import (
-	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"testing"
 
-	ort "github.com/yalue/onnxruntime_go"
-	"google.golang.org/protobuf/proto"
-
-	"github.com/scorer/scorer/model/onnxpb"
+	"github.com/scorer/scorer/model/onnxgraph"
 )
 
 // TestAttentionRewriteStructure checks, on each of the three DeBERTa
@@ -24,29 +19,29 @@ func TestAttentionRewriteStructure(t *testing.T) {
 			rewritten, st := rewrittenFileWith(t, path, mustParseSteps(t, ""))
 			// Two layers: 2 c2p/p2c scales each, one softmax each, a
 			// residual LayerNorm after attention and after the FFN.
-			if st.rel.ScalesMoved != 4 || st.rel.Align != alignPositions || st.mask.Softmaxes != 2 || st.mask.Masks != 1 ||
-				st.skipLN.Fused != 4 || st.skipLN.WithBias != 4 {
-				t.Errorf("%v; want 4 scales moved, windows aligned to %d, 2 softmaxes sharing 1 mask, 4 LayerNorms fused with their bias", st, alignPositions)
+			if st.Rel.ScalesMoved != 4 || st.Rel.Align != onnxgraph.AlignPositions || st.Mask.Softmaxes != 2 || st.Mask.Masks != 1 ||
+				st.SkipLN.Fused != 4 || st.SkipLN.WithBias != 4 {
+				t.Errorf("%v; want 4 scales moved, windows aligned to %d, 2 softmaxes sharing 1 mask, 4 LayerNorms fused with their bias", st, onnxgraph.AlignPositions)
 			}
 			for name, p := range map[string]string{"exported": path, "rewritten": rewritten} {
 				g := readTestGraph(t, p)
-				x := indexGraph(g)
+				x := onnxgraph.NewIndex(g)
 				var scoreDivs, maskWheres int
 				for _, n := range g.GetNode() {
 					switch n.GetOpType() {
 					case "Div":
 						in := n.GetInput()[0]
-						if tr := x.op(in, "Transpose"); tr != nil {
+						if tr := x.Op(in, "Transpose"); tr != nil {
 							in = tr.GetInput()[0]
 						}
-						if x.op(in, "GatherElements") != nil {
+						if x.Op(in, "GatherElements") != nil {
 							scoreDivs++
 						}
 					case "Softmax":
-						if x.op(n.GetInput()[0], "Where") != nil {
+						if x.Op(n.GetInput()[0], "Where") != nil {
 							maskWheres++
 						}
-						for _, c := range x.consumers[n.GetOutput()[0]] {
+						for _, c := range x.Consumers(n.GetOutput()[0]) {
 							if c.GetOpType() == "Where" {
 								maskWheres++
 							}
@@ -82,9 +77,9 @@ func TestAttentionRewriteSteps(t *testing.T) {
 		mha, DefaultAttentionRewrites + "," + RewriteMHA} {
 		t.Run(steps, func(t *testing.T) {
 			parsed := mustParseSteps(t, steps)
-			parsed.heads = 2 // the fixture's num_attention_heads (README.md)
+			parsed.Heads = 2 // the fixture's num_attention_heads (README.md)
 			rewritten, st := rewrittenFileWith(t, path, parsed)
-			if parsed.mha && st.mha.Fused != 2 {
+			if parsed.MHA && st.MHA.Fused != 2 {
 				t.Errorf("%s: want both layers' attention as MultiHeadAttention", st)
 			}
 			d := max(maxDiff(want, rawLogits(t, rewritten, fx.InputIDs, fx.Lengths)),
@@ -97,80 +92,6 @@ func TestAttentionRewriteSteps(t *testing.T) {
 	}
 }
 
-// TestWindowAlignment runs the window arithmetic alone, on relative-position
-// indices of every length the planner makes and a table of 512 positions:
-// each window is a multiple of 8 wide, holds every index, and stays inside
-// the table; with fewer positions than the padded width it is the table.
-func TestWindowAlignment(t *testing.T) {
-	b := &graphBuilder{prefix: "t/"}
-	ix := b.windowIndex("idx", "a", "x", alignPositions)
-	g := &onnxpb.GraphProto{Name: proto.String("window"), Node: b.nodes, Initializer: b.inits}
-	for _, in := range []struct {
-		name string
-		typ  onnxpb.TensorProto_DataType
-	}{{"idx", onnxpb.TensorProto_INT64}, {"a", onnxpb.TensorProto_FLOAT}, {"x", onnxpb.TensorProto_FLOAT}} {
-		g.Input = append(g.Input, valueInfo(in.name, in.typ))
-	}
-	g.Output = []*onnxpb.ValueInfoProto{valueInfo(ix.starts, onnxpb.TensorProto_INT64), valueInfo(ix.ends, onnxpb.TensorProto_INT64)}
-	m := &onnxpb.ModelProto{IrVersion: proto.Int64(8), Graph: g,
-		OpsetImport: []*onnxpb.OperatorSetIdProto{{Domain: proto.String(""), Version: proto.Int64(14)}}}
-	data, err := proto.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "window.onnx")
-	if err := os.WriteFile(file, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sess, err := ort.NewDynamicAdvancedSession(file, []string{"idx", "a", "x"}, []string{ix.starts, ix.ends}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sess.Destroy()
-	run := func(lo, hi, positions int64) (int64, int64) {
-		t.Helper()
-		// Any index tensor with that range: its first and last cells.
-		idx := make([]int64, 4)
-		idx[0], idx[1], idx[2], idx[3] = lo, hi, lo, hi
-		it, _ := ort.NewTensor(ort.NewShape(1, 2, 2), idx)
-		at, _ := ort.NewTensor(ort.NewShape(2, 2, 1), make([]float32, 4))
-		xt, _ := ort.NewTensor(ort.NewShape(1, positions, 1), make([]float32, positions))
-		out := []ort.Value{nil, nil}
-		if err := sess.Run([]ort.Value{it, at, xt}, out); err != nil {
-			t.Fatal(err)
-		}
-		s, e := out[0].(*ort.Tensor[int64]).GetData()[0], out[1].(*ort.Tensor[int64]).GetData()[0]
-		for _, v := range append(out, it, at, xt) {
-			v.Destroy()
-		}
-		return s, e
-	}
-	for _, c := range []struct{ lo, hi, positions int64 }{
-		{256 - 47, 256 + 47, 512}, // 48 tokens: 95 positions
-		{256 - 4, 256 + 4, 512},   // 5 tokens
-		{0, 510, 512},             // log buckets at 512 tokens: 511 positions
-		{1, 511, 512},             // the window must move left
-		{500, 505, 512},           // near the end
-		{0, 8, 12},                // fewer positions than the padded width
-	} {
-		s, e := run(c.lo, c.hi, c.positions)
-		w := e - s
-		ok := s >= 0 && s <= c.lo && e > c.hi && e <= c.positions &&
-			(w%alignPositions == 0 || w == c.positions && c.positions < (c.hi-c.lo+alignPositions)/alignPositions*alignPositions)
-		if !ok {
-			t.Errorf("indices %d..%d of %d positions: window [%d, %d) (%d wide)", c.lo, c.hi, c.positions, s, e, w)
-		}
-		if pad := w - (c.hi - c.lo + 1); pad >= alignPositions || pad < 0 {
-			t.Errorf("indices %d..%d: window %d wide for %d positions: %s", c.lo, c.hi, w, c.hi-c.lo+1, fmt.Sprint("padded by ", pad))
-		}
-	}
-}
-
-func valueInfo(name string, typ onnxpb.TensorProto_DataType) *onnxpb.ValueInfoProto {
-	return &onnxpb.ValueInfoProto{Name: proto.String(name), Type: &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{
-		TensorType: &onnxpb.TypeProto_Tensor{ElemType: proto.Int32(int32(typ))}}}}
-}
-
 // TestAttentionMHAFamilies runs every rewrite with mha on the three DeBERTa
 // families (each 2 layers of 2 heads, as their config.json or SOURCE.txt
 // says): both layers' attention as one MultiHeadAttention, logits within
@@ -180,9 +101,9 @@ func TestAttentionMHAFamilies(t *testing.T) {
 	for family, path := range relAttnGraphs(t) {
 		t.Run(family, func(t *testing.T) {
 			steps := mustParseSteps(t, DefaultAttentionRewrites+","+RewriteMHA)
-			steps.heads = 2
+			steps.Heads = 2
 			rewritten, st := rewrittenFileWith(t, path, steps)
-			if st.mha.Fused != 2 {
+			if st.MHA.Fused != 2 {
 				t.Fatalf("%s: want 2 attention cores as MultiHeadAttention", st)
 			}
 			rng := rand.New(rand.NewPCG(5, 6))

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/scorer/scorer/model/onnxgraph"
 	"github.com/scorer/scorer/model/onnxpb"
 )
 
@@ -317,44 +318,19 @@ func commonDir(paths []string) string {
 	return dir
 }
 
-// defaultOpset is the model's default-domain ("" or "ai.onnx") opset.
-func defaultOpset(m *onnxpb.ModelProto) int64 {
-	for _, o := range m.GetOpsetImport() {
-		if o.GetDomain() == "" || o.GetDomain() == "ai.onnx" {
-			return o.GetVersion()
-		}
-	}
-	return 0
-}
-
 // RelAttentionNodes names the nodes of the graph at path that the
 // relative-attention rewrite replaces or leaves unused (the Tiles, the
 // [rows·heads, L, 512] products, the index Expands, the GatherElements and
 // what only they read), for profiles that compare the relative-position
 // path's cost before and after; the nodes the rewrite adds are named with
-// the prefix it returns. It is errNoRelAttention's error for a graph the
-// rewrite does not recognise.
+// the prefix it returns. It is onnxgraph.ErrNoRelAttention's error for a
+// graph the rewrite does not recognise.
 func RelAttentionNodes(path string) (removed []string, addedPrefix string, err error) {
 	lg, err := readLeanGraph(path)
 	if err != nil {
 		return nil, "", err
 	}
-	g := lg.m.GetGraph()
-	before := slices.Clone(g.GetNode())
-	addedPrefix = uniquePrefix(indexGraph(g), relAttnPrefix)
-	if _, err := rewriteRelAttention(g, defaultOpset(lg.m), relAttnOptions{}); err != nil {
-		return nil, "", err
-	}
-	kept := map[*onnxpb.NodeProto]bool{}
-	for _, n := range g.GetNode() {
-		kept[n] = true
-	}
-	for _, n := range before {
-		if !kept[n] {
-			removed = append(removed, n.GetName())
-		}
-	}
-	return removed, addedPrefix, nil
+	return onnxgraph.RelAttentionNodes(lg.m)
 }
 
 // WriteExternalData writes the graph at path to dst with its large

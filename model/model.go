@@ -18,6 +18,7 @@ import (
 	ort "github.com/yalue/onnxruntime_go"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/scorer/scorer/model/onnxgraph"
 	"github.com/scorer/scorer/model/tokenizer"
 	"github.com/scorer/scorer/schema"
 )
@@ -63,10 +64,10 @@ type LoadOptions struct {
 	// KeepRelativeAttention loads the graph as exported. False (the
 	// default) rewrites DeBERTa's disentangled attention, when the graph
 	// has it, to compute only the relative positions a batch can use
-	// (relattn.go); Model.GraphRewrite says what was done.
+	// (onnxgraph/relattn.go); Model.GraphRewrite says what was done.
 	KeepRelativeAttention bool
 	// AttentionRewrites names the attention rewrites run after the
-	// relative-attention one (attnrewrite.go): comma-separated, "none" for
+	// relative-attention one (onnxgraph/attention.go): comma-separated, "none" for
 	// none, "" for DefaultAttentionRewrites. Ignored under
 	// KeepRelativeAttention.
 	AttentionRewrites string
@@ -281,11 +282,11 @@ func loadGraph(opts LoadOptions) (*Model, int, error) {
 	if err := m.readGraph(); err != nil {
 		return nil, 0, err
 	}
-	steps, err := parseAttnSteps(opts.AttentionRewrites)
+	steps, err := onnxgraph.ParseSteps(opts.AttentionRewrites)
 	if err != nil {
 		return nil, 0, fmt.Errorf("model: %w", err)
 	}
-	steps.heads = cfg.heads
+	steps.Heads = cfg.heads
 	if err := m.prepareGraph(opts.KeepRelativeAttention, steps); err != nil {
 		return nil, 0, err
 	}
@@ -297,7 +298,7 @@ func loadGraph(opts LoadOptions) (*Model, int, error) {
 // rewrite does not recognise, or cannot rewrite, runs as exported: the
 // reason goes to GraphRewrite, never into an error. An error is a graph
 // that cannot be read or whose external data is not there.
-func (m *Model) prepareGraph(keep bool, steps attnSteps) error {
+func (m *Model) prepareGraph(keep bool, steps onnxgraph.Steps) error {
 	lg, err := readLeanGraph(m.ONNXPath)
 	if err != nil {
 		return fmt.Errorf("model: reading %s: %w", m.ONNXPath, err)
@@ -305,7 +306,7 @@ func (m *Model) prepareGraph(keep bool, steps attnSteps) error {
 	m.graphDir, m.dataFiles = lg.dir, lg.files
 	if keep {
 		m.GraphRewrite = "graph as exported: relative-attention rewrite off"
-	} else if st, err := rewriteAttention(lg.m, steps); err != nil {
+	} else if st, err := onnxgraph.RewriteAttention(lg.m, steps); err != nil {
 		m.GraphRewrite = "graph as exported: " + err.Error()
 		// A failed rewrite may have left the graph half changed.
 		if lg, err = readLeanGraph(m.ONNXPath); err != nil {

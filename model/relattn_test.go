@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/scorer/scorer/internal/testenv"
+	"github.com/scorer/scorer/model/onnxgraph"
 	"github.com/scorer/scorer/model/onnxpb"
 )
 
@@ -43,15 +44,15 @@ func readTestGraph(t *testing.T, path string) *onnxpb.GraphProto {
 
 // rewrittenFile rewrites the graph at path as Load does and writes it, its
 // weights inline again, to a file of the test's, for plain ORT sessions.
-func rewrittenFile(t *testing.T, path string) (string, relAttnStats) {
+func rewrittenFile(t *testing.T, path string) (string, onnxgraph.RelAttnStats) {
 	t.Helper()
 	file, st := rewrittenFileWith(t, path, mustParseSteps(t, ""))
-	return file, st.rel
+	return file, st.Rel
 }
 
-func mustParseSteps(t *testing.T, s string) attnSteps {
+func mustParseSteps(t *testing.T, s string) onnxgraph.Steps {
 	t.Helper()
-	steps, err := parseAttnSteps(s)
+	steps, err := onnxgraph.ParseSteps(s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,13 +60,13 @@ func mustParseSteps(t *testing.T, s string) attnSteps {
 }
 
 // rewrittenFileWith is rewrittenFile with the attention rewrites steps.
-func rewrittenFileWith(t *testing.T, path string, steps attnSteps) (string, attnStats) {
+func rewrittenFileWith(t *testing.T, path string, steps onnxgraph.Steps) (string, onnxgraph.Stats) {
 	t.Helper()
 	lg, err := readLeanGraph(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := rewriteAttention(lg.m, steps)
+	st, err := onnxgraph.RewriteAttention(lg.m, steps)
 	if err != nil {
 		t.Fatalf("rewriting %s: %v", path, err)
 	}
@@ -106,11 +107,11 @@ func opCounts(t *testing.T, path string) map[string]int {
 func indexExpands(t *testing.T, path string) int {
 	t.Helper()
 	g := readTestGraph(t, path)
-	x := indexGraph(g)
+	x := onnxgraph.NewIndex(g)
 	seen := map[*onnxpb.NodeProto]bool{}
 	for _, n := range g.GetNode() {
 		if n.GetOpType() == "GatherElements" {
-			if e := x.op(n.GetInput()[1], "Expand"); e != nil {
+			if e := x.Op(n.GetInput()[1], "Expand"); e != nil {
 				seen[e] = true
 			}
 		}
@@ -373,7 +374,7 @@ func TestRelAttentionHFLogits(t *testing.T) {
 // back untouched, and the model loads its own file.
 func TestRelAttentionUnrecognised(t *testing.T) {
 	m := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, "nli-unigram-small")})
-	if m.relAttn || !strings.Contains(m.GraphRewrite, errNoRelAttention.Error()) {
+	if m.relAttn || !strings.Contains(m.GraphRewrite, onnxgraph.ErrNoRelAttention.Error()) {
 		t.Errorf("BERT model: rewritten %t, %q", m.relAttn, m.GraphRewrite)
 	}
 	newSession(t, m)
@@ -396,8 +397,8 @@ func TestRelAttentionUnrecognised(t *testing.T) {
 	}
 	g.Node = nodes
 	before := proto.Clone(g)
-	if _, err := rewriteAttention(lg.m, mustParseSteps(t, "")); !errors.Is(err, errNoRelAttention) {
-		t.Fatalf("rewrite of a broken pattern: %v; want errNoRelAttention", err)
+	if _, err := onnxgraph.RewriteAttention(lg.m, mustParseSteps(t, "")); !errors.Is(err, onnxgraph.ErrNoRelAttention) {
+		t.Fatalf("rewrite of a broken pattern: %v; want ErrNoRelAttention", err)
 	}
 	if !proto.Equal(before, g) {
 		t.Error("an unrecognised graph was changed")

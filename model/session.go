@@ -109,7 +109,7 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 // MemoryKey names what the memory of this session's runs depends on besides
 // the batch's shape: the model's version (SHA256) and maximum length, the
 // ONNX Runtime release, the session's options and whether the graph was
-// rewritten (relattn.go moves less memory). gpupool keeps CPU memory
+// rewritten (onnxgraph/relattn.go moves less memory). gpupool keeps CPU memory
 // calibrations under it (CPUMemoryConfig.CacheDir). It is "" for a session
 // whose options it cannot name (SessionOptions.Configure, which adds
 // execution providers) or whose model has no version yet (Wait has not

@@ -3,5 +3,5 @@
 // lets tests and tools/onnx-fp16 read and rewrite ONNX files with the
 // maintained protobuf runtime (google.golang.org/protobuf); fields of a
 // newer IR version are kept as unknown fields through a read-write round
-// trip. The model package rewrites graphs with it at load (relattn.go).
+// trip. The model package rewrites graphs with it at load (model/onnxgraph).
 package onnxpb

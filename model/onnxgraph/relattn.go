@@ -1,14 +1,10 @@
-package model
+package onnxgraph
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -46,8 +42,8 @@ import (
 // on the production-size stand-in at 512 tokens took 2.5× the time of the
 // original Expands and GatherElements together (tools/ortprofile).
 
-// relAttnStats counts what rewriteRelAttention changed.
-type relAttnStats struct {
+// RelAttnStats counts what rewriteRelAttention changed.
+type RelAttnStats struct {
 	// Gathers is the GatherElements replaced; Indices the flat indices
 	// built for them (one per structurally distinct I).
 	Gathers, Indices int
@@ -60,7 +56,7 @@ type relAttnStats struct {
 	ScalesMoved int
 }
 
-func (s relAttnStats) String() string {
+func (s RelAttnStats) String() string {
 	msg := fmt.Sprintf("%d relative-position gathers windowed, sharing %d indices", s.Gathers, s.Indices)
 	if s.Align > 0 {
 		msg += fmt.Sprintf(", windows aligned to %d", s.Align)
@@ -74,9 +70,9 @@ func (s relAttnStats) String() string {
 	return msg
 }
 
-// errNoRelAttention is rewriteRelAttention's answer for a graph without
+// ErrNoRelAttention is rewriteRelAttention's answer for a graph without
 // the pattern: it runs unchanged.
-var errNoRelAttention = errors.New("no disentangled-attention gather found")
+var ErrNoRelAttention = errors.New("no disentangled-attention gather found")
 
 // relAttnPrefix starts the names of the nodes and constants the rewrite
 // adds (with a number when the graph already uses it).
@@ -85,132 +81,6 @@ const relAttnPrefix = "scorer_relattn"
 // relAttnMinOpset is the first default-domain opset whose Slice, Range,
 // Reshape and reductions have the forms the rewrite writes.
 const relAttnMinOpset = 13
-
-// graphIndex is a graph's producers and consumers by tensor name.
-type graphIndex struct {
-	g         *onnxpb.GraphProto
-	producer  map[string]*onnxpb.NodeProto
-	consumers map[string][]*onnxpb.NodeProto
-	inits     map[string]*onnxpb.TensorProto
-	outputs   map[string]bool
-}
-
-func indexGraph(g *onnxpb.GraphProto) *graphIndex {
-	x := &graphIndex{g: g, producer: map[string]*onnxpb.NodeProto{}, consumers: map[string][]*onnxpb.NodeProto{},
-		inits: map[string]*onnxpb.TensorProto{}, outputs: map[string]bool{}}
-	for _, t := range g.GetInitializer() {
-		x.inits[t.GetName()] = t
-	}
-	for _, o := range g.GetOutput() {
-		x.outputs[o.GetName()] = true
-	}
-	for _, n := range g.GetNode() {
-		for _, o := range n.GetOutput() {
-			x.producer[o] = n
-		}
-		for _, in := range nodeReads(n) {
-			x.consumers[in] = append(x.consumers[in], n)
-		}
-	}
-	return x
-}
-
-// nodeReads is every tensor a node reads: its inputs and, for If, Loop and
-// Scan, the outer-scope names its subgraphs refer to.
-func nodeReads(n *onnxpb.NodeProto) []string {
-	reads := slices.Clone(n.GetInput())
-	for _, a := range n.GetAttribute() {
-		for _, sg := range append(slices.Clone(a.GetGraphs()), a.GetG()) {
-			if sg != nil {
-				reads = append(reads, outerReads(sg)...)
-			}
-		}
-	}
-	return reads
-}
-
-// outerReads is the names a subgraph reads that it does not define.
-func outerReads(g *onnxpb.GraphProto) []string {
-	local := map[string]bool{}
-	for _, t := range g.GetInitializer() {
-		local[t.GetName()] = true
-	}
-	for _, in := range g.GetInput() {
-		local[in.GetName()] = true
-	}
-	for _, n := range g.GetNode() {
-		for _, o := range n.GetOutput() {
-			local[o] = true
-		}
-	}
-	var outer []string
-	for _, n := range g.GetNode() {
-		for _, in := range nodeReads(n) {
-			if in != "" && !local[in] {
-				outer = append(outer, in)
-			}
-		}
-	}
-	for _, o := range g.GetOutput() {
-		if !local[o.GetName()] {
-			outer = append(outer, o.GetName())
-		}
-	}
-	return outer
-}
-
-// only is the node reading name when it is the single reader and name is
-// not a graph output, else nil.
-func (x *graphIndex) only(name string) *onnxpb.NodeProto {
-	if cs := x.consumers[name]; len(cs) == 1 && !x.outputs[name] {
-		return cs[0]
-	}
-	return nil
-}
-
-// op is the node producing name if its type is opType, else nil.
-func (x *graphIndex) op(name, opType string) *onnxpb.NodeProto {
-	if n := x.producer[name]; n != nil && n.GetOpType() == opType && n.GetDomain() == "" {
-		return n
-	}
-	return nil
-}
-
-// constInts is the value of an int64 constant (initializer or Constant
-// node), or false.
-func (x *graphIndex) constInts(name string) ([]int64, bool) {
-	t := x.inits[name]
-	if n := x.op(name, "Constant"); n != nil {
-		for _, a := range n.GetAttribute() {
-			if a.GetName() == "value" {
-				t = a.GetT()
-			}
-		}
-	}
-	if t == nil || t.GetDataType() != int32(onnxpb.TensorProto_INT64) {
-		return nil, false
-	}
-	if raw := t.GetRawData(); len(raw) > 0 {
-		if len(raw)%8 != 0 {
-			return nil, false
-		}
-		v := make([]int64, len(raw)/8)
-		for i := range v {
-			v[i] = int64(binary.LittleEndian.Uint64(raw[8*i:]))
-		}
-		return v, true
-	}
-	return t.GetInt64Data(), t.GetDataLocation() != onnxpb.TensorProto_EXTERNAL
-}
-
-func attrInt(n *onnxpb.NodeProto, name string, def int64) int64 {
-	for _, a := range n.GetAttribute() {
-		if a.GetName() == name {
-			return a.GetI()
-		}
-	}
-	return def
-}
 
 // relAttnSite is one matched gather: out = GatherElements(A·Transpose(Tile(X, reps)), Expand(I, _)).
 // scale, when set, is the Div by a scalar that the score term goes through
@@ -222,7 +92,7 @@ type relAttnSite struct {
 	scale, transposeOut                     *onnxpb.NodeProto
 }
 
-// relAttnOptions are the rewrite's optional parts (attnrewrite.go names
+// relAttnOptions are the rewrite's optional parts (attention.go names
 // them for the settings).
 type relAttnOptions struct {
 	// align, when above 1, widens each window of relative positions to a
@@ -240,7 +110,7 @@ type relAttnOptions struct {
 }
 
 // matchRelAttn matches the pattern at a GatherElements node.
-func (x *graphIndex) matchRelAttn(ge *onnxpb.NodeProto) (relAttnSite, bool) {
+func (x *Index) matchRelAttn(ge *onnxpb.NodeProto) (relAttnSite, bool) {
 	s := relAttnSite{gather: ge}
 	if ge.GetOpType() != "GatherElements" || ge.GetDomain() != "" || len(ge.GetInput()) != 2 {
 		return s, false
@@ -249,11 +119,11 @@ func (x *graphIndex) matchRelAttn(ge *onnxpb.NodeProto) (relAttnSite, bool) {
 		return s, false
 	}
 	data, idx := ge.GetInput()[0], ge.GetInput()[1]
-	if s.matmul = x.op(data, "MatMul"); s.matmul == nil || x.only(data) != ge {
+	if s.matmul = x.Op(data, "MatMul"); s.matmul == nil || x.only(data) != ge {
 		return s, false
 	}
 	t := s.matmul.GetInput()[1]
-	if s.transpose = x.op(t, "Transpose"); s.transpose == nil || x.only(t) != s.matmul {
+	if s.transpose = x.Op(t, "Transpose"); s.transpose == nil || x.only(t) != s.matmul {
 		return s, false
 	}
 	var perm []int64
@@ -265,12 +135,12 @@ func (x *graphIndex) matchRelAttn(ge *onnxpb.NodeProto) (relAttnSite, bool) {
 	if !slices.Equal(perm, []int64{0, 2, 1}) {
 		return s, false
 	}
-	if s.tile = x.op(s.transpose.GetInput()[0], "Tile"); s.tile == nil || !x.repeatsFirstAxis(s.tile.GetInput()[1]) {
+	if s.tile = x.Op(s.transpose.GetInput()[0], "Tile"); s.tile == nil || !x.repeatsFirstAxis(s.tile.GetInput()[1]) {
 		return s, false
 	}
 	// The Expand may be shared (dynamo's export reuses one for every
 	// layer); it goes when its last reader does.
-	if s.expand = x.op(idx, "Expand"); s.expand == nil {
+	if s.expand = x.Op(idx, "Expand"); s.expand == nil {
 		return s, false
 	}
 	s.a, s.x, s.index = s.matmul.GetInput()[0], s.tile.GetInput()[0], s.expand.GetInput()[0]
@@ -281,11 +151,11 @@ func (x *graphIndex) matchRelAttn(ge *onnxpb.NodeProto) (relAttnSite, bool) {
 // batch copies of a [heads, positions, d] tensor, so that row k·heads+h of
 // the tiled tensor is head h. Exporters write them as a constant or as
 // Concat(n, 1, 1).
-func (x *graphIndex) repeatsFirstAxis(reps string) bool {
+func (x *Index) repeatsFirstAxis(reps string) bool {
 	if v, ok := x.constInts(reps); ok {
 		return len(v) == 3 && v[1] == 1 && v[2] == 1
 	}
-	c := x.op(reps, "Concat")
+	c := x.Op(reps, "Concat")
 	if c == nil || len(c.GetInput()) != 3 {
 		return false
 	}
@@ -299,10 +169,10 @@ func (x *graphIndex) repeatsFirstAxis(reps string) bool {
 
 // rewriteRelAttention rewrites g in place (see the comment above); opset is
 // the model's default-domain opset. A graph without the pattern comes back
-// untouched with errNoRelAttention.
-func rewriteRelAttention(g *onnxpb.GraphProto, opset int64, opts relAttnOptions) (relAttnStats, error) {
-	var st relAttnStats
-	x := indexGraph(g)
+// untouched with ErrNoRelAttention.
+func rewriteRelAttention(g *onnxpb.GraphProto, opset int64, opts relAttnOptions) (RelAttnStats, error) {
+	var st RelAttnStats
+	x := NewIndex(g)
 	var sites []relAttnSite
 	for _, n := range g.GetNode() {
 		if s, ok := x.matchRelAttn(n); ok {
@@ -313,7 +183,7 @@ func rewriteRelAttention(g *onnxpb.GraphProto, opset int64, opts relAttnOptions)
 		}
 	}
 	if len(sites) == 0 {
-		return st, errNoRelAttention
+		return st, ErrNoRelAttention
 	}
 	if opset < relAttnMinOpset {
 		return st, fmt.Errorf("opset %d is older than %d", opset, relAttnMinOpset)
@@ -372,73 +242,6 @@ func rewriteRelAttention(g *onnxpb.GraphProto, opset int64, opts relAttnOptions)
 		return st, err
 	}
 	return st, nil
-}
-
-// uniquePrefix is base, or base with a number, that no tensor or node name
-// of the graph starts with.
-func uniquePrefix(x *graphIndex, base string) string {
-	used := func(p string) bool {
-		for name := range x.producer {
-			if strings.HasPrefix(name, p) {
-				return true
-			}
-		}
-		for name := range x.inits {
-			if strings.HasPrefix(name, p) {
-				return true
-			}
-		}
-		return false
-	}
-	p := base + "/"
-	for i := 2; used(p); i++ {
-		p = fmt.Sprintf("%s%d/", base, i)
-	}
-	return p
-}
-
-// graphBuilder appends nodes and int64 constants under one name prefix.
-type graphBuilder struct {
-	prefix string
-	n      int
-	nodes  []*onnxpb.NodeProto
-	inits  []*onnxpb.TensorProto
-	consts map[string]string
-}
-
-func (b *graphBuilder) name(what string) string {
-	b.n++
-	return fmt.Sprintf("%s%s_%d", b.prefix, what, b.n)
-}
-
-// node adds a single-output node and returns its output's name.
-func (b *graphBuilder) node(op string, inputs []string, attrs []*onnxpb.AttributeProto) string {
-	out := b.name(op)
-	b.nodes = append(b.nodes, &onnxpb.NodeProto{OpType: proto.String(op), Name: proto.String(out), Input: inputs, Output: []string{out}, Attribute: attrs})
-	return out
-}
-
-// ints is an int64 initializer holding v, with dims (nil: a scalar).
-func (b *graphBuilder) ints(dims []int64, v ...int64) string {
-	key := fmt.Sprint(dims, v)
-	if name, ok := b.consts[key]; ok {
-		return name
-	}
-	if b.consts == nil {
-		b.consts = map[string]string{}
-	}
-	name := b.name("const")
-	b.inits = append(b.inits, &onnxpb.TensorProto{Name: proto.String(name), Dims: dims, DataType: proto.Int32(int32(onnxpb.TensorProto_INT64)), Int64Data: v})
-	b.consts[key] = name
-	return name
-}
-
-func intAttr(name string, v int64) *onnxpb.AttributeProto {
-	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_INT.Enum(), I: proto.Int64(v)}
-}
-
-func intsAttr(name string, v ...int64) *onnxpb.AttributeProto {
-	return &onnxpb.AttributeProto{Name: proto.String(name), Type: onnxpb.AttributeProto_INTS.Enum(), Ints: v}
 }
 
 // relAttnIndex is what one distinct I gives every site that reads it: the
@@ -513,7 +316,7 @@ func (b *graphBuilder) site(s relAttnSite, ix relAttnIndex) {
 // matchScale finds the Div by a scalar that a site's score term goes
 // through next: Div(gather, s) (c2p) or Div(Transpose(gather), s) (p2c),
 // each the only reader of what it reads.
-func (x *graphIndex) matchScale(s *relAttnSite) {
+func (x *Index) matchScale(s *relAttnSite) {
 	out := s.gather.GetOutput()[0]
 	next := x.only(out)
 	var tr *onnxpb.NodeProto
@@ -531,213 +334,4 @@ func (x *graphIndex) matchScale(s *relAttnSite) {
 		return
 	}
 	s.scale, s.transposeOut = next, tr
-}
-
-// scalar reports whether name is a one-element tensor of rank 0 or 1, as
-// far as the graph shows without running it: a constant, one dimension of
-// a Shape (by Gather or Slice), or elementwise maths of such values. Only a
-// scalar can move from a score term onto its window.
-func (x *graphIndex) scalar(name string, depth int) bool {
-	if depth > 16 {
-		return false
-	}
-	if t := x.constTensor(name); t != nil {
-		n := int64(1)
-		for _, d := range t.GetDims() {
-			n *= d
-		}
-		return n == 1 && len(t.GetDims()) <= 1
-	}
-	n := x.producer[name]
-	if n == nil || n.GetDomain() != "" {
-		return false
-	}
-	switch n.GetOpType() {
-	case "Cast", "Sqrt", "Neg", "Reciprocal", "Identity", "Squeeze":
-		return x.scalar(n.GetInput()[0], depth+1)
-	case "Slice":
-		// Slice(Shape(t), [k], [k+1]) or ([-1], [big]): one dimension (HF
-		// computes the scale from the last dimension so).
-		if x.op(n.GetInput()[0], "Shape") == nil || len(n.GetInput()) < 3 {
-			return false
-		}
-		starts, ok1 := x.constInts(n.GetInput()[1])
-		ends, ok2 := x.constInts(n.GetInput()[2])
-		return ok1 && ok2 && len(starts) == 1 && len(ends) == 1 &&
-			(ends[0]-starts[0] == 1 || starts[0] == -1 && ends[0] >= math.MaxInt32)
-	case "Mul", "Div", "Add", "Sub", "Pow":
-		return x.scalar(n.GetInput()[0], depth+1) && x.scalar(n.GetInput()[1], depth+1)
-	case "Gather":
-		// Gather(Shape(t), k) with a scalar k is one dimension: rank 0.
-		idx := x.constTensor(n.GetInput()[1])
-		return idx != nil && len(idx.GetDims()) == 0 && x.op(n.GetInput()[0], "Shape") != nil
-	}
-	return false
-}
-
-// constTensor is the value of an initializer or Constant node named name,
-// or nil.
-func (x *graphIndex) constTensor(name string) *onnxpb.TensorProto {
-	if t := x.inits[name]; t != nil {
-		return t
-	}
-	if n := x.op(name, "Constant"); n != nil {
-		for _, a := range n.GetAttribute() {
-			if a.GetName() == "value" {
-				return a.GetT()
-			}
-		}
-	}
-	return nil
-}
-
-// signer names a tensor by how it is computed, so two index graphs built
-// alike (HF computes the same relative positions in every layer) share one
-// flat index. Graph inputs and initializers are named by name, Constants
-// by value, nodes by type, attributes and their inputs' signatures, and a
-// subgraph by its nodes with outer names replaced by their signatures.
-type signer struct {
-	x      *graphIndex
-	parent *signer
-	memo   map[string]string
-}
-
-func newSigner(g *onnxpb.GraphProto) *signer {
-	return &signer{x: indexGraph(g), memo: map[string]string{}}
-}
-
-// of is name's signature as read in this scope: made by the innermost
-// scope that produces it.
-func (s *signer) of(name string) string {
-	for sc := s; sc != nil; sc = sc.parent {
-		if n := sc.x.producer[name]; n != nil {
-			return sc.node(name, n)
-		}
-	}
-	return "value:" + name
-}
-
-func (s *signer) node(name string, n *onnxpb.NodeProto) string {
-	if v, ok := s.memo[name]; ok {
-		return v
-	}
-	var sig string
-	if n.GetOpType() == "Constant" && n.GetDomain() == "" {
-		b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(&onnxpb.NodeProto{Attribute: n.GetAttribute()})
-		sig = "const:" + hex.EncodeToString(b)
-	} else {
-		h := sha256.New()
-		fmt.Fprintf(h, "%s|%s|%d|", n.GetDomain(), n.GetOpType(), slices.Index(n.GetOutput(), name))
-		for _, in := range n.GetInput() {
-			fmt.Fprintf(h, "%s,", s.of(in))
-		}
-		for _, a := range n.GetAttribute() {
-			if a.GetG() == nil && len(a.GetGraphs()) == 0 {
-				b, _ := proto.MarshalOptions{Deterministic: true}.Marshal(a)
-				fmt.Fprintf(h, "|%x", b)
-				continue
-			}
-			fmt.Fprintf(h, "|%s=", a.GetName())
-			for _, sg := range append(slices.Clone(a.GetGraphs()), a.GetG()) {
-				if sg == nil {
-					continue
-				}
-				child := &signer{x: indexGraph(sg), parent: s, memo: map[string]string{}}
-				for _, o := range sg.GetOutput() {
-					fmt.Fprintf(h, "%s;", child.of(o.GetName()))
-				}
-			}
-		}
-		sig = hex.EncodeToString(h.Sum(nil))
-	}
-	s.memo[name] = sig
-	return sig
-}
-
-// pruneDead removes the nodes no graph output depends on.
-func pruneDead(g *onnxpb.GraphProto) {
-	x := indexGraph(g)
-	live := map[*onnxpb.NodeProto]bool{}
-	var stack []string
-	for _, o := range g.GetOutput() {
-		stack = append(stack, o.GetName())
-	}
-	seen := map[string]bool{}
-	for len(stack) > 0 {
-		name := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if seen[name] {
-			continue
-		}
-		seen[name] = true
-		if n := x.producer[name]; n != nil && !live[n] {
-			live[n] = true
-			stack = append(stack, nodeReads(n)...)
-		}
-	}
-	g.Node = slices.DeleteFunc(g.Node, func(n *onnxpb.NodeProto) bool { return !live[n] })
-	g.ValueInfo = slices.DeleteFunc(g.ValueInfo, func(v *onnxpb.ValueInfoProto) bool { return !seen[v.GetName()] })
-}
-
-// sortTopologically orders g's nodes so each comes after what it reads,
-// keeping the existing order where it already does (ONNX requires it).
-func sortTopologically(g *onnxpb.GraphProto) error {
-	x := indexGraph(g)
-	ready := map[string]bool{"": true}
-	for _, t := range g.GetInitializer() {
-		ready[t.GetName()] = true
-	}
-	for _, in := range g.GetInput() {
-		ready[in.GetName()] = true
-	}
-	// waiting counts each node's reads of tensors not yet computed.
-	waiting := map[*onnxpb.NodeProto]int{}
-	var queue []*onnxpb.NodeProto
-	pos := map[*onnxpb.NodeProto]int{}
-	for i, n := range g.GetNode() {
-		pos[n] = i
-		for _, in := range nodeReads(n) {
-			if !ready[in] && x.producer[in] != nil {
-				waiting[n]++
-			}
-		}
-		if waiting[n] == 0 {
-			queue = append(queue, n)
-		}
-	}
-	var order []*onnxpb.NodeProto
-	for len(queue) > 0 {
-		// The earliest ready node first keeps the original order.
-		k := 0
-		for i, n := range queue {
-			if pos[n] < pos[queue[k]] {
-				k = i
-			}
-		}
-		n := queue[k]
-		queue = slices.Delete(queue, k, k+1)
-		order = append(order, n)
-		for _, o := range n.GetOutput() {
-			seen := map[*onnxpb.NodeProto]bool{}
-			for _, c := range x.consumers[o] {
-				if seen[c] {
-					continue
-				}
-				seen[c] = true
-				for _, in := range nodeReads(c) {
-					if in == o {
-						waiting[c]--
-					}
-				}
-				if waiting[c] == 0 {
-					queue = append(queue, c)
-				}
-			}
-		}
-	}
-	if len(order) != len(g.GetNode()) {
-		return fmt.Errorf("graph has a cycle or an undefined input (%d of %d nodes ordered)", len(order), len(g.GetNode()))
-	}
-	g.Node = order
-	return nil
 }

@@ -1,10 +1,8 @@
-package model
+package onnxgraph
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 
 	"google.golang.org/protobuf/proto"
@@ -28,15 +26,12 @@ import (
 //
 // which adds, normalises and scales in one kernel.
 
-// msDomain is ONNX Runtime's contrib-op domain.
-const msDomain = "com.microsoft"
-
 var errNoSkipLayerNorm = errors.New("no residual LayerNorm found")
 
-// skipLNStats counts what rewriteSkipLayerNorm changed.
-type skipLNStats struct{ Fused, WithBias int }
+// SkipLNStats counts what rewriteSkipLayerNorm changed.
+type SkipLNStats struct{ Fused, WithBias int }
 
-func (s skipLNStats) String() string {
+func (s SkipLNStats) String() string {
 	return fmt.Sprintf("%d residual LayerNorms fused (%d with their bias)", s.Fused, s.WithBias)
 }
 
@@ -51,7 +46,7 @@ type lnSite struct {
 
 // matchLN matches a LayerNorm ending at n: LayerNormalization over the last
 // axis, or the eleven-op form ending in Add β.
-func (x *graphIndex) matchLN(n *onnxpb.NodeProto) (lnSite, string, bool) {
+func (x *Index) matchLN(n *onnxpb.NodeProto) (lnSite, string, bool) {
 	var s lnSite
 	if n.GetDomain() != "" {
 		return s, "", false
@@ -80,11 +75,11 @@ func (x *graphIndex) matchLN(n *onnxpb.NodeProto) (lnSite, string, bool) {
 	if div == nil {
 		return s, "", false
 	}
-	sub, sqrt := x.op(div.GetInput()[0], "Sub"), x.op(div.GetInput()[1], "Sqrt")
+	sub, sqrt := x.Op(div.GetInput()[0], "Sub"), x.Op(div.GetInput()[1], "Sqrt")
 	if sub == nil || sqrt == nil {
 		return s, "", false
 	}
-	addEps := x.op(sqrt.GetInput()[0], "Add")
+	addEps := x.Op(sqrt.GetInput()[0], "Add")
 	if addEps == nil {
 		return s, "", false
 	}
@@ -92,8 +87,8 @@ func (x *graphIndex) matchLN(n *onnxpb.NodeProto) (lnSite, string, bool) {
 	if rmVar == nil {
 		return s, "", false
 	}
-	pow := x.op(rmVar.GetInput()[0], "Pow")
-	rmMean := x.op(sub.GetInput()[1], "ReduceMean")
+	pow := x.Op(rmVar.GetInput()[0], "Pow")
+	rmMean := x.Op(sub.GetInput()[1], "ReduceMean")
 	if pow == nil || rmMean == nil || pow.GetInput()[0] != sub.GetOutput()[0] || rmMean.GetInput()[0] != sub.GetInput()[0] {
 		return s, "", false
 	}
@@ -121,83 +116,13 @@ func (x *graphIndex) matchLN(n *onnxpb.NodeProto) (lnSite, string, bool) {
 	return s, sub.GetInput()[0], true
 }
 
-// operand is n's input produced by an opType node (either input of a
-// binary op) and the other input.
-func (x *graphIndex) operand(n *onnxpb.NodeProto, opType string) (*onnxpb.NodeProto, string) {
-	if len(n.GetInput()) != 2 {
-		return nil, ""
-	}
-	for i, in := range n.GetInput() {
-		if p := x.op(in, opType); p != nil {
-			return p, n.GetInput()[1-i]
-		}
-	}
-	return nil, ""
-}
-
-// lastAxis reports whether a ReduceMean averages over the last axis only.
-func (x *graphIndex) lastAxis(n *onnxpb.NodeProto) bool {
-	axes := []int64(nil)
-	for _, a := range n.GetAttribute() {
-		if a.GetName() == "axes" {
-			axes = a.GetInts()
-		}
-	}
-	if len(n.GetInput()) > 1 {
-		axes, _ = x.constInts(n.GetInput()[1])
-	}
-	return slices.Equal(axes, []int64{-1})
-}
-
-// constFloat is the value of a one-element float32 or float16 constant.
-func (x *graphIndex) constFloat(name string) (float32, bool) {
-	t := x.constTensor(name)
-	if t == nil {
-		return 0, false
-	}
-	switch onnxpb.TensorProto_DataType(t.GetDataType()) {
-	case onnxpb.TensorProto_FLOAT:
-		if v := t.GetFloatData(); len(v) == 1 {
-			return v[0], true
-		}
-		if raw := t.GetRawData(); len(raw) == 4 {
-			return math.Float32frombits(binary.LittleEndian.Uint32(raw)), true
-		}
-	case onnxpb.TensorProto_FLOAT16:
-		// float16 values travel in int32_data, one per element, or raw.
-		if v := t.GetInt32Data(); len(v) == 1 {
-			return float16ToFloat32(uint16(v[0])), true
-		}
-		if raw := t.GetRawData(); len(raw) == 2 {
-			return float16ToFloat32(binary.LittleEndian.Uint16(raw)), true
-		}
-	}
-	return 0, false
-}
-
-// vector reports whether name is a one-dimensional initializer, or an
-// Identity of one (TorchScript shares weights so).
-func (x *graphIndex) vector(name string) bool {
-	for range 4 {
-		if t := x.inits[name]; t != nil {
-			return len(t.GetDims()) == 1
-		}
-		n := x.op(name, "Identity")
-		if n == nil {
-			return false
-		}
-		name = n.GetInput()[0]
-	}
-	return false
-}
-
 // rewriteSkipLayerNorm rewrites m's graph in place (see above), adding the
 // com.microsoft opset it uses; a graph without the pattern comes back
 // untouched with errNoSkipLayerNorm.
-func rewriteSkipLayerNorm(m *onnxpb.ModelProto) (skipLNStats, error) {
-	var st skipLNStats
+func rewriteSkipLayerNorm(m *onnxpb.ModelProto) (SkipLNStats, error) {
+	var st SkipLNStats
 	g := m.GetGraph()
-	x := indexGraph(g)
+	x := NewIndex(g)
 	b := &graphBuilder{prefix: uniquePrefix(x, relAttnPrefix+"_skipln")}
 	replaced := map[*onnxpb.NodeProto]bool{}
 	for _, n := range g.GetNode() {
@@ -205,7 +130,7 @@ func rewriteSkipLayerNorm(m *onnxpb.ModelProto) (skipLNStats, error) {
 		if !ok || !x.vector(s.gamma) || !x.vector(s.beta) {
 			continue
 		}
-		sum := x.op(in, "Add")
+		sum := x.Op(in, "Add")
 		if sum == nil || replaced[sum] || x.outputs[in] || len(x.consumers[in]) != consumersIn(x, in, s.nodes) {
 			continue
 		}
@@ -213,7 +138,7 @@ func rewriteSkipLayerNorm(m *onnxpb.ModelProto) (skipLNStats, error) {
 		// The dense side is Add(bias, MatMul) read only here: its bias
 		// goes into the fused kernel.
 		for i, side := range sum.GetInput() {
-			dense := x.op(side, "Add")
+			dense := x.Op(side, "Add")
 			if dense == nil || x.only(side) != sum {
 				continue
 			}
@@ -250,7 +175,7 @@ func rewriteSkipLayerNorm(m *onnxpb.ModelProto) (skipLNStats, error) {
 }
 
 // consumersIn counts name's readers among nodes.
-func consumersIn(x *graphIndex, name string, nodes []*onnxpb.NodeProto) int {
+func consumersIn(x *Index, name string, nodes []*onnxpb.NodeProto) int {
 	n := 0
 	for _, c := range x.consumers[name] {
 		if slices.Contains(nodes, c) {
@@ -258,17 +183,4 @@ func consumersIn(x *graphIndex, name string, nodes []*onnxpb.NodeProto) int {
 		}
 	}
 	return n
-}
-
-// ensureOpset imports domain at version at least v.
-func ensureOpset(m *onnxpb.ModelProto, domain string, v int64) {
-	for _, o := range m.GetOpsetImport() {
-		if o.GetDomain() == domain {
-			if o.GetVersion() < v {
-				o.Version = proto.Int64(v)
-			}
-			return
-		}
-	}
-	m.OpsetImport = append(m.OpsetImport, &onnxpb.OperatorSetIdProto{Domain: proto.String(domain), Version: proto.Int64(v)})
 }

@@ -1,4 +1,4 @@
-package model
+package onnxgraph
 
 import (
 	"errors"
@@ -19,7 +19,7 @@ import (
 // where Q, K and V are the projections as [batch, L, hidden] (before the
 // exporter's per-head Reshape → Transpose → Reshape), c2p and p2c the
 // relative-position terms already windowed and scaled (relattn.go), the
-// mask the shared additive key mask (attnmask.go) and s the attention
+// mask the shared additive key mask (mask.go) and s the attention
 // scale (when the graph computes it at run time, Q is divided by it and
 // scale is 1). The heads come from config.json (num_attention_heads): the
 // graph states them only through shapes computed at run time.
@@ -30,67 +30,38 @@ import (
 
 var errNoAttentionCore = errors.New("no attention core found")
 
-// mhaStats counts what rewriteMHA changed.
-type mhaStats struct{ Fused, Heads int }
+// MHAStats counts what rewriteMHA changed.
+type MHAStats struct{ Fused, Heads int }
 
-func (s mhaStats) String() string {
+func (s MHAStats) String() string {
 	return fmt.Sprintf("%d attention cores as MultiHeadAttention (%d heads)", s.Fused, s.Heads)
 }
 
 // unheads is the [batch, L, hidden] tensor that Reshape(Transpose(Reshape(t,
 // [b, L, heads, d]), [0, 2, 1, 3]), [b·heads, L, d]) splits into heads, or "".
-func (x *graphIndex) unheads(bh string) string {
-	r1 := x.op(bh, "Reshape")
+func (x *Index) unheads(bh string) string {
+	r1 := x.Op(bh, "Reshape")
 	if r1 == nil {
 		return ""
 	}
-	tr := x.op(r1.GetInput()[0], "Transpose")
+	tr := x.Op(r1.GetInput()[0], "Transpose")
 	if tr == nil || !slices.Equal(permOf(tr), []int64{0, 2, 1, 3}) {
 		return ""
 	}
-	r0 := x.op(tr.GetInput()[0], "Reshape")
+	r0 := x.Op(tr.GetInput()[0], "Reshape")
 	if r0 == nil {
 		return ""
 	}
 	return r0.GetInput()[0]
 }
 
-func permOf(n *onnxpb.NodeProto) []int64 {
-	for _, a := range n.GetAttribute() {
-		if a.GetName() == "perm" {
-			return a.GetInts()
-		}
-	}
-	return nil
-}
-
 // addLeaves flattens a tree of Adds each read only inside it.
-func (x *graphIndex) addLeaves(name string, top bool) []string {
-	n := x.op(name, "Add")
+func (x *Index) addLeaves(name string, top bool) []string {
+	n := x.Op(name, "Add")
 	if n == nil || (!top && x.only(name) == nil) {
 		return []string{name}
 	}
 	return append(x.addLeaves(n.GetInput()[0], false), x.addLeaves(n.GetInput()[1], false)...)
-}
-
-// data is the one node reading name's values, when every other reader
-// reads only its shape (TorchScript computes each Reshape's target from
-// Shape nodes), else nil.
-func (x *graphIndex) data(name string) *onnxpb.NodeProto {
-	var reader *onnxpb.NodeProto
-	for _, c := range x.consumers[name] {
-		if c.GetOpType() == "Shape" && c.GetDomain() == "" {
-			continue
-		}
-		if reader != nil {
-			return nil
-		}
-		reader = c
-	}
-	if x.outputs[name] {
-		return nil
-	}
-	return reader
 }
 
 // mhaSite is one matched attention core.
@@ -105,12 +76,12 @@ type mhaSite struct {
 // matchMHA matches the core at a Softmax whose input is Add(Reshape(S,
 // shape4), bias) (the mask rewrite's form) and whose output reaches the
 // context through Reshape → MatMul(·, V) → Reshape → Transpose → Reshape.
-func (x *graphIndex) matchMHA(sm *onnxpb.NodeProto) (mhaSite, bool) {
+func (x *Index) matchMHA(sm *onnxpb.NodeProto) (mhaSite, bool) {
 	var s mhaSite
 	if sm.GetOpType() != "Softmax" || sm.GetDomain() != "" {
 		return s, false
 	}
-	add := x.op(sm.GetInput()[0], "Add")
+	add := x.Op(sm.GetInput()[0], "Add")
 	if add == nil {
 		return s, false
 	}
@@ -150,19 +121,19 @@ func (x *graphIndex) matchMHA(sm *onnxpb.NodeProto) (mhaSite, bool) {
 			s.rel = append(s.rel, leaf)
 			continue
 		}
-		qk, scale := x.op(leaf, "MatMul"), ""
-		if d := x.op(leaf, "Div"); d != nil && x.scalar(d.GetInput()[1], 0) {
-			qk, scale = x.op(d.GetInput()[0], "MatMul"), d.GetInput()[1]
+		qk, scale := x.Op(leaf, "MatMul"), ""
+		if d := x.Op(leaf, "Div"); d != nil && x.scalar(d.GetInput()[1], 0) {
+			qk, scale = x.Op(d.GetInput()[0], "MatMul"), d.GetInput()[1]
 		}
 		if qk == nil {
 			s.rel = append(s.rel, leaf)
 			continue
 		}
 		kt := qk.GetInput()[1]
-		if d := x.op(kt, "Div"); d != nil && scale == "" && x.scalar(d.GetInput()[1], 0) {
+		if d := x.Op(kt, "Div"); d != nil && scale == "" && x.scalar(d.GetInput()[1], 0) {
 			kt, scale = d.GetInput()[0], d.GetInput()[1]
 		}
-		t := x.op(kt, "Transpose")
+		t := x.Op(kt, "Transpose")
 		q := x.unheads(qk.GetInput()[0])
 		if t == nil || !slices.Equal(permOf(t), []int64{0, 2, 1}) || q == "" {
 			s.rel = append(s.rel, leaf)
@@ -179,13 +150,13 @@ func (x *graphIndex) matchMHA(sm *onnxpb.NodeProto) (mhaSite, bool) {
 }
 
 // rewriteMHA rewrites m's graph in place (see above).
-func rewriteMHA(m *onnxpb.ModelProto, heads int) (mhaStats, error) {
-	st := mhaStats{Heads: heads}
+func rewriteMHA(m *onnxpb.ModelProto, heads int) (MHAStats, error) {
+	st := MHAStats{Heads: heads}
 	if heads < 1 {
 		return st, errors.New("MultiHeadAttention needs num_attention_heads in config.json")
 	}
 	g := m.GetGraph()
-	x := indexGraph(g)
+	x := NewIndex(g)
 	b := &graphBuilder{prefix: uniquePrefix(x, relAttnPrefix+"_mha")}
 	var outs []string
 	for _, n := range g.GetNode() {

@@ -1,4 +1,4 @@
-package model
+package onnxgraph
 
 import (
 	"errors"
@@ -46,16 +46,16 @@ type maskSite struct {
 	dtype              int32
 }
 
-// maskStats counts what rewriteMask changed.
-type maskStats struct{ Softmaxes, Masks int }
+// MaskStats counts what rewriteMask changed.
+type MaskStats struct{ Softmaxes, Masks int }
 
-func (s maskStats) String() string {
+func (s MaskStats) String() string {
 	return fmt.Sprintf("%d masked softmaxes share %d additive key masks", s.Softmaxes, s.Masks)
 }
 
 // matchMask matches the pattern at a Softmax node; sigs tells whether the
 // two Wheres read the same mask (exporters may cast it twice).
-func (x *graphIndex) matchMask(sm *onnxpb.NodeProto, sigs *signer) (maskSite, bool) {
+func (x *Index) matchMask(sm *onnxpb.NodeProto, sigs *signer) (maskSite, bool) {
 	s := maskSite{softmax: sm}
 	if sm.GetOpType() != "Softmax" || sm.GetDomain() != "" || len(sm.GetInput()) != 1 {
 		return s, false
@@ -64,7 +64,7 @@ func (x *graphIndex) matchMask(sm *onnxpb.NodeProto, sigs *signer) (maskSite, bo
 		return s, false
 	}
 	in := sm.GetInput()[0]
-	if s.pre = x.op(in, "Where"); s.pre == nil || x.only(in) != sm {
+	if s.pre = x.Op(in, "Where"); s.pre == nil || x.only(in) != sm {
 		return s, false
 	}
 	fill := x.constTensor(s.pre.GetInput()[1])
@@ -84,9 +84,9 @@ func (x *graphIndex) matchMask(sm *onnxpb.NodeProto, sigs *signer) (maskSite, bo
 
 // rewriteMask rewrites g in place (see above); a graph without the pattern
 // comes back untouched with errNoMaskedSoftmax.
-func rewriteMask(g *onnxpb.GraphProto, opset int64) (maskStats, error) {
-	var st maskStats
-	x := indexGraph(g)
+func rewriteMask(g *onnxpb.GraphProto, opset int64) (MaskStats, error) {
+	var st MaskStats
+	x := NewIndex(g)
 	sigs := newSigner(g)
 	var sites []maskSite
 	for _, n := range g.GetNode() {
@@ -144,11 +144,4 @@ func (b *graphBuilder) keyMaskBias(rmask string, dtype int32, opset int64) strin
 		bias = b.node("Cast", []string{bias}, []*onnxpb.AttributeProto{intAttr("to", int64(dtype))})
 	}
 	return bias
-}
-
-// float is a float32 scalar initializer holding v.
-func (b *graphBuilder) float(v float32) string {
-	name := b.name("const")
-	b.inits = append(b.inits, &onnxpb.TensorProto{Name: proto.String(name), DataType: proto.Int32(int32(onnxpb.TensorProto_FLOAT)), FloatData: []float32{v}})
-	return name
 }
