@@ -110,10 +110,14 @@ func TestRunExitsOnUnfixableKafkaError(t *testing.T) {
 }
 
 // TestLargeOutputsArePublished: with the default limits the scorer creates
-// its topics sized for what it accepts, so a 60,000-sentence transcript
-// (three labels: its result is several MB) is published, not
-// dead-lettered as output_too_large as under the old fixed 1 MiB; and a
-// 2 MiB record that is not an event keeps its value in the DLQ.
+// its topics sized for what it accepts, so a transcript whose result is
+// over 1 MiB is published, not dead-lettered as output_too_large as under
+// the old fixed 1 MiB; and a 2 MiB record that is not an event keeps its
+// value in the DLQ. The result is large by its matches, not by its
+// sentence count: at THRESHOLD 0 each of 8,000 sentences is matched under
+// all three labels, so the result carries its text three times (it was
+// 60,000 unmatched sentences: about as many bytes for 7.5 times the tokenizing
+// and cache look-ups under the race detector, the package's slowest test).
 func TestLargeOutputsArePublished(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the service with the real model")
@@ -126,20 +130,21 @@ func TestLargeOutputsArePublished(t *testing.T) {
 	}
 	t.Cleanup(cluster.Close)
 	metricsAddr := freeAddr(t)
-	env := withEnv(testenv.ScorerEnv(t), "KAFKA_BROKERS", broker, "METRICS_ADDR", metricsAddr, "KAFKA_INPUT_PARTITIONS", "1")
+	env := withEnv(testenv.ScorerEnv(t), "KAFKA_BROKERS", broker, "METRICS_ADDR", metricsAddr, "KAFKA_INPUT_PARTITIONS", "1",
+		"THRESHOLD", "0")
 	stop := runInProcess(t, env)
 	waitReady(t, metricsAddr, 90*time.Second)
 
 	// Real sentences, repeated: the score cache keeps inference to the
-	// distinct ones, while the result holds a score, a flag and maybe a
-	// match for each of the 60,000 under each label.
+	// distinct ones, while the result holds a score, a flag and a match
+	// (the sentence) for each of the 8,000 under each label.
 	sents := corpusSentences(t, 40, 160)[:300]
-	const n = 60_000
+	const n = 8_000
 	md := make([]string, n)
 	for i := range md {
 		md[i] = sents[i%len(sents)]
 	}
-	big, err := json.Marshal(map[string]any{"call_id": "BIG-60K", "sections": map[string][]string{"FILT_MD": md}})
+	big, err := json.Marshal(map[string]any{"call_id": "BIG-8K", "sections": map[string][]string{"FILT_MD": md}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +153,7 @@ func TestLargeOutputsArePublished(t *testing.T) {
 		BatchBytes: 32 << 20, BatchSize: 1}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	for _, m := range []kafka.Message{{Key: []byte("BIG-60K"), Value: big}, {Key: []byte("BAD-2MIB"), Value: bad}} {
+	for _, m := range []kafka.Message{{Key: []byte("BIG-8K"), Value: big}, {Key: []byte("BAD-2MIB"), Value: bad}} {
 		if err := w.WriteMessages(ctx, m); err != nil {
 			t.Fatalf("produce %s (%d bytes): %v", m.Key, len(m.Value), err)
 		}
@@ -157,7 +162,7 @@ func TestLargeOutputsArePublished(t *testing.T) {
 
 	dlq := readTopic(t, broker, "transcripts.dlq", 1, 3*time.Minute)
 	if len(dlq) != 1 || string(dlq[0].Key) != "BAD-2MIB" {
-		t.Fatalf("DLQ holds %d records, want the 2 MiB one only (the 60,000-sentence result must not be there)", len(dlq))
+		t.Fatalf("DLQ holds %d records, want the 2 MiB one only (the large result must not be there)", len(dlq))
 	}
 	if !bytes.Equal(dlq[0].Value, bad) {
 		t.Errorf("the 2 MiB dead letter's value is %d bytes, want its %d original bytes", len(dlq[0].Value), len(bad))
@@ -168,15 +173,15 @@ func TestLargeOutputsArePublished(t *testing.T) {
 	}
 	st := decodeScored(t, out)[0]
 	sec := st.Sections["FILT_MD"]
-	if st.CallID != "BIG-60K" || sec.Sentences != n || len(st.Labels) != 3 {
-		t.Fatalf("result %s: %d sentences, labels %v; want BIG-60K, %d, three labels", st.CallID, sec.Sentences, st.Labels, n)
+	if st.CallID != "BIG-8K" || sec.Sentences != n || len(st.Labels) != 3 {
+		t.Fatalf("result %s: %d sentences, labels %v; want BIG-8K, %d, three labels", st.CallID, sec.Sentences, st.Labels, n)
 	}
 	for _, l := range st.Labels {
-		if got := len(sec.Results[l].Scores); got != n {
-			t.Errorf("label %q: %d scores, want %d", l, got, n)
+		if r := sec.Results[l]; len(r.Scores) != n || len(r.Matches) != n {
+			t.Errorf("label %q: %d scores and %d matches, want %d of each", l, len(r.Scores), len(r.Matches), n)
 		}
 	}
-	t.Logf("60,000-sentence result: %d bytes (over the old 1 MiB limit: %v)", len(out[0].Value), len(out[0].Value) > 1<<20)
+	t.Logf("%d-sentence result: %d bytes (over the old 1 MiB limit: %v)", n, len(out[0].Value), len(out[0].Value) > 1<<20)
 	if len(out[0].Value) <= 1<<20 {
 		t.Errorf("the result is %d bytes: the test needs one over the old 1 MiB limit", len(out[0].Value))
 	}
