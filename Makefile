@@ -141,7 +141,10 @@ fuzz: ort
 	$(GO) test -run '^$$' -fuzz '^FuzzPythonList$$' -fuzztime $(FUZZTIME) ./schema
 	$(GO) test -run '^$$' -fuzz '^FuzzEncode$$' -fuzztime $(FUZZTIME) ./model/tokenizer
 
-test-short: ort
+# The inner loop (docs/testing.md): every package's unit behaviour, the drills skipped. It needs ONNX
+# Runtime and DuckDB (internal/offline's Parquet decoding); deploy's checks skip, saying so, without
+# helm or promtool.
+test-short: ort duckdb
 	$(GO) test -short -count=1 ./...
 
 # Where the suite's time goes (scripts/test-times.sh): each package's wall and CPU time and the 20

@@ -43,6 +43,10 @@ func TestCommand(t *testing.T) {
 			continue
 		}
 		quantized++
+		if testing.Short() && quantized > 1 {
+			t.Logf("-short: int8 of %s skipped, one int8 folder compared; make test compares every one", filepath.Base(dir))
+			continue
+		}
 		t.Run("int8 of "+filepath.Base(dir), func(t *testing.T) {
 			stdout, stderr, err := runCLI(t, env, "", "compare", "--in", file, "--a", dir, "--b-file", int8File,
 				"--threshold", "0.5", "--min-agreement", "0.9", "--json")
@@ -121,6 +125,9 @@ func TestCommand(t *testing.T) {
 // transcripts with A's graph rewritten and B's as exported, and agrees on
 // every decision with scores within 1e-5.
 func TestCommandRelAttentionRewrite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("scores every shared model twice; make test runs it (-short keeps model's rewrite tests on the logits)")
+	}
 	file, _, sentences, env := commandSample(t)
 	rewritten := 0
 	for _, dir := range testenv.ModelDirs(t) {

@@ -205,6 +205,9 @@ func equalRows(t *testing.T, what string, got, want []outRow) {
 // DuckDB reads them back, and every row equals the JSONL path's output
 // for the same table, score for score.
 func TestParquetBackfill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a whole backfill (seven scorer runs) read back through DuckDB; make test runs it (-short keeps TestParquetInputTypes' decoding)")
+	}
 	env := testenv.ScorerEnv(t)
 	_, events := testenv.ShortestTranscripts(t, 6)
 	dir := t.TempDir()
