@@ -32,6 +32,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/scorer/scorer/model/onnxgraph"
 	"github.com/scorer/scorer/model/onnxpb"
 )
 
@@ -120,7 +121,9 @@ type converter struct {
 	inits     map[string]*onnxpb.TensorProto
 	keep      []bool // per node: stays float32 (index arithmetic)
 	// outer holds, per If node, the tensors of this graph its branches
-	// read by name (ONNX subgraphs see the enclosing scope).
+	// read by name (ONNX subgraphs see the enclosing scope), as
+	// onnxgraph.OuterReads lists them: a branch output that names such a
+	// tensor is a read too.
 	outer map[int][]string
 	st    Stats
 }
@@ -152,7 +155,7 @@ func (c *converter) index() error {
 			if n.GetOpType() != "If" {
 				return fmt.Errorf("node %s (%s) has a subgraph; graphs with Loop/Scan are not supported", n.GetName(), n.GetOpType())
 			}
-			reads = append(reads, outerReads(a.GetG())...)
+			reads = append(reads, onnxgraph.OuterReads(a.GetG())...)
 		}
 		if reads != nil {
 			c.outer[i] = reads
@@ -246,44 +249,6 @@ func (c *converter) checkSubgraphs() error {
 		}
 	}
 	return nil
-}
-
-// outerReads returns the names g (and the subgraphs in it) reads without
-// defining them: tensors of an enclosing graph.
-func outerReads(g *onnxpb.GraphProto) []string {
-	defined := map[string]bool{"": true}
-	for _, t := range g.GetInitializer() {
-		defined[t.GetName()] = true
-	}
-	for _, in := range g.GetInput() {
-		defined[in.GetName()] = true
-	}
-	var reads []string
-	seen := map[string]bool{}
-	read := func(name string) {
-		if !defined[name] && !seen[name] {
-			seen[name] = true
-			reads = append(reads, name)
-		}
-	}
-	for _, n := range g.GetNode() {
-		for _, in := range n.GetInput() {
-			read(in)
-		}
-		for _, a := range n.GetAttribute() {
-			for _, sg := range append([]*onnxpb.GraphProto{a.GetG()}, a.GetGraphs()...) {
-				if sg != nil {
-					for _, in := range outerReads(sg) {
-						read(in)
-					}
-				}
-			}
-		}
-		for _, out := range n.GetOutput() {
-			defined[out] = true
-		}
-	}
-	return reads
 }
 
 // markIndexArithmetic marks the nodes whose every result ends, through any

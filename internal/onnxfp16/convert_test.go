@@ -139,6 +139,7 @@ func TestConvertKeepsIndexIfs(t *testing.T) {
 
 // An If whose branches read a float tensor of the enclosing graph is
 // refused: that tensor may become float16 while the branch expects float32.
+// So is one whose branch outputs such a tensor unchanged.
 func TestConvertRefusesFloatIf(t *testing.T) {
 	f32Input := func(name string) *onnxpb.ValueInfoProto {
 		return &onnxpb.ValueInfoProto{Name: proto.String(name), Type: &onnxpb.TypeProto{Value: &onnxpb.TypeProto_TensorType{
@@ -158,5 +159,19 @@ func TestConvertRefusesFloatIf(t *testing.T) {
 	}}
 	if _, err := onnxfp16.Convert(m, onnxfp16.Options{}); err == nil {
 		t.Fatal("converted an If that computes floats")
+	}
+
+	// A branch may also output the enclosing graph's tensor as it is, with
+	// no node reading it: onnxgraph.OuterReads counts that as a read too.
+	passThrough := &onnxpb.GraphProto{Output: []*onnxpb.ValueInfoProto{f32Input("x")}}
+	m = &onnxpb.ModelProto{Graph: &onnxpb.GraphProto{
+		Input: []*onnxpb.ValueInfoProto{f32Input("x")},
+		Node: []*onnxpb.NodeProto{{OpType: proto.String("If"), Name: proto.String("if"), Input: []string{"cond"}, Output: []string{"out"},
+			Attribute: []*onnxpb.AttributeProto{
+				{Name: proto.String("then_branch"), Type: onnxpb.AttributeProto_GRAPH.Enum(), G: passThrough},
+				{Name: proto.String("else_branch"), Type: onnxpb.AttributeProto_GRAPH.Enum(), G: passThrough}}}},
+	}}
+	if _, err := onnxfp16.Convert(m, onnxfp16.Options{}); err == nil {
+		t.Fatal("converted an If whose branches pass a float tensor through")
 	}
 }
