@@ -342,12 +342,29 @@ func TestMakefileOpsTargets(t *testing.T) {
 		t.Errorf("make test prerequisites %v lack promtool", prereqs["test"])
 	}
 	// Both shipped ORT cores pass the golden and fidelity tests: the cpu core in the main run,
-	// the CUDA image's core in a second run of the model package.
-	if !slices.Contains(prereqs["test"], "cuda-ort") || !slices.Contains(recipes["test"], "ORT_LIB=$(ORT_CUDA_DIR)/libonnxruntime.so.1 $(GO) test -race -count=1 ./model") {
-		t.Errorf("make test (prerequisites %v, recipe %q) does not run the model package's tests on the CUDA image's core", prereqs["test"], recipes["test"])
+	// the CUDA image's core in a second run of the model package's ORT-facing tests
+	// (ORT_CORE_TESTS). The recipe is one shell command over several lines.
+	test := strings.Join(recipes["test"], "\n")
+	if !strings.Contains(test, "$(GO) test -race -count=1 -timeout 45m ./...") {
+		t.Errorf("make test recipe %q does not run go test -race ./...", test)
 	}
-	if !slices.Contains(recipes["test"], "$(MAKE) image-test") {
-		t.Errorf("make test recipe %q does not run $(MAKE) image-test", recipes["test"])
+	if !slices.Contains(prereqs["test"], "cuda-ort") || !strings.Contains(test, "ORT_LIB=$(ORT_CUDA_DIR)/libonnxruntime.so.1 $(GO) test -race -count=1") ||
+		!strings.Contains(test, "-run '$(ORT_CORE_TESTS)' ./model") {
+		t.Errorf("make test (prerequisites %v, recipe %q) does not run the model package's tests on the CUDA image's core", prereqs["test"], test)
+	}
+	core := ""
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "ORT_CORE_TESTS := "); ok {
+			core = v
+		}
+	}
+	for _, name := range []string{"TestProbeRuntime", "TestGoldenScores", "TestRelAttentionHFLogits", "TestSymlinkedModelFolder"} {
+		if !strings.Contains(core, "|"+name+"|") && !strings.Contains(core, "("+name+"|") {
+			t.Errorf("ORT_CORE_TESTS %q lacks %s: the CUDA image's core must load, list providers, score the golden pairs, run the rewrite and read external data", core, name)
+		}
+	}
+	if !strings.Contains(test, "$(MAKE) fuzz") || !strings.Contains(test, "$(MAKE) image-test") {
+		t.Errorf("make test recipe %q does not run $(MAKE) fuzz and $(MAKE) image-test", test)
 	}
 	if !slices.Contains(recipes["image-test"], "./scripts/image-test.sh") {
 		t.Errorf("make image-test recipe %q does not run scripts/image-test.sh", recipes["image-test"])
