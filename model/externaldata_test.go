@@ -44,8 +44,11 @@ func externalPairs(t *testing.T, m *Model) []Pair {
 // and without the relative-attention rewrite and scores within 1e-5 of the
 // same graph inline; its version covers the data files.
 func TestExternalData(t *testing.T) {
+	if testing.Short() {
+		t.Skip("seven loads of the HF export in three layouts; make test runs it (-short keeps TestExternalDataVersion's and TestSymlinkedModelFolder's external loads)")
+	}
 	src := testenv.ModelDir(t, "nli-deberta-v3-hf-tiny")
-	inline := loadModel(t, LoadOptions{Dir: src})
+	inline := sharedModel(t, src)
 	pairs := externalPairs(t, inline)
 	want, err := newSession(t, inline).Logits(t.Context(), pairs)
 	if err != nil {

@@ -26,6 +26,10 @@ const fp16Tolerance = 0.01
 func TestFloat16Models(t *testing.T) {
 	for _, src := range testenv.ModelDirs(t) {
 		name := filepath.Base(src)
+		if testing.Short() && name != testenv.ProductionArch {
+			t.Logf("-short: %s skipped, only the production architecture converted; make test converts every shared model", name)
+			continue
+		}
 		t.Run(name, func(t *testing.T) { testFloat16Model(t, src) })
 	}
 }
@@ -53,7 +57,7 @@ func testFloat16Model(t *testing.T, src string) {
 	for i := 0; i < len(g.Cases); i += 4 {
 		pairs = append(pairs, Pair{IDs: g.Cases[i].InputIDs, TypeIDs: g.Cases[i].TokenTypeIDs})
 	}
-	ref := loadModel(t, LoadOptions{Dir: src})
+	ref := sharedModel(t, src)
 	want := logitsInBatches(t, newSession(t, ref), pairs)
 	{
 		for _, form := range []struct {

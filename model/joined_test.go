@@ -126,7 +126,7 @@ func scoreSortedBatches(t *testing.T, s *Session, m *Model, pairs []Pair) ([][]f
 func TestTranscriptScorerJoined(t *testing.T) {
 	dir := testenv.ModelDir(t, "nli-deberta-v3-tiny")
 	joined := loadModel(t, LoadOptions{Dir: dir, PairEncoding: EncodeJoined})
-	plain := loadModel(t, LoadOptions{Dir: dir})
+	plain := sharedModel(t, dir)
 	if joined.PairSeparator != DefaultPairSeparator || plain.PairSeparator != "" || plain.PairEncoding != EncodePair {
 		t.Fatalf("separators: joined %q, pair %q (%s)", joined.PairSeparator, plain.PairSeparator, plain.PairEncoding)
 	}

@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 
 	"github.com/scorer/scorer/internal/testenv"
@@ -40,6 +41,32 @@ func loadModel(t testing.TB, opts LoadOptions) *Model {
 	m, err := Load(opts)
 	if err != nil {
 		t.Fatalf("Load(%s): %v", opts.Dir, err)
+	}
+	return m
+}
+
+// sharedModels are shared model folders loaded once per test process with
+// default options (LoadOptions{Dir: dir}), for the tests that score with a
+// model rather than test Load: a DeBERTa Load parses an 8.6 MB tokenizer
+// and rewrites the graph, seconds of CPU under the race detector each time.
+// The tests of Load itself (TestLoadRealModels, the options, errors,
+// versions, external data) still load their own.
+var (
+	sharedMu     sync.Mutex
+	sharedModels = map[string]*Model{}
+)
+
+// sharedModel is the model in dir with default options, loaded on first
+// use. A *Model is read-only after Load and sessions on it are
+// independent, so tests share it; they must not modify it.
+func sharedModel(t testing.TB, dir string) *Model {
+	t.Helper()
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	m, ok := sharedModels[dir]
+	if !ok {
+		m = loadModel(t, LoadOptions{Dir: dir})
+		sharedModels[dir] = m
 	}
 	return m
 }

@@ -117,9 +117,9 @@ func TestLoadRealModels(t *testing.T) {
 	// The folders differ in exactly the ways Load must discover: only the
 	// BERT WordPiece graph takes token_type_ids (DeBERTa-v3 has
 	// type_vocab_size 0), and the contradiction label's name.
-	uni := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, "nli-unigram-small")})
-	wp := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, "nli-wordpiece-small")})
-	deb := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch)})
+	uni := sharedModel(t, testenv.ModelDir(t, "nli-unigram-small"))
+	wp := sharedModel(t, testenv.ModelDir(t, "nli-wordpiece-small"))
+	deb := sharedModel(t, testenv.ModelDir(t, testenv.ProductionArch))
 	if contains(uni.InputNames, "token_type_ids") || !contains(wp.InputNames, "token_type_ids") || contains(deb.InputNames, "token_type_ids") {
 		t.Errorf("token_type_ids: unigram inputs %v, wordpiece inputs %v, deberta inputs %v", uni.InputNames, wp.InputNames, deb.InputNames)
 	}
@@ -332,7 +332,7 @@ func mustRead(t *testing.T, path string) []byte {
 // passes Start and fails Wait, every time it is asked.
 func TestStartThenWait(t *testing.T) {
 	dir := testenv.ModelDir(t, testenv.ProductionArch)
-	want := loadModel(t, LoadOptions{Dir: dir})
+	want := sharedModel(t, dir)
 	ld, err := Start(LoadOptions{Dir: dir})
 	if err != nil {
 		t.Fatal(err)

@@ -63,7 +63,7 @@ func TestGoldenScores(t *testing.T) {
 	for _, dir := range testenv.ModelDirs(t) {
 		name := filepath.Base(dir)
 		t.Run(name, func(t *testing.T) {
-			m := loadModel(t, LoadOptions{Dir: dir})
+			m := sharedModel(t, dir)
 			s := newSession(t, m)
 			g := readGolden(t, name)
 			cases := g.Cases
@@ -150,7 +150,7 @@ var sampleSentences = []string{
 func TestBatchInvariance(t *testing.T) {
 	for _, dir := range testenv.ModelDirs(t) {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			m := loadModel(t, LoadOptions{Dir: dir})
+			m := sharedModel(t, dir)
 			s := newSession(t, m)
 			pairs := realPairs(t, m, sampleSentences...)
 			batch, err := s.ScorePairs(t.Context(), pairs)
@@ -217,7 +217,7 @@ func TestScoreModes(t *testing.T) {
 func TestSessionConcurrent(t *testing.T) {
 	for _, dir := range testenv.ModelDirs(t) {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
-			m := loadModel(t, LoadOptions{Dir: dir})
+			m := sharedModel(t, dir)
 			// Concurrent Runs share one intra-op pool; with spinning on,
 			// idle workers burn the test machine's two cores and the test
 			// crawls (onnxruntime_go #47).
@@ -283,7 +283,7 @@ func longPairs(m *Model, rows int) []Pair {
 }
 
 func TestSessionCancel(t *testing.T) {
-	m := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch)})
+	m := sharedModel(t, testenv.ModelDir(t, testenv.ProductionArch))
 	s := newSession(t, m)
 	pairs := longPairs(m, 128)
 
@@ -327,7 +327,7 @@ func TestSessionCancel(t *testing.T) {
 }
 
 func TestSessionInputErrors(t *testing.T) {
-	m := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, "nli-wordpiece-small")})
+	m := sharedModel(t, testenv.ModelDir(t, "nli-wordpiece-small"))
 	s := newSession(t, m)
 
 	got, err := s.ScorePairs(t.Context(), nil)
@@ -353,7 +353,7 @@ func TestSessionInputErrors(t *testing.T) {
 }
 
 func TestSessionClose(t *testing.T) {
-	m := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch)})
+	m := sharedModel(t, testenv.ModelDir(t, testenv.ProductionArch))
 	s, err := m.NewSession(SessionOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -370,7 +370,7 @@ func TestSessionClose(t *testing.T) {
 }
 
 func TestNewSessionOptions(t *testing.T) {
-	m := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch)})
+	m := sharedModel(t, testenv.ModelDir(t, testenv.ProductionArch))
 	if _, err := m.NewSession(SessionOptions{IntraOpThreads: -1}); err == nil {
 		t.Error("negative thread count accepted")
 	}
@@ -393,7 +393,7 @@ func TestNewSessionOptions(t *testing.T) {
 // scores unchanged, and a session without ShrinkArenas says it cannot
 // shrink.
 func TestReleaseArenaAndMemPattern(t *testing.T) {
-	m := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch)})
+	m := sharedModel(t, testenv.ModelDir(t, testenv.ProductionArch))
 	plain := newSession(t, m)
 	s, err := m.NewSession(SessionOptions{IntraOpThreads: 1, DisableMemPattern: true, ShrinkArenas: "cpu:0"})
 	if err != nil {
@@ -441,7 +441,7 @@ func TestReleaseArenaAndMemPattern(t *testing.T) {
 // still loading, options set by Configure that ConfigureKey does not name).
 func TestMemoryKey(t *testing.T) {
 	dir := testenv.ModelDir(t, testenv.ProductionArch)
-	m := loadModel(t, LoadOptions{Dir: dir})
+	m := sharedModel(t, dir)
 	one, err := m.NewSession(SessionOptions{IntraOpThreads: 1})
 	if err != nil {
 		t.Fatal(err)

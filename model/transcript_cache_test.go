@@ -92,7 +92,7 @@ func TestScoreCacheReal(t *testing.T) {
 
 // scoreCacheReal is TestScoreCacheReal on one model folder.
 func scoreCacheReal(t *testing.T, dir string) {
-	m := loadModel(t, LoadOptions{Dir: dir})
+	m := sharedModel(t, dir)
 	s := newSession(t, m)
 	events := readTranscripts(t, 3, 12)
 	lc := DefaultLabelConfig()
@@ -189,9 +189,9 @@ func TestScoreCacheKeySeparation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	uni := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, "nli-unigram-small")})
+	uni := sharedModel(t, testenv.ModelDir(t, "nli-unigram-small"))
 	evc := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, "nli-unigram-small"), ScoreMode: ScoreEntailVsContradiction})
-	wp := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, "nli-wordpiece-small")})
+	wp := sharedModel(t, testenv.ModelDir(t, "nli-wordpiece-small"))
 	wpJoined := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, "nli-wordpiece-small"), PairEncoding: EncodeJoined})
 	// BERT's pre-tokenizer drops the spaces, so these ids equal wpJoined's:
 	// only the separator in the key tells the two apart.
@@ -202,7 +202,7 @@ func TestScoreCacheKeySeparation(t *testing.T) {
 	if !slices.Equal(a.IDs, b.IDs) || !slices.Equal(a.TypeIDs, b.TypeIDs) {
 		t.Fatalf("separators %q and %q give different ids on %s; the test needs equal ones", wpJoined.PairSeparator, wpSpaced.PairSeparator, wp.Name)
 	}
-	deb := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch)})
+	deb := sharedModel(t, testenv.ModelDir(t, testenv.ProductionArch))
 	other := lc
 	other.Template = "The topic is {}."
 	other.Threshold = 0.5

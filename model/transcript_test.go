@@ -125,7 +125,7 @@ func TestLabelConfigValidate(t *testing.T) {
 }
 
 func TestNewTranscriptScorerErrors(t *testing.T) {
-	m := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch)})
+	m := sharedModel(t, testenv.ModelDir(t, testenv.ProductionArch))
 	if _, err := NewTranscriptScorer(nil, DefaultLabelConfig(), &fakeScorer{}); err == nil {
 		t.Error("nil model accepted")
 	}
@@ -146,7 +146,7 @@ func TestNewTranscriptScorerErrors(t *testing.T) {
 }
 
 func TestTranscriptScorerFake(t *testing.T) {
-	m := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch)})
+	m := sharedModel(t, testenv.ModelDir(t, testenv.ProductionArch))
 	events := readTranscripts(t, 3, 1<<30)
 	// An empty section must still appear, with empty (not null) lists.
 	events[1].Sections["FILT_EMPTY"] = []string{}
@@ -265,7 +265,7 @@ func TestTranscriptScorerFake(t *testing.T) {
 }
 
 func TestTranscriptScorerErrors(t *testing.T) {
-	m := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch)})
+	m := sharedModel(t, testenv.ModelDir(t, testenv.ProductionArch))
 	events := readTranscripts(t, 2, 5)
 	sec := events[1].SectionNames()[0]
 	bad := "This sentence appears nowhere else in the corpus."
@@ -314,7 +314,7 @@ func TestTranscriptScorerErrors(t *testing.T) {
 func TestTranscriptScorerReal(t *testing.T) {
 	for _, dir := range testenv.ModelDirs(t) {
 		t.Run(dir[strings.LastIndex(dir, "/")+1:], func(t *testing.T) {
-			m := loadModel(t, LoadOptions{Dir: dir})
+			m := sharedModel(t, dir)
 			s := newSession(t, m)
 			events := readTranscripts(t, 2, 4)
 			lc := DefaultLabelConfig()
