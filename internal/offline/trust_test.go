@@ -2,10 +2,14 @@ package offline
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
@@ -13,21 +17,66 @@ import (
 	"github.com/scorer/scorer/schema"
 )
 
-// partialOf runs `scorer score --resume` over in to completion once, then
-// turns the finished --out back into the partial file of an interrupted run
-// (its settings record included), so tests can resume it under other
-// settings or with forged lines.
+// partialOf makes, in a folder of the test's, the partial output of an
+// interrupted `scorer score --resume` over in (its settings record
+// included), so tests can resume it under other settings or with forged
+// lines.
+//
+// The run that makes it is the same for every test with the same input,
+// settings and arguments, and its two files depend on neither the folder
+// nor the test: it runs once per process and each test gets a copy (15
+// identical scoring runs were most of this file's time).
 func partialOf(t *testing.T, env map[string]string, in string, args ...string) (out, partial string, lines []string) {
 	t.Helper()
 	dir := t.TempDir()
 	out = filepath.Join(dir, "out.jsonl")
 	partial = out + partialSuffix
-	// A run that fails on its last line leaves the partial file (with the
-	// settings record) of the lines before it.
 	raw, err := os.ReadFile(in)
 	if err != nil {
 		t.Fatal(err)
 	}
+	key := partialKey(raw, env, args)
+	partialsMu.Lock()
+	files, ok := partials[key]
+	partialsMu.Unlock()
+	if !ok {
+		files = makePartial(t, env, raw, args)
+		partialsMu.Lock()
+		partials[key] = files
+		partialsMu.Unlock()
+	}
+	if err := os.WriteFile(partial, files[0], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(partial+settingsSuffix, files[1], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lines = strings.SplitAfter(string(files[0]), "\n")
+	return out, partial, lines[:len(lines)-1]
+}
+
+var (
+	partialsMu sync.Mutex
+	partials   = map[string][2][]byte{} // partialKey → the partial file and its settings record
+)
+
+func partialKey(raw []byte, env map[string]string, args []string) string {
+	kv := make([]string, 0, len(env))
+	for k, v := range env {
+		kv = append(kv, k+"="+v)
+	}
+	slices.Sort(kv)
+	return fmt.Sprintf("%x\x00%q\x00%q", sha256.Sum256(raw), kv, args)
+}
+
+// makePartial runs `scorer score --resume` over raw plus a broken last line:
+// the run fails there and leaves the partial file (with the settings
+// record) of the lines before it. It returns the two files' bytes.
+func makePartial(t *testing.T, env map[string]string, raw []byte, args []string) [2][]byte {
+	t.Helper()
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out.jsonl")
+	partial := out + partialSuffix
 	failing := filepath.Join(dir, "in.jsonl")
 	if err := os.WriteFile(failing, append(bytes.Clone(raw), "{\"call_id\": \"broken\"\n"...), 0o644); err != nil {
 		t.Fatal(err)
@@ -40,12 +89,14 @@ func partialOf(t *testing.T, env map[string]string, in string, args ...string) (
 	if err != nil {
 		t.Fatalf("no partial file after an interrupted run: %v", err)
 	}
-	lines = strings.SplitAfter(string(b), "\n")
-	lines = lines[:len(lines)-1]
-	if len(lines) == 0 {
+	if len(b) == 0 {
 		t.Fatal("the partial file is empty")
 	}
-	return out, partial, lines
+	settings, err := os.ReadFile(partial + settingsSuffix)
+	if err != nil {
+		t.Fatalf("no settings record beside the partial file: %v", err)
+	}
+	return [2][]byte{b, settings}
 }
 
 // TestResumeRefusesAnotherRunsPartial: a partial output records what it
