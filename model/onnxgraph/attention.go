@@ -114,6 +114,8 @@ func (st Steps) String() string {
 
 // Stats is what RewriteAttention did.
 type Stats struct {
+	// Rel is the relative-attention rewrite's counts, align and scale
+	// included.
 	Rel RelAttnStats
 	// Mask, SkipLN and MHA are those steps' counts; Kept says why a step
 	// asked for changed nothing.

@@ -102,7 +102,8 @@ func (x *Index) only(name string) *onnxpb.NodeProto {
 	return nil
 }
 
-// op is the node producing name if its type is opType, else nil.
+// Op is the node producing name if its type is opType (default domain),
+// else nil.
 func (x *Index) Op(name, opType string) *onnxpb.NodeProto {
 	if n := x.producer[name]; n != nil && n.GetOpType() == opType && n.GetDomain() == "" {
 		return n
