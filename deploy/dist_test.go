@@ -26,6 +26,9 @@ import (
 // DEVICE=auto scores on the CPU saying why, DEVICE=cuda fails with the
 // cause.
 func TestBundle(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and a bundle of the CUDA set, then runs it; make test runs it")
+	}
 	root := testenv.RepoRoot()
 	ortDir := testenv.ORTCUDADir(t)
 	work := t.TempDir()

@@ -26,6 +26,9 @@ import (
 // subcommand that built its own from a few fields, or from defaults, shows
 // here.
 func TestSubcommandsBuildTheSameScorer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts run, score, bench's pipeline and the doctor's CPU sample on a real model, minutes on two busy cores; make test runs it")
+	}
 	env := withEnv(testenv.ScorerEnv(t), "MODEL_DIR", testenv.ModelDir(t, "nli-unigram-small"), "LOG_LEVEL", "debug",
 		"DEVICE", "cpu", "MAX_BATCH_ROWS", "200", "MAX_BATCH_TOKENS", "20000", "CPU_MAX_BATCH_ROWS", "12", "CPU_MAX_BATCH_TOKENS", "4096",
 		"WORKERS", "2", "CPU_THREADS", "1", "GPU_MEM_FRACTION", "0.7", "GPU_MEM_LIMIT", "0.4", "GPU_TF32", "true",
