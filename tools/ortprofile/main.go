@@ -1,5 +1,5 @@
 // Command ortprofile measures where ONNX Runtime spends a model's time, per
-// op type, with the relative-attention rewrite (model/relattn.go) off and on:
+// op type, with the relative-attention rewrite (model/onnxgraph/relattn.go) off and on:
 // it runs batches of synthetic pairs through the scorer's own session
 // (model.Load, Model.NewSession) with ORT's per-node profiler on, sums each
 // kernel's time and output bytes by op type and, for DeBERTa graphs, over the
@@ -8,8 +8,8 @@
 // outside it) and counts its op types, so what ORT's fusions leave unfused is
 // visible; --fp16 does the same for the float16 twin (internal/onnxfp16).
 // Before the profiles it counts the optimised graph's ops once per attention
-// rewrite, each added to the ones before it (ATTENTION_REWRITES, model's
-// attnrewrite.go), so every step is seen landing even where no GPU is at
+// rewrite, each added to the ones before it (ATTENTION_REWRITES, model/onnxgraph's
+// attention.go), so every step is seen landing even where no GPU is at
 // hand; -device cuda runs all of it on the CUDA provider with the options
 // the pool's sessions use. `make bench-profile` runs it on the
 // production-size stand-in.
