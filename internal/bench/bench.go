@@ -29,6 +29,7 @@ import (
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/scoring"
+	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/model/scorecache"
 	"github.com/scorer/scorer/schema"
 )
@@ -216,42 +217,12 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	}
 
 	rep := benchReport{Machine: machineInfo(), Settings: benchSettingsOf(cfg, bf, len(corpus))}
-	mt := newMeter()
-	for _, d := range dirs {
-		dir, err := config.ResolvePath(d)
-		if err != nil {
-			return fmt.Errorf("bench: model dir: %w", err)
-		}
-		mr, err := benchModel(ctx, e, rt, cfg, bf, log, mt, dir, corpus, len(dirs) > 1, skip, threads, workers, multiples)
-		if err != nil {
-			return fmt.Errorf("bench: %s: %w", filepath.Base(dir), err)
-		}
-		rep.Models = append(rep.Models, mr)
-	}
-	for _, pd := range perfDirs(dirs, bf.largeModel, skip) {
-		dir, err := config.ResolvePath(pd.dir)
-		if err != nil {
-			return fmt.Errorf("bench: model dir: %w", err)
-		}
-		large := pd.large
-		r, t := rows, tokens
-		if large {
-			// At ~11 pairs/s fp32 the full sweep would take an hour.
-			if r, err = intList(bf.largeRows); err != nil {
-				return fmt.Errorf("bench: --large-shape-rows: %w", err)
-			}
-			t = []int{slices.Max(tokens)}
-		}
-		pr, err := benchPerf(ctx, e, rt, cfg, bf, mt, dir, corpus, skip, large, r, t, plans)
-		if err != nil {
-			return fmt.Errorf("bench: %s: %w", filepath.Base(dir), err)
-		}
-		rep.Perf = append(rep.Perf, pr)
-	}
-	if err := benchWholeProcess(ctx, e, cfg, bf, mt, corpus, dirs, skip, &rep); err != nil {
+	br := &benchRun{e: e, rt: rt, cfg: cfg, bf: bf, log: log, mt: newMeter(), corpus: corpus, dirs: dirs, skip: skip,
+		threads: threads, workers: workers, multiples: multiples, rows: rows, tokens: tokens, plans: plans, rep: &rep}
+	if err := br.runAll(ctx); err != nil {
 		return err
 	}
-	rep.Sections = mt.report()
+	rep.Sections = br.mt.report()
 	if bf.out != "" {
 		b, err := json.MarshalIndent(rep, "", "  ")
 		if err != nil {
@@ -293,212 +264,142 @@ func report(e cli.Env, rep *benchReport, md, jsonPath string, skip map[string]bo
 	return nil
 }
 
-// benchModel runs every section for one model folder.
-func benchModel(ctx context.Context, e cli.Env, rt *scoring.Runtime, cfg config.Config, bf benchFlags, log zerolog.Logger, mt *meter, dir string, corpus []corpusLine, several bool, skip map[string]bool, threads, workers, multiples []int) (modelReport, error) {
+// benchRun is one `scorer bench` run: what every section's run function
+// reads (flags, settings, corpus, the parsed lists) and the report they
+// write.
+type benchRun struct {
+	e         cli.Env
+	rt        *scoring.Runtime
+	cfg       config.Config
+	bf        benchFlags
+	log       zerolog.Logger
+	mt        *meter
+	corpus    []corpusLine
+	dirs      []string
+	skip      map[string]bool
+	threads   []int // --scaling-threads
+	workers   []int // --scaling-workers
+	multiples []int // --memory-multiples
+	rows      []int // --shape-rows
+	tokens    []int // --shape-tokens
+	plans     []cpuShape
+	rep       *benchReport
+
+	rawLoop, rawNote string // findRawLoop's answer, once asked (rawLooked)
+	rawLooked        bool
+}
+
+// folder is one model folder an eachModel or eachPerf section runs on.
+type folder struct {
+	dir    string
+	cfg    config.Config // the run's settings on this folder
+	m      *model.Model
+	name   string       // as the folder's rows name it
+	sample []corpusLine // --transcripts-limit transcripts spread over sizes
+	labels int
+	prof   string // the pipeline's CPU profile ("" = none)
+
+	mr *modelReport // eachModel sections write here
+	pr *perfReport  // eachPerf sections write here
+
+	// The --large-model stand-in (benchLarge) runs the shapes and int8
+	// sections on its own, smaller sweep, timed as the large section.
+	large        bool
+	rows, tokens []int
+}
+
+// span is the name a section of f is timed under.
+func (f *folder) span(section string) string {
+	if f.large {
+		return "large"
+	}
+	return section
+}
+
+// runAll runs the section table: each model folder's eachModel sections,
+// then each folder's eachPerf sections, then the once sections, each in
+// table order and less those --skip names.
+func (b *benchRun) runAll(ctx context.Context) error {
+	for _, d := range b.dirs {
+		dir, err := config.ResolvePath(d)
+		if err != nil {
+			return fmt.Errorf("bench: model dir: %w", err)
+		}
+		f, err := b.modelFolder(dir)
+		if err == nil && !b.skip["pipeline"] {
+			err = b.runScope(ctx, eachModel, f)
+		}
+		if err != nil {
+			return fmt.Errorf("bench: %s: %w", filepath.Base(dir), err)
+		}
+		b.rep.Models = append(b.rep.Models, *f.mr)
+	}
+	for _, d := range b.dirs {
+		dir, err := config.ResolvePath(d)
+		if err != nil {
+			return fmt.Errorf("bench: model dir: %w", err)
+		}
+		f, err := b.perfFolder(dir, false, b.rows, b.tokens)
+		if err == nil {
+			err = b.runScope(ctx, eachPerf, f)
+		}
+		if err != nil {
+			return fmt.Errorf("bench: %s: %w", filepath.Base(dir), err)
+		}
+		b.rep.Perf = append(b.rep.Perf, *f.pr)
+	}
+	return b.runScope(ctx, once, nil)
+}
+
+// runScope runs, in table order, the sections of scope not skipped.
+func (b *benchRun) runScope(ctx context.Context, scope sectionScope, f *folder) error {
+	for _, s := range sections {
+		if s.scope == scope && !b.skip[s.name] {
+			if err := s.run(ctx, b, f); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// modelFolder loads dir for the eachModel sections.
+func (b *benchRun) modelFolder(dir string) (*folder, error) {
+	cfg := b.cfg
 	cfg.ModelDir = dir
 	m, err := scoring.LoadModel(cfg)
 	if err != nil {
-		return modelReport{}, err
+		return nil, err
 	}
-	mr := modelReport{Model: m.Name, SHA256: m.SHA256}
-	labels := len(cfg.Labels)
-
-	// 1–3: throughput run at saturation, its recorded batches replayed on
-	// raw ORT, padding and tokenizer share from the same run.
-	sample := spreadSample(corpus, bf.limit)
-	recs, keys, evs := splitLines(sample)
-	prof := ""
-	if bf.cpuProfile != "" {
-		prof = bf.cpuProfile
-		if several {
-			ext := filepath.Ext(prof)
-			prof = strings.TrimSuffix(prof, ext) + "-" + m.Name + ext
+	f := &folder{dir: dir, cfg: cfg, m: m, name: m.Name, sample: spreadSample(b.corpus, b.bf.limit), labels: len(cfg.Labels),
+		mr: &modelReport{Model: m.Name, SHA256: m.SHA256}}
+	if b.bf.cpuProfile != "" {
+		f.prof = b.bf.cpuProfile
+		if len(b.dirs) > 1 {
+			ext := filepath.Ext(f.prof)
+			f.prof = strings.TrimSuffix(f.prof, ext) + "-" + m.Name + ext
 		}
-		mr.CPUProfile = prof
+		f.mr.CPUProfile = f.prof
 	}
-	if skip["pipeline"] {
-		return mr, nil
-	}
-	progress(e, "%s: pipeline, %d transcripts (%d pairs), as fast as possible", m.Name, len(sample), pairsOf(sample, labels))
-	// A failed section fails the whole run, so only a finished span counts.
-	endPipeline := mt.begin("pipeline")
-	run, err := runPipeline(ctx, rt, cfg, m, log, pipelineOpts{records: recs, keys: keys, keep: true, timeout: bf.pipelineDeadline, profile: prof})
-	if err != nil {
-		return mr, fmt.Errorf("pipeline: %w", err)
-	}
-	progress(e, "%s: raw ORT replay of %d batches", m.Name, len(run.rec.batches))
-	rawPairs, rawDur, rawCPU, err := replayRaw(ctx, scoring.SessionFactory(cfg, m), run.device, run.workers, run.rec.batches)
-	if err != nil {
-		return mr, fmt.Errorf("raw replay: %w", err)
-	}
-	tp := throughputResult{Transcripts: len(sample), Pairs: run.pairs, Batches: len(run.rec.batches), Device: run.device.Label(),
-		PipelineSeconds: run.wall.Seconds(), RawSeconds: rawDur.Seconds(), Target: pipelineRatioTarget.bound}
-	tp.PipelinePairsPerSec = float64(run.pairs) / run.wall.Seconds()
-	// The service's score cache answers repeated pairs without the engine
-	// (an earlier call's, and each distinct pair of a call once): what the
-	// pipeline served, against what it inferred.
-	tp.SamplePairs, tp.CacheHits = pairsOf(sample, labels), run.cache.Hits
-	tp.ServedPairsPerSec = float64(tp.SamplePairs) / run.wall.Seconds()
-	tp.RawPairsPerSec = float64(rawPairs) / rawDur.Seconds()
-	var engine time.Duration
-	for _, b := range run.rec.batches {
-		engine += b.dur
-	}
-	tp.EngineBusyShare = engine.Seconds() / run.wall.Seconds()
-	tp.Split = splitTime(run)
-	tp.PipelineCPUSeconds, tp.RawCPUSeconds = run.cpu.Seconds(), rawCPU.Seconds()
-	tp.CPURatio = (float64(run.pairs) / run.cpu.Seconds()) / (float64(rawPairs) / rawCPU.Seconds())
-	tp.Ratio = tp.PipelinePairsPerSec / tp.RawPairsPerSec
-	tp.OK = pipelineRatioTarget.ok(tp.Ratio)
-	mr.Throughput = tp
-
-	arrReal, arrPadded := arrivalPadding(run.rec.arrivals, run.shapeTokens, run.shapeRows)
-	mr.Padding = paddingResult{Ours: run.stats.PaddingEfficiency(), ArrivalOrder: float64(arrReal) / float64(arrPadded),
-		RealTokens: run.stats.RealTokens, PaddedTokens: run.stats.PaddedTokens, ArrivalPaddedTokens: arrPadded, Target: paddingTarget.bound}
-	mr.Padding.OK = paddingTarget.ok(mr.Padding.Ours)
-
-	tok, err := timeTokenizer(m, evs)
-	if err != nil {
-		return mr, err
-	}
-	mr.Tokenizer = tokenizerShare{tokenizerResult: tok, PipelineCPUSeconds: run.cpu.Seconds(), Target: tokenizerShareTarget.bound}
-	mr.Tokenizer.Share = tok.Seconds / run.cpu.Seconds()
-	mr.Tokenizer.OK = tokenizerShareTarget.ok(mr.Tokenizer.Share)
-	mr.LatencySaturation = latencyOf(run.latencies)
-	mr.LatencySaturation.Transcripts = len(sample)
-	endPipeline()
-
-	// 4: latency at a low steady rate.
-	if !skip["latency"] {
-		short := shortest(corpus, bf.latencyN)
-		recs, keys, _ := splitLines(short)
-		progress(e, "%s: latency, %d short transcripts (%d pairs) at %g/s", m.Name, len(short), pairsOf(short, labels), bf.latencyRate)
-		end := mt.begin("latency")
-		lr, err := runPipeline(ctx, rt, cfg, m, log, pipelineOpts{records: recs, keys: keys, rate: bf.latencyRate, timeout: bf.pipelineDeadline})
-		end()
-		if err != nil {
-			return mr, fmt.Errorf("latency: %w", err)
-		}
-		l := latencyOf(lr.latencies)
-		l.Transcripts, l.Rate = len(short), bf.latencyRate
-		l.BatchMaxWaitMs = ms(cfg.BatchMaxWait)
-		l.BatchScoreMs = ms(percentile(lr.scoreDurs, 0.5))
-		l.BoundMs = l.BatchMaxWaitMs + 2*l.BatchScoreMs
-		ok := l.P99Ms <= l.BoundMs
-		l.BoundOK = &ok
-		mr.LatencyLow = &l
-	}
-
-	// 6: CPU scaling (pool and tokenizer, no Kafka).
-	if !skip["scaling"] {
-		sevs := scalingEvents(sample, bf.scalingPairs, labels)
-		progress(e, "%s: CPU scaling, threads %v × workers %v", m.Name, threads, workers)
-		end := mt.begin("scaling")
-		pts, err := runScaling(ctx, rt, cfg, m, sevs, threads, workers, bf.scalingRounds)
-		end()
-		if err != nil {
-			return mr, err
-		}
-		mr.Scaling = pts
-	}
-
-	// 5: memory of the scorer process under a backlog.
-	if !skip["memory"] {
-		limit := cfg.BatchMaxMessages * cfg.MaxInflightBatches
-		for _, k := range multiples {
-			progress(e, "%s: memory, backlog %d× in-flight limit (%d records), scorer process for %s", m.Name, k, k*limit, bf.memDuration)
-			end := mt.begin("memory")
-			mp, err := runMemory(ctx, cfg, dir, corpus, k*limit, k, bf.memDuration)
-			end()
-			if err != nil {
-				return mr, fmt.Errorf("memory: %w", err)
-			}
-			mr.Memory.Points = append(mr.Memory.Points, mp)
-		}
-		mr.Memory.InflightLimit = limit
-		mr.Memory.MaxGrowth = memoryGrowthTarget.bound
-		if n := len(mr.Memory.Points); n >= 2 {
-			lo, hi := mr.Memory.Points[0].PeakRSSMiB, mr.Memory.Points[n-1].PeakRSSMiB
-			mr.Memory.Growth = hi/lo - 1
-			flat := memoryGrowthTarget.ok(mr.Memory.Growth)
-			mr.Memory.Flat = &flat
-		}
-	}
-	return mr, nil
+	return f, nil
 }
 
-// benchPerf runs the sections about doing less work per pair for one model
-// folder: CPU batch shapes, the revision workload (not on the large
-// stand-in: its cache behaviour is the small models'), fp32 vs int8.
-func benchPerf(ctx context.Context, e cli.Env, rt *scoring.Runtime, cfg config.Config, bf benchFlags, mt *meter, dir string, corpus []corpusLine, skip map[string]bool, large bool, rows, tokens []int, plans []cpuShape) (perfReport, error) {
+// perfFolder loads dir for the eachPerf sections (or, large, for the
+// stand-in's), with the shape sweep's rows and tokens.
+func (b *benchRun) perfFolder(dir string, large bool, rows, tokens []int) (*folder, error) {
+	cfg := b.cfg
 	cfg.ModelDir, cfg.ModelFile = dir, ""
 	m, err := scoring.LoadModel(cfg)
 	if err != nil {
-		return perfReport{}, err
+		return nil, err
 	}
-	pr := perfReport{Model: m.Name}
-	section := func(name string) string { return name }
+	f := &folder{dir: dir, cfg: cfg, m: m, name: m.Name, sample: spreadSample(b.corpus, b.bf.limit), labels: len(cfg.Labels),
+		large: large, rows: rows, tokens: tokens}
 	if large {
-		// The stand-in is opt-in and slow: its rows follow --skip large
-		// alone, so they can be run without the small models' sections.
-		pr.Model += largeSuffix
-		skip = map[string]bool{"revision": true}
-		section = func(string) string { return "large" }
+		f.name += largeSuffix
 	}
-	labels := len(cfg.Labels)
-	sample := spreadSample(corpus, bf.limit)
-	pairs := bf.shapePairs
-	if large {
-		pairs = bf.largePairs
-	}
-	if !skip["shapes"] {
-		evs := scalingEvents(sample, pairs, labels)
-		rounds := bf.shapeRounds
-		if large {
-			rounds = 1
-		}
-		progress(e, "%s: CPU batch shapes, rows %v × tokens %v × plans %s, %d round(s)", pr.Model, rows, tokens, bf.shapePlans, rounds)
-		end := mt.begin(section("shapes"))
-		pr.Shapes, err = runShapes(ctx, rt, cfg, m, evs, rows, tokens, plans, rounds)
-		end()
-		if err != nil {
-			return pr, err
-		}
-	}
-	if !skip["revision"] && !large {
-		lines := spreadSample(corpus, bf.revisionN)
-		_, _, evs := splitLines(lines)
-		progress(e, "%s: revision workload, %d transcripts × %d versions, %.0f%% edited, cache off / on / capped at %d bytes", pr.Model, len(evs), bf.revisionVers, 100*bf.revisionEdit, bf.revisionCap)
-		capBytes := int64(cfg.ScoreCacheBytes)
-		if capBytes == 0 {
-			capBytes = 256 << 20 // SCORE_CACHE_BYTES=0 turns the service's cache off, not this section
-		}
-		end := mt.begin("revision")
-		pr.Revision, err = runRevision(ctx, rt, cfg, m, evs, bf.revisionVers, bf.revisionEdit, capBytes, bf.revisionCap, bf.revisionRnds)
-		end()
-		if err != nil {
-			return pr, err
-		}
-	}
-	if !skip["int8"] {
-		n := bf.int8Pairs
-		if large {
-			n = bf.largePairs
-		}
-		evs := scalingEvents(sample, n, labels)
-		progress(e, "%s: fp32 vs int8 (%s), %d transcripts", pr.Model, int8File, len(evs))
-		rounds := bf.int8Rounds
-		if large {
-			rounds = 1
-		}
-		end := mt.begin(section("int8"))
-		pr.Int8, err = runInt8(ctx, rt, cfg, dir, evs, rounds)
-		end()
-		if err != nil {
-			return pr, err
-		}
-	}
-	return pr, nil
+	f.pr = &perfReport{Model: f.name}
+	return f, nil
 }
 
 // splitLines returns the records, their call_ids and decoded events.
@@ -587,25 +488,4 @@ func machineInfo() machine {
 		}
 	}
 	return mi
-}
-
-// perfDir is a model folder the "less work per pair" sections run on;
-// large marks --large-model, which runs its own smaller sweep.
-type perfDir struct {
-	dir   string
-	large bool
-}
-
-// perfDirs is the small model folders, then --large-model unless the
-// large section is skipped (a skipped one must not turn the last small
-// folder into "the large stand-in").
-func perfDirs(dirs []string, largeModel string, skip map[string]bool) []perfDir {
-	out := make([]perfDir, 0, len(dirs)+1)
-	for _, d := range dirs {
-		out = append(out, perfDir{dir: d})
-	}
-	if largeModel != "" && !skip["large"] {
-		out = append(out, perfDir{dir: largeModel, large: true})
-	}
-	return out
 }

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"encoding/json"
-	"slices"
 	"testing"
 	"time"
 
@@ -109,27 +108,5 @@ func TestSplitTime(t *testing.T) {
 	want := timeSplit{LeadInMs: 10, EngineMs: 50, IdleGapsMs: 10, TailMs: 30}
 	if got != want {
 		t.Fatalf("split = %+v, want %+v", got, want)
-	}
-}
-
-// TestPerfDirsSkipLarge: --skip large with --large-model set runs the small
-// folders as small ones; before, the last small folder ran the large
-// stand-in's sweep and its block overwrote the stand-in's in
-// docs/benchmarks.md.
-func TestPerfDirsSkipLarge(t *testing.T) {
-	small := []string{"a", "b"}
-	for _, c := range []struct {
-		skip map[string]bool
-		want []perfDir
-	}{
-		{map[string]bool{}, []perfDir{{"a", false}, {"b", false}, {"L", true}}},
-		{map[string]bool{"large": true}, []perfDir{{"a", false}, {"b", false}}},
-	} {
-		if got := perfDirs(small, "L", c.skip); !slices.Equal(got, c.want) {
-			t.Errorf("skip %v: %v, want %v", c.skip, got, c.want)
-		}
-	}
-	if got := perfDirs(small, "", nil); !slices.Equal(got, []perfDir{{"a", false}, {"b", false}}) {
-		t.Errorf("no --large-model: %v", got)
 	}
 }

@@ -410,82 +410,6 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// replayRaw scores the recorded batches, in the recorded order and shapes,
-// with a fresh engine from the same factory on the same device, in one
-// goroutine: the ORT limit the pipeline is compared with. The first batch
-// runs once untimed so both sides are measured warm.
-// It also returns the process CPU time the loop used: CPU time is far less
-// disturbed than wall time by other tenants of a shared machine.
-func replayRaw(ctx context.Context, f gpupool.EngineFactory, dev gpupool.Device, workers int, batches []recordedBatch) (pairs int, wall, cpu time.Duration, err error) {
-	eng, err := f(dev)
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	defer eng.Close()
-	if len(batches) == 0 {
-		return 0, 0, 0, nil
-	}
-	if _, err := eng.ScorePairs(ctx, batches[0].pairs); err != nil {
-		return 0, 0, 0, err
-	}
-	// As many plain loops as the pool ran workers on this device, sharing one
-	// session as the pool's workers do: the raw limit of the same hardware.
-	var next atomic.Int64
-	errs := make(chan error, max(workers, 1))
-	t0, c0 := time.Now(), cpuTime()
-	var wg sync.WaitGroup
-	for range max(workers, 1) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(batches) {
-					return
-				}
-				if _, err := eng.ScorePairs(ctx, batches[i].pairs); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	wall, cpu = time.Since(t0), cpuTime()-c0
-	close(errs)
-	if err := <-errs; err != nil {
-		return 0, 0, 0, err
-	}
-	for _, b := range batches {
-		pairs += len(b.pairs)
-	}
-	return pairs, wall, cpu, nil
-}
-
-// arrivalPadding is the padding a batcher without sorting would get: each
-// ScorePairs call's pairs in arrival order, cut greedily under the same
-// token budget and row limit as the pool.
-func arrivalPadding(calls [][]model.Pair, maxTokens, maxRows int) (real, padded uint64) {
-	for _, pairs := range calls {
-		rows, longest := 0, 0
-		flush := func() {
-			padded += uint64(rows * longest)
-			rows, longest = 0, 0
-		}
-		for _, p := range pairs {
-			l := p.Len()
-			if rows > 0 && (rows+1 > maxRows || (rows+1)*max(longest, l) > maxTokens) {
-				flush()
-			}
-			rows++
-			longest = max(longest, l)
-			real += uint64(l)
-		}
-		flush()
-	}
-	return real, padded
-}
-
 // timeSplit divides a pipeline run's wall time into the lead-in before the
 // first inference batch, the tail after the last, engine time, and engine
 // idle time in between: where a pipeline/raw ratio below 1 comes from.
@@ -494,32 +418,4 @@ type timeSplit struct {
 	TailMs     float64 `json:"tail_ms"`
 	EngineMs   float64 `json:"engine_ms"`
 	IdleGapsMs float64 `json:"idle_gaps_ms"`
-}
-
-func splitTime(r *pipelineRun) timeSplit {
-	bs := r.rec.batches
-	if len(bs) == 0 {
-		return timeSplit{}
-	}
-	starts := slices.Clone(bs)
-	slices.SortFunc(starts, func(a, b recordedBatch) int { return a.start.Compare(b.start) })
-	var ts timeSplit
-	ts.LeadInMs = ms(starts[0].start.Sub(r.first))
-	// Merge busy intervals (several workers may overlap).
-	var busy time.Duration
-	curS, curE := starts[0].start, starts[0].start.Add(starts[0].dur)
-	for _, b := range starts[1:] {
-		e := b.start.Add(b.dur)
-		if b.start.After(curE) {
-			busy += curE.Sub(curS)
-			curS, curE = b.start, e
-		} else if e.After(curE) {
-			curE = e
-		}
-	}
-	busy += curE.Sub(curS)
-	ts.TailMs = ms(r.last.Sub(curE))
-	ts.EngineMs = ms(busy)
-	ts.IdleGapsMs = ms(curE.Sub(starts[0].start) - busy)
-	return ts
 }

@@ -57,3 +57,18 @@ func TestSkipSet(t *testing.T) {
 		t.Errorf("skipSet with a typo: %v, want a usage error naming it", err)
 	}
 }
+
+// TestSectionScopesInTableOrder: the driver runs the eachModel sections,
+// then the eachPerf ones, then the once ones, each group in table order,
+// so the table lists them in that order to keep "the order they run"
+// true; every row has a run function.
+func TestSectionScopesInTableOrder(t *testing.T) {
+	for i, s := range sections {
+		if s.run == nil {
+			t.Errorf("%s: no run function", s.name)
+		}
+		if i > 0 && s.scope < sections[i-1].scope {
+			t.Errorf("%s (scope %d) after %s (scope %d)", s.name, s.scope, sections[i-1].name, sections[i-1].scope)
+		}
+	}
+}

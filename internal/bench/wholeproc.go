@@ -15,6 +15,7 @@ import (
 
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
 )
@@ -389,4 +390,115 @@ func findRawLoop() (string, string) {
 		return "", "tools/rawloop has no node_modules (run `make rawloop`)"
 	}
 	return script, ""
+}
+
+// wholeJob is one model folder of the whole-process sections.
+type wholeJob struct {
+	dir     string
+	graphs  []string
+	inputs  []string
+	rounds  int
+	sents   int
+	long    int
+	startup bool
+	section string // wholeproc or production
+	// external re-saves dir's graphs with their weights in external
+	// data files (model.WriteExternalData) and measures their start-up
+	// alone: issue 35's inline vs external comparison.
+	external bool
+}
+
+// runWholeJobs runs the whole-process comparison on each job's graphs in
+// a temporary folder, appending the rows and start-ups to the report. It
+// returns the production stand-in's folder name ("" when no job measured
+// it inline).
+func (b *benchRun) runWholeJobs(ctx context.Context, jobs []wholeJob) (prodName string, err error) {
+	rawLoop, rawNote := b.rawLoopOnce()
+	work, err := os.MkdirTemp("", "scorer-bench-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(work)
+	one := filepath.Join(work, "one.jsonl")
+	if err := os.WriteFile(one, []byte(`{"call_id":"BENCH-ONE","sections":{"FILT_MD":["Revenue grew in the quarter."]}}`+"\n"), 0o644); err != nil {
+		return "", err
+	}
+	for i, j := range jobs {
+		dir, err := config.ResolvePath(j.dir)
+		if err != nil {
+			return "", fmt.Errorf("bench: model dir: %w", err)
+		}
+		if j.external {
+			if dir, err = externalCopy(dir, j.graphs, filepath.Join(work, fmt.Sprint(i, "-external"))); err != nil {
+				return "", fmt.Errorf("bench: %w", err)
+			}
+		}
+		c := b.cfg
+		c.ModelDir, c.ModelFile = dir, ""
+		m, err := scoring.LoadModel(c)
+		if err != nil {
+			return "", err
+		}
+		graphs := j.graphs
+		if graphs == nil {
+			rel, err := filepath.Rel(dir, m.ONNXPath)
+			if err != nil {
+				return "", err
+			}
+			graphs = []string{rel}
+		}
+		wd := filepath.Join(work, fmt.Sprint(i))
+		if err := os.MkdirAll(wd, 0o755); err != nil {
+			return "", err
+		}
+		var typical, long string
+		if len(j.inputs) > 0 {
+			if typical, long, err = wholeProcInputs(wd, m, b.corpus, j.sents, j.long); err != nil {
+				return "", err
+			}
+		}
+		for _, g := range graphs {
+			if _, err := os.Stat(filepath.Join(dir, g)); err != nil {
+				progress(b.e, "%s: no %s, skipped", filepath.Base(dir), g)
+				continue
+			}
+			end := b.mt.begin(j.section)
+			rows, sp, err := runWholeProcess(ctx, b.e, wholeProcOpts{
+				dir: dir, graph: g, inputs: j.inputs, files: map[string]string{"typical": typical, "long": long},
+				rounds: j.rounds, rawLoop: rawLoop, rawNote: rawNote, startup: j.startup, startupInput: one,
+				workDir: wd, cfg: c, m: m, rewriteAB: j.section == "production",
+			})
+			end()
+			if err != nil {
+				return "", fmt.Errorf("bench: whole process, %s %s: %w", filepath.Base(dir), g, err)
+			}
+			if sp != nil {
+				b.rep.Startup = append(b.rep.Startup, *sp)
+				for i := range rows {
+					// The rows ran with the calibration kept.
+					if net := rows[i].ScorerSeconds - sp.CachedSeconds; net > 0 {
+						rows[i].ScorerNetPairsPerSec = float64(rows[i].Pairs) / net
+					}
+				}
+			}
+			b.rep.WholeProcess = append(b.rep.WholeProcess, rows...)
+		}
+		if j.section == "production" && !j.external {
+			prodName = filepath.Base(dir)
+		}
+	}
+	return prodName, nil
+}
+
+// rawLoopOnce is findRawLoop's answer, asked (and a missing loop said)
+// once per run for both whole-process sections.
+func (b *benchRun) rawLoopOnce() (path, note string) {
+	if !b.rawLooked {
+		b.rawLoop, b.rawNote = findRawLoop()
+		b.rawLooked = true
+		if b.rawNote != "" {
+			progress(b.e, "whole process: no raw loop (%s); scorer score rows only", b.rawNote)
+		}
+	}
+	return b.rawLoop, b.rawNote
 }

@@ -12,101 +12,32 @@ import (
 
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/produce"
-	"github.com/scorer/scorer/internal/scoring"
-	"github.com/scorer/scorer/model"
-	"github.com/scorer/scorer/schema"
 )
 
-// tokenizerResult is the tokenizer's speed over a set of sentences.
-type tokenizerResult struct {
-	Sentences    int     `json:"sentences"`
-	Tokens       int     `json:"tokens"`
-	Seconds      float64 `json:"seconds"`
-	TokensPerSec float64 `json:"tokens_per_sec"`
-}
-
-// timeTokenizer encodes every sentence of the events once, single-threaded,
-// as TranscriptScorer.Score does (hypotheses are encoded once at start and
-// not counted).
-func timeTokenizer(m *model.Model, evs []schema.TranscriptEvent) (tokenizerResult, error) {
-	var r tokenizerResult
-	t0 := time.Now()
-	for i := range evs {
-		for _, sents := range evs[i].Sections {
-			for _, s := range sents {
-				ids, err := m.Tokenizer.Encode(s)
-				if err != nil {
-					return r, err
-				}
-				r.Tokens += len(ids)
-				r.Sentences++
-			}
+// benchMemory is the memory section: the scorer process's peak RSS under
+// backlogs of --memory-multiples × the in-flight limit.
+func benchMemory(ctx context.Context, b *benchRun, f *folder) error {
+	cfg, mr := f.cfg, f.mr
+	limit := cfg.BatchMaxMessages * cfg.MaxInflightBatches
+	for _, k := range b.multiples {
+		progress(b.e, "%s: memory, backlog %d× in-flight limit (%d records), scorer process for %s", f.m.Name, k, k*limit, b.bf.memDuration)
+		end := b.mt.begin("memory")
+		mp, err := runMemory(ctx, cfg, f.dir, b.corpus, k*limit, k, b.bf.memDuration)
+		end()
+		if err != nil {
+			return fmt.Errorf("memory: %w", err)
 		}
+		mr.Memory.Points = append(mr.Memory.Points, mp)
 	}
-	r.Seconds = time.Since(t0).Seconds()
-	if r.Seconds > 0 {
-		r.TokensPerSec = float64(r.Tokens) / r.Seconds
+	mr.Memory.InflightLimit = limit
+	mr.Memory.MaxGrowth = memoryGrowthTarget.bound
+	if n := len(mr.Memory.Points); n >= 2 {
+		lo, hi := mr.Memory.Points[0].PeakRSSMiB, mr.Memory.Points[n-1].PeakRSSMiB
+		mr.Memory.Growth = hi/lo - 1
+		flat := memoryGrowthTarget.ok(mr.Memory.Growth)
+		mr.Memory.Flat = &flat
 	}
-	return r, nil
-}
-
-// scalingPoint is scoring throughput at one thread/worker setting.
-type scalingPoint struct {
-	Threads     int     `json:"intra_op_threads"`
-	Workers     int     `json:"workers"`
-	Pairs       int     `json:"pairs"`
-	PairsPerSec float64 `json:"pairs_per_sec"`
-}
-
-// runScaling scores the same events through a CPU pool (TranscriptScorer,
-// tokenization included, no Kafka) at each threads × workers setting. Kafka
-// is left out because it does not change with these settings and would only
-// add noise and minutes.
-func runScaling(ctx context.Context, rt *scoring.Runtime, cfg config.Config, m *model.Model, evs []schema.TranscriptEvent, threads, workers []int, rounds int) ([]scalingPoint, error) {
-	var out []scalingPoint
-	// Settings are measured in interleaved rounds and each keeps its best
-	// round: on a shared machine another tenant's burst then spoils one
-	// round of a setting rather than the whole setting.
-	for round := range rounds {
-		i := 0
-		for _, t := range threads {
-			for _, w := range workers {
-				// The service's CPU pool with these threads and workers.
-				c := cfg
-				c.CPUThreads, c.Workers = t, w
-				cs, err := newCPUScorer(ctx, rt, c, m, nil)
-				if err != nil {
-					return nil, err
-				}
-				ts := cs.plain
-				// Warm-up on the smallest event, so first-run allocation
-				// in ORT is not charged to one setting.
-				_, err = ts.Score(ctx, evs[:1])
-				var d time.Duration
-				if err == nil {
-					t0 := time.Now()
-					_, err = ts.Score(ctx, evs[1:])
-					d = time.Since(t0)
-				}
-				cs.close()
-				if err != nil {
-					return nil, fmt.Errorf("bench: scaling threads=%d workers=%d: %w", t, w, err)
-				}
-				pairs := 0
-				for i := range evs[1:] {
-					pairs += ts.PairCount(&evs[1+i])
-				}
-				pt := scalingPoint{Threads: t, Workers: w, Pairs: pairs, PairsPerSec: float64(pairs) / d.Seconds()}
-				if round == 0 {
-					out = append(out, pt)
-				} else if pt.PairsPerSec > out[i].PairsPerSec {
-					out[i] = pt
-				}
-				i++
-			}
-		}
-	}
-	return out, nil
+	return nil
 }
 
 // memoryPoint is the scorer process's peak RSS with one backlog size.
