@@ -31,6 +31,10 @@ type joinedGolden struct {
 func TestGoldenJoined(t *testing.T) {
 	for _, dir := range testenv.ModelDirs(t) {
 		name := filepath.Base(dir)
+		if testing.Short() && name != testenv.ProductionArch {
+			t.Logf("-short: %s skipped, only the production architecture checked (a model loaded per separator); make test checks every shared model", name)
+			continue
+		}
 		t.Run(name, func(t *testing.T) {
 			data, err := os.ReadFile(filepath.Join("testdata", "golden", name+".joined.json"))
 			if err != nil {
