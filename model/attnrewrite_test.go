@@ -3,6 +3,7 @@ package model
 import (
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/scorer/scorer/model/onnxgraph"
@@ -118,5 +119,21 @@ func TestAttentionMHAFamilies(t *testing.T) {
 			}
 			t.Logf("%s: %s: max |Δlogit| %.3g", family, st, worst)
 		})
+	}
+}
+
+// TestAttentionMHAWithoutHeads: asked for mha on a graph whose heads are not
+// known (no num_attention_heads), loading keeps the attention as the other
+// steps left it and says why, rather than failing: the logits still match.
+func TestAttentionMHAWithoutHeads(t *testing.T) {
+	path := filepath.Join("testdata", "deberta-check", "model.onnx")
+	steps := mustParseSteps(t, DefaultAttentionRewrites+","+RewriteMHA) // Heads left 0
+	rewritten, st := rewrittenFileWith(t, path, steps)
+	if st.MHA.Fused != 0 || !strings.Contains(st.String(), "kept: MultiHeadAttention needs num_attention_heads") {
+		t.Fatalf("%s: want mha kept for want of heads", st)
+	}
+	fx := readCheckFile(t, filepath.Join("testdata", "deberta-check", "check.json"))
+	if d := maxDiff(rawLogits(t, path, fx.InputIDs, fx.Lengths), rawLogits(t, rewritten, fx.InputIDs, fx.Lengths)); d > 1e-5 {
+		t.Errorf("max |Δlogit| %.3g > 1e-5", d)
 	}
 }

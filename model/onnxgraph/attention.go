@@ -161,33 +161,40 @@ func RewriteAttention(m *onnxpb.ModelProto, steps Steps) (Stats, error) {
 	}
 	if steps.Mask {
 		st.Mask, err = rewriteMask(g, opset)
-		switch {
-		case errors.Is(err, errNoMaskedSoftmax):
-			st.Kept = append(st.Kept, err)
-		case err != nil:
-			return st, fmt.Errorf("mask: %w", err)
+		if err = st.keep("mask", err, errNoMaskedSoftmax); err != nil {
+			return st, err
 		}
 	}
 	if steps.SkipLN {
 		st.SkipLN, err = rewriteSkipLayerNorm(m)
-		switch {
-		case errors.Is(err, errNoSkipLayerNorm):
-			st.Kept = append(st.Kept, err)
-		case err != nil:
-			return st, fmt.Errorf("skipln: %w", err)
+		if err = st.keep("skipln", err, errNoSkipLayerNorm); err != nil {
+			return st, err
 		}
 	}
 	// After the mask step, whose shared bias it reads.
 	if steps.MHA {
 		st.MHA, err = rewriteMHA(m, steps.Heads)
-		switch {
-		case errors.Is(err, errNoAttentionCore) || st.MHA.Heads < 1:
-			st.Kept = append(st.Kept, err)
-		case err != nil:
-			return st, fmt.Errorf("mha: %w", err)
+		if err = st.keep("mha", err, errNoAttentionCore, errNoHeads); err != nil {
+			return st, err
 		}
 	}
 	return st, nil
+}
+
+// keep records a step's err in s.Kept when it is one of nothing (the step
+// found nothing to rewrite: the graph runs on without it) and returns any
+// other error, named after the step.
+func (s *Stats) keep(step string, err error, nothing ...error) error {
+	for _, n := range nothing {
+		if errors.Is(err, n) {
+			s.Kept = append(s.Kept, err)
+			return nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", step, err)
+	}
+	return nil
 }
 
 // RelAttentionNodes names the nodes of m's graph that the

@@ -30,7 +30,10 @@ import (
 // its unfused path (docs/gpu.md). The fidelity tests hold it to the same
 // 1e-5 as the other steps.
 
-var errNoAttentionCore = errors.New("no attention core found")
+var (
+	errNoAttentionCore = errors.New("no attention core found")
+	errNoHeads         = errors.New("MultiHeadAttention needs num_attention_heads in config.json")
+)
 
 // MHAStats counts what rewriteMHA changed.
 type MHAStats struct{ Fused, Heads int }
@@ -155,7 +158,7 @@ func (x *Index) matchMHA(sm *onnxpb.NodeProto) (mhaSite, bool) {
 func rewriteMHA(m *onnxpb.ModelProto, heads int) (MHAStats, error) {
 	st := MHAStats{Heads: heads}
 	if heads < 1 {
-		return st, errors.New("MultiHeadAttention needs num_attention_heads in config.json")
+		return st, errNoHeads
 	}
 	g := m.GetGraph()
 	x := NewIndex(g)
