@@ -207,9 +207,11 @@ func TestTickWrap(t *testing.T) {
 // what it reports, give or take a little.
 func TestBytesAreHonest(t *testing.T) {
 	if testing.Short() {
-		t.Skip("allocates 32 MiB")
+		t.Skip("allocates 8 MiB")
 	}
-	const capBytes = 32 << 20
+	// Big enough that the heap's own noise is far inside 5%; the check is a ratio, so
+	// a larger cap (it was 32 MiB: 20 s under -race) proves nothing more.
+	const capBytes = 8 << 20
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -228,6 +230,7 @@ func TestBytesAreHonest(t *testing.T) {
 	if st.Bytes > capBytes || heap > capBytes*105/100 || heap < st.Bytes*95/100 {
 		t.Errorf("cap %d, reported %d, heap grew %d: want reported ≤ cap and heap within 5%%", capBytes, st.Bytes, heap)
 	}
+	t.Logf("cap %d, reported %d, heap grew %d", capBytes, st.Bytes, heap)
 	runtime.KeepAlive(c)
 }
 
