@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -49,11 +50,13 @@ func TestKillAndRestart(t *testing.T) {
 	broker := startBrokerProcess(t, partitions)
 	// 12 transcripts (~950 sentences, 2 900 pairs, hashed over three
 	// partitions in batches of 2) keep work in flight for seconds after the
-	// kill, which follows the fourth output within waitUntil's 50 ms poll
-	// with eight left to score (the test fails, not passes, if all are done
-	// by then). The many-kills drill over thousands of inputs is
-	// TestReliabilityCrashKill9; this one kills the production architecture
-	// on whole transcripts.
+	// kill, which follows the fourth output and the first commit within
+	// waitUntil's 50 ms poll, with most left to score (the test fails, not
+	// passes, if all are done by then). Waiting for a commit gives the
+	// duplicate check below an offset to hold: killed at the fourth output
+	// alone, nothing had been committed yet. The many-kills drill over
+	// thousands of inputs is TestReliabilityCrashKill9; this one kills the
+	// production architecture on whole transcripts.
 	file, events := testenv.ShortestTranscripts(t, 12)
 	env := testenv.ScorerEnv(t)
 	env["KAFKA_BROKERS"] = broker
@@ -63,8 +66,19 @@ func TestKillAndRestart(t *testing.T) {
 	out := watchTopic(t, broker, "transcripts.scored", nil)
 
 	first := startScorerProcess(t, env)
-	waitUntil(t, 5*time.Minute, "4 outputs", func() bool { return out.len() >= 4 },
-		func() string { return testenv.Tail(first.log.String(), 1500) })
+	waitUntil(t, 5*time.Minute, "4 outputs and a commit", func() bool {
+		if out.len() < 4 {
+			return false
+		}
+		for _, o := range committedOffsets(t, broker, "scorer", "transcripts", []int{0, 1, 2}) {
+			if o > 0 {
+				return true
+			}
+		}
+		return false
+	}, func() string {
+		return fmt.Sprintf("%d outputs; log: %s", out.len(), testenv.Tail(first.log.String(), 1500))
+	})
 	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -74,6 +88,9 @@ func TestKillAndRestart(t *testing.T) {
 	t.Logf("killed after %d outputs; committed offsets %v", before, committed)
 	if before >= len(events) {
 		t.Fatalf("all %d outputs were done before the kill; the test proves nothing", before)
+	}
+	if committed[0] <= 0 && committed[1] <= 0 && committed[2] <= 0 {
+		t.Fatalf("nothing committed at the kill (%v): the duplicate check below would hold nothing", committed)
 	}
 
 	second := startScorerProcess(t, env)
