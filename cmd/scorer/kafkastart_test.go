@@ -21,10 +21,12 @@ import (
 
 // TestRunBootstrapsPastDeadBroker: a bootstrap list whose first broker is
 // down (its port refuses connections) still starts: the scorer becomes
-// ready and publishes a result, all through the broker after it.
+// ready and publishes a result, all through the broker after it. What it
+// scores is beside the point, so it runs the drills' small model, not the
+// production architecture, whose load alone is seconds of CPU under -race.
 func TestRunBootstrapsPastDeadBroker(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs the service with the real model")
+		t.Skip("runs the service with a real model")
 	}
 	cluster, broker, err := broker.Start(broker.Options{Addr: "127.0.0.1:0", Partitions: 1})
 	if err != nil {
@@ -38,8 +40,8 @@ func TestRunBootstrapsPastDeadBroker(t *testing.T) {
 	dead := ln.Addr().String()
 	_ = ln.Close()
 	metricsAddr := freeAddr(t)
-	env := withEnv(testenv.ScorerEnv(t), "KAFKA_BROKERS", dead+","+broker, "METRICS_ADDR", metricsAddr,
-		"KAFKA_INPUT_PARTITIONS", "1", "LABELS", "consumer weakness")
+	env := withEnv(testenv.ScorerEnv(t), "MODEL_DIR", testenv.ModelDir(t, "nli-unigram-small"), "KAFKA_BROKERS", dead+","+broker,
+		"METRICS_ADDR", metricsAddr, "KAFKA_INPUT_PARTITIONS", "1", "LABELS", "consumer weakness")
 	stop := runInProcess(t, env)
 	waitReady(t, metricsAddr, 90*time.Second)
 
@@ -118,9 +120,12 @@ func TestRunExitsOnUnfixableKafkaError(t *testing.T) {
 // all three labels, so the result carries its text three times (it was
 // 60,000 unmatched sentences: about as many bytes for 7.5 times the tokenizing
 // and cache look-ups under the race detector, the package's slowest test).
+// The size comes from the text, whatever the model, so it runs the drills'
+// small model rather than the production architecture, whose load alone is
+// seconds of CPU under -race.
 func TestLargeOutputsArePublished(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs the service with the real model")
+		t.Skip("runs the service with a real model")
 	}
 	// A broker that takes large records on any topic: what limits the
 	// result is the scorer's own output limit.
@@ -130,8 +135,8 @@ func TestLargeOutputsArePublished(t *testing.T) {
 	}
 	t.Cleanup(cluster.Close)
 	metricsAddr := freeAddr(t)
-	env := withEnv(testenv.ScorerEnv(t), "KAFKA_BROKERS", broker, "METRICS_ADDR", metricsAddr, "KAFKA_INPUT_PARTITIONS", "1",
-		"THRESHOLD", "0")
+	env := withEnv(testenv.ScorerEnv(t), "MODEL_DIR", testenv.ModelDir(t, "nli-unigram-small"), "KAFKA_BROKERS", broker,
+		"METRICS_ADDR", metricsAddr, "KAFKA_INPUT_PARTITIONS", "1", "THRESHOLD", "0")
 	stop := runInProcess(t, env)
 	waitReady(t, metricsAddr, 90*time.Second)
 
