@@ -208,6 +208,7 @@ func TestParquetBackfill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a whole backfill (seven scorer runs) read back through DuckDB; make test runs it (-short keeps TestParquetInputTypes' decoding)")
 	}
+	shareModels(t)
 	env := testenv.ScorerEnv(t)
 	_, events := testenv.ShortestTranscripts(t, 6)
 	dir := t.TempDir()

@@ -101,7 +101,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 		defer outFile.abort() // a no-op after commit; covers every failure
 	}
 
-	stack, err := scoring.Open(ctx, cfg, log, nil)
+	stack, err := openStack(ctx, cfg, log, nil)
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("score: %w", cli.ErrInterrupted)
@@ -131,6 +131,12 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 		Int64("bad_records", sj.bad.Load()).Dur("elapsed", time.Since(sj.started)).Msg("score finished")
 	return err
 }
+
+// openStack is scoring.Open, which Command builds its stack with. It is a
+// variable only so that tests can hand each run a model loaded once per
+// test process (scoring.WithModel) instead of loading the same folder again
+// at every run; nothing else sets it.
+var openStack = scoring.Open
 
 // check refuses flag combinations that cannot work.
 func (f *scoreFlags) check() error {

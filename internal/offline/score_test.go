@@ -17,6 +17,7 @@ import (
 
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/testenv"
+	"github.com/scorer/scorer/internal/testenv/sharedmodel"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -30,6 +31,19 @@ func runCLI(t *testing.T, env map[string]string, stdin string, args ...string) (
 	var out, errb bytes.Buffer
 	err = Command(context.Background(), cli.Env{Getenv: func(k string) string { return env[k] }, Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb}, args[1:])
 	return out.String(), errb.String(), err
+}
+
+// shareModels makes every `scorer score` run of the test, until it ends,
+// build its stack on the model its settings name loaded once per test
+// process (sharedmodel.Open) instead of loading it again: the same model
+// Command would load, each run still opening its own sessions, pool and
+// scorer. The tests whose point is loading (TestScoreExternalDataModel, and
+// TestScoreCommand's first run) load their own, through Command's own path.
+func shareModels(t *testing.T) {
+	t.Helper()
+	prev := openStack
+	openStack = sharedmodel.Open
+	t.Cleanup(func() { openStack = prev })
 }
 
 func TestScoreCommand(t *testing.T) {
@@ -83,6 +97,9 @@ func TestScoreCommand(t *testing.T) {
 		}
 	})
 
+	// The run above loaded the model through Command's own path; the rest
+	// share one.
+	shareModels(t)
 	bad := string(raw) + "{\"call_id\": \"broken\", \"sections\": {\n" + `{"sections": {"FILT_MD": ["no id"]}}` + "\n"
 	t.Run("a bad line stops the run naming the line", func(t *testing.T) {
 		_, _, err := runCLI(t, env, bad, "score")
@@ -156,6 +173,7 @@ func dirNames(t *testing.T, dir string) []string {
 }
 
 func TestScoreOutputFile(t *testing.T) {
+	shareModels(t)
 	env := testenv.ScorerEnv(t)
 	line, good := repeatShortest(t, 2)
 	const previous = "previous output, must survive a failed run\n"
@@ -233,6 +251,7 @@ func TestScoreOutputFile(t *testing.T) {
 }
 
 func TestScoreBadLineStdout(t *testing.T) {
+	shareModels(t)
 	line, good := repeatShortest(t, 10)
 	input := good + "{\"call_id\": \"broken\"\n" + line // line 11 is bad
 	stdout, stderr, err := runCLI(t, testenv.ScorerEnv(t), input, "score", "--chunk", "8")
@@ -254,6 +273,7 @@ func TestScoreBadLineStdout(t *testing.T) {
 }
 
 func TestScoreInterrupt(t *testing.T) {
+	shareModels(t)
 	env := testenv.ScorerEnv(t)
 	line, _ := repeatShortest(t, 1)
 
@@ -333,6 +353,7 @@ func equalScored(t *testing.T, got, want []schema.ScoredTranscript) {
 // transcripts are written, resumes it, and checks the final file against
 // an uninterrupted run's: every transcript once, in input order.
 func TestScoreResume(t *testing.T) {
+	shareModels(t)
 	env := testenv.ScorerEnv(t)
 	in, events := testenv.ShortestTranscripts(t, 6)
 	dir := t.TempDir()

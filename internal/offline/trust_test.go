@@ -103,6 +103,7 @@ func makePartial(t *testing.T, env map[string]string, raw []byte, args []string)
 // was scored with, and --resume refuses to continue it under anything that
 // changes scores, naming the difference; the partial file is kept.
 func TestResumeRefusesAnotherRunsPartial(t *testing.T) {
+	shareModels(t)
 	env := testenv.ScorerEnv(t)
 	in, _ := testenv.ShortestTranscripts(t, 2)
 	for _, tc := range []struct {
@@ -146,6 +147,7 @@ func TestResumeRefusesAnotherRunsPartial(t *testing.T) {
 // output record this run could have written; one that is not is refused,
 // never copied to --out.
 func TestResumeRefusesForgedLines(t *testing.T) {
+	shareModels(t)
 	env := testenv.ScorerEnv(t)
 	in, _ := testenv.ShortestTranscripts(t, 2)
 	forge := func(line string, edit func(*schema.ScoredTranscript)) string {
@@ -247,6 +249,7 @@ func TestResumeRefusesForgedLines(t *testing.T) {
 // TestOutputRespectsUmask: a new --out gets 0666 less the umask, as files
 // any other tool creates do (it was 0644 whatever the umask).
 func TestOutputRespectsUmask(t *testing.T) {
+	shareModels(t)
 	env := testenv.ScorerEnv(t)
 	in, _ := testenv.ShortestTranscripts(t, 1)
 	old := syscall.Umask(0o077)
