@@ -210,7 +210,7 @@ func TestParquetBackfill(t *testing.T) {
 	}
 	shareModels(t)
 	env := testenv.ScorerEnv(t)
-	_, events := testenv.ShortestTranscripts(t, 6)
+	_, events := testenv.ShortestTranscriptsLean(t, 6)
 	dir := t.TempDir()
 	seed := seedTable(t, dir, events, 3) // row 4 has no CALL_ID
 	table := filepath.Join(dir, "seed.parquet")

@@ -47,7 +47,7 @@ func shareModels(t *testing.T) {
 }
 
 func TestScoreCommand(t *testing.T) {
-	file, events := testenv.ShortestTranscripts(t, 2)
+	file, events := testenv.ShortestTranscriptsLean(t, 2)
 	raw, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +149,7 @@ func TestScoreCommand(t *testing.T) {
 // that line n times: enough lines for chunking without long scoring.
 func repeatShortest(t *testing.T, n int) (line, lines string) {
 	t.Helper()
-	file, _ := testenv.ShortestTranscripts(t, 1)
+	file, _ := testenv.ShortestTranscriptsLean(t, 1)
 	raw, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
@@ -355,7 +355,7 @@ func equalScored(t *testing.T, got, want []schema.ScoredTranscript) {
 func TestScoreResume(t *testing.T) {
 	shareModels(t)
 	env := testenv.ScorerEnv(t)
-	in, events := testenv.ShortestTranscripts(t, 6)
+	in, events := testenv.ShortestTranscriptsLean(t, 6)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "out.jsonl")
 	partial := out + ".partial"
@@ -459,7 +459,7 @@ func TestScoreExternalDataModel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("scores with the HF export inline and re-saved; make test runs it (-short keeps model's TestExternalDataVersion and TestSymlinkedModelFolder)")
 	}
-	file, events := testenv.ShortestTranscripts(t, 2)
+	file, events := testenv.ShortestTranscriptsLean(t, 2)
 	inline := testenv.ModelDir(t, "nli-deberta-v3-hf-tiny")
 	outs := map[string][]schema.ScoredTranscript{}
 	for name, dir := range map[string]string{"inline": inline, "external": testenv.ExternalDataModelDir(t, inline, testenv.OneDataFile)} {

@@ -105,7 +105,7 @@ func makePartial(t *testing.T, env map[string]string, raw []byte, args []string)
 func TestResumeRefusesAnotherRunsPartial(t *testing.T) {
 	shareModels(t)
 	env := testenv.ScorerEnv(t)
-	in, _ := testenv.ShortestTranscripts(t, 2)
+	in, _ := testenv.ShortestTranscriptsLean(t, 2)
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -149,7 +149,7 @@ func TestResumeRefusesAnotherRunsPartial(t *testing.T) {
 func TestResumeRefusesForgedLines(t *testing.T) {
 	shareModels(t)
 	env := testenv.ScorerEnv(t)
-	in, _ := testenv.ShortestTranscripts(t, 2)
+	in, _ := testenv.ShortestTranscriptsLean(t, 2)
 	forge := func(line string, edit func(*schema.ScoredTranscript)) string {
 		var st schema.ScoredTranscript
 		if err := json.Unmarshal([]byte(line), &st); err != nil {
@@ -251,7 +251,7 @@ func TestResumeRefusesForgedLines(t *testing.T) {
 func TestOutputRespectsUmask(t *testing.T) {
 	shareModels(t)
 	env := testenv.ScorerEnv(t)
-	in, _ := testenv.ShortestTranscripts(t, 1)
+	in, _ := testenv.ShortestTranscriptsLean(t, 1)
 	old := syscall.Umask(0o077)
 	defer syscall.Umask(old)
 	for _, args := range [][]string{nil, {"--resume"}} {
