@@ -163,7 +163,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 // closes the stack again. Each side scores everything itself (NoCache): a
 // cache would make the second side's throughput meaningless.
 func compareSide(ctx context.Context, rt *scoring.Runtime, cfg config.Config, log zerolog.Logger, events []schema.TranscriptEvent) (Run, error) {
-	stack, err := scoring.Open(ctx, cfg, log, nil, scoring.OnRuntime(rt), scoring.NoCache())
+	stack, err := openStack(ctx, cfg, log, nil, scoring.OnRuntime(rt), scoring.NoCache())
 	if err != nil {
 		return Run{}, err
 	}
@@ -199,3 +199,9 @@ func compareSide(ctx context.Context, rt *scoring.Runtime, cfg config.Config, lo
 	r.GraphRewrite = m.GraphRewrite
 	return r, err
 }
+
+// openStack is scoring.Open, which compareSide builds each side's stack
+// with. It is a variable only so that tests can hand each side a model
+// loaded once per test process (scoring.WithModel) instead of loading the
+// same folder again at every run; nothing else sets it.
+var openStack = scoring.Open

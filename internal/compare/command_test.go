@@ -12,6 +12,7 @@ import (
 
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/testenv"
+	"github.com/scorer/scorer/internal/testenv/sharedmodel"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -34,6 +35,7 @@ func commandSample(t *testing.T) (string, []schema.TranscriptEvent, int, map[str
 // but nonzero differences; the in-test scorer's model (the production
 // architecture) against a different model fails a strict one (exit 1).
 func TestCommand(t *testing.T) {
+	shareModels(t)
 	file, events, sentences, env := commandSample(t)
 
 	const int8File = "onnx/model_quantized.onnx"
@@ -128,6 +130,7 @@ func TestCommandRelAttentionRewrite(t *testing.T) {
 	if testing.Short() {
 		t.Skip("scores every shared model twice; make test runs it (-short keeps model's rewrite tests on the logits)")
 	}
+	shareModels(t)
 	file, _, sentences, env := commandSample(t)
 	rewritten := 0
 	for _, dir := range testenv.ModelDirs(t) {
@@ -187,6 +190,19 @@ func TestCommandFloat16Gate(t *testing.T) {
 		t.Errorf("fp16 gate: max |Δp| %v (want in (0, 0.01)), agreement %v, pass %v, B %q (want %s, sha %.12s)",
 			rep.MaxAbsDiff, rep.Agreement, rep.Pass, rep.B.Name, testenv.FP16File, sum)
 	}
+}
+
+// shareModels makes each side of every `scorer compare` run of the test,
+// until it ends, build its stack on the model its settings name loaded once
+// per test process (sharedmodel.Open) instead of loading it again: the same
+// model compareSide would load, each side still opening its own sessions,
+// pool and scorer. TestCommandFloat16Gate, whose two sides are loaded
+// nowhere else, loads its own through compareSide's own path.
+func shareModels(t *testing.T) {
+	t.Helper()
+	prev := openStack
+	openStack = sharedmodel.Open
+	t.Cleanup(func() { openStack = prev })
 }
 
 // runCLI runs `scorer compare <args>` in-process; args[0] must be
