@@ -20,7 +20,7 @@ import (
 // transcripts (file and events), their sentence count and a CPU scorer
 // environment.
 func commandSample(t *testing.T) (string, []schema.TranscriptEvent, int, map[string]string) {
-	file, events := testenv.ShortestTranscripts(t, 3)
+	file, events := testenv.ShortestTranscriptsLean(t, 3)
 	sentences := 0
 	for i := range events {
 		sentences += events[i].SentenceCount()
@@ -169,7 +169,7 @@ func TestCommandRelAttentionRewrite(t *testing.T) {
 // decision within float16's precision, and the report names it by its own
 // hash.
 func TestCommandFloat16Gate(t *testing.T) {
-	file, events := testenv.ShortestTranscripts(t, 3)
+	file, events := testenv.ShortestTranscriptsLean(t, 3)
 	env := testenv.ScorerEnv(t)
 	env["DEVICE"] = "cpu"
 	dir := testenv.FP16ModelDir(t, env["MODEL_DIR"], false)
