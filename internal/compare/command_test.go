@@ -50,6 +50,15 @@ func TestCommand(t *testing.T) {
 			continue
 		}
 		t.Run("int8 of "+filepath.Base(dir), func(t *testing.T) {
+			file, events, sentences := file, events, sentences
+			if testing.Short() {
+				// Both sides score every pair on the CPU: over the three
+				// transcripts, the largest part of this package's -short
+				// time.
+				file, events = testenv.ShortestTranscriptsLean(t, 1)
+				sentences = events[0].SentenceCount()
+				t.Logf("-short: fp32 vs int8 over the shortest transcript (%d sentences); make test compares the three", sentences)
+			}
 			stdout, stderr, err := runCLI(t, env, "", "compare", "--in", file, "--a", dir, "--b-file", int8File,
 				"--threshold", "0.5", "--min-agreement", "0.9", "--json")
 			if err != nil {
