@@ -43,14 +43,6 @@ func Open(ctx context.Context, cfg config.Config, log zerolog.Logger, reg promet
 	return scoring.Open(ctx, cfg, log, reg, append(opts[:len(opts):len(opts)], scoring.WithModel(m))...)
 }
 
-// Loads is how many models Open has loaded in this process: for a test
-// that checks the sharing works.
-func Loads() int {
-	mu.Lock()
-	defer mu.Unlock()
-	return loads
-}
-
 // key is model.LoadOptions with its pointers read, so that equal options
 // are equal keys.
 type key struct {
@@ -72,7 +64,6 @@ type stamp struct {
 var (
 	mu     sync.Mutex
 	models = map[key]entry{}
-	loads  int
 )
 
 func get(cfg config.Config) (*model.Model, bool) {
@@ -98,7 +89,6 @@ func get(cfg config.Config) (*model.Model, bool) {
 		delete(models, k)
 		return nil, false
 	}
-	loads++
 	models[k] = entry{m: m, dir: lo.Dir, files: stamps(lo.Dir, m.Files())}
 	return m, true
 }
