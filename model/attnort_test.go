@@ -19,12 +19,13 @@ import (
 // Where reads or feeds a Softmax, no Div reads a c2p/p2c GatherElements
 // (directly or through a Transpose), and every residual LayerNorm is a
 // SkipLayerNormalization (2 per layer; the embeddings' LayerNorm stays).
+// The models are shared with the other rewrite tests (sharedLoad).
 func TestAttentionRewritesSurviveORT(t *testing.T) {
 	for _, name := range []string{"nli-deberta-v3-tiny", "nli-deberta-v3-hf-tiny"} {
 		t.Run(name, func(t *testing.T) {
 			dir := testenv.ModelDir(t, name)
 			for _, keep := range []bool{true, false} {
-				m := loadModel(t, LoadOptions{Dir: dir, KeepRelativeAttention: keep})
+				m := sharedLoad(t, LoadOptions{Dir: dir, KeepRelativeAttention: keep})
 				g := optimisedGraph(t, m)
 				var maskWheres, scoreDivs, skipLN, layerNorms int
 				producer := map[string]*onnxpb.NodeProto{}

@@ -119,23 +119,45 @@ func indexExpands(t *testing.T, path string) int {
 	return len(seen)
 }
 
+// rawSessions are the plain ORT sessions rawLogits made, one per test and
+// graph file: a test runs the same graph on several batches, and a session
+// for one of the 32 MB DeBERTa graphs costs ORT's graph optimisations each
+// time. Each is destroyed when the test that made it ends.
+var rawSessions = map[rawKey]*ort.DynamicAdvancedSession{}
+
+type rawKey struct {
+	t    *testing.T
+	path string
+}
+
 // rawLogits runs the graph at path on padded ids (attention mask from
-// lens) with a plain ORT session and returns [rows][classes] logits.
+// lens) with a plain ORT session (the test's for that file, rawSessions)
+// and returns [rows][classes] logits.
 func rawLogits(t *testing.T, path string, ids [][]int64, lens []int) [][]float32 {
 	t.Helper()
-	so, err := ort.NewSessionOptions()
-	if err != nil {
-		t.Fatal(err)
+	key := rawKey{t, path}
+	sess := rawSessions[key]
+	if sess == nil {
+		so, err := ort.NewSessionOptions()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer so.Destroy()
+		if err := so.SetIntraOpNumThreads(2); err != nil {
+			t.Fatal(err)
+		}
+		if err := noSpinning.Configure(so); err != nil { // as newSession's
+			t.Fatal(err)
+		}
+		if sess, err = ort.NewDynamicAdvancedSession(path, []string{inputIDs, inputMask}, []string{outputLogits}, so); err != nil {
+			t.Fatalf("session for %s: %v", path, err)
+		}
+		rawSessions[key] = sess
+		t.Cleanup(func() {
+			delete(rawSessions, key)
+			sess.Destroy()
+		})
 	}
-	defer so.Destroy()
-	if err := so.SetIntraOpNumThreads(2); err != nil {
-		t.Fatal(err)
-	}
-	sess, err := ort.NewDynamicAdvancedSession(path, []string{inputIDs, inputMask}, []string{outputLogits}, so)
-	if err != nil {
-		t.Fatalf("session for %s: %v", path, err)
-	}
-	defer sess.Destroy()
 	rows, width := len(ids), len(ids[0])
 	flat := make([]int64, 0, rows*width)
 	mask := make([]int64, 0, rows*width)
@@ -248,6 +270,10 @@ func TestRelAttentionRewriteFamilies(t *testing.T) {
 // TestRelAttentionPairs loads every shared DeBERTa model with and without
 // the rewrite, in both pair encodings, and compares the session logits of
 // real pairs (short ones, and long premises past 129 tokens) within 1e-5.
+// The models are shared (sharedLoad): the rewritten pair-encoding one is
+// the default load, the others are what TestAttentionRewritesSurviveORT,
+// TestRelAttentionHFLogits, TestGoldenJoined and TestTranscriptScorerJoined
+// load with the same options.
 func TestRelAttentionPairs(t *testing.T) {
 	var sentences []string
 	for _, ev := range readTranscripts(t, 2, 6) {
@@ -261,8 +287,17 @@ func TestRelAttentionPairs(t *testing.T) {
 		for _, enc := range []PairEncoding{EncodePair, EncodeJoined} {
 			t.Run(fmt.Sprintf("%s/%s", name, enc), func(t *testing.T) {
 				dir := testenv.ModelDir(t, name)
-				on := loadModel(t, LoadOptions{Dir: dir, PairEncoding: enc})
-				off := loadModel(t, LoadOptions{Dir: dir, PairEncoding: enc, KeepRelativeAttention: true})
+				// Pair is the default encoding: the default load.
+				opts := LoadOptions{Dir: dir}
+				if enc != EncodePair {
+					opts.PairEncoding = enc
+				}
+				on := sharedLoad(t, opts)
+				opts.KeepRelativeAttention = true
+				off := sharedLoad(t, opts)
+				if on.PairEncoding != enc || off.PairEncoding != enc {
+					t.Fatalf("pair encodings %s and %s, want %s", on.PairEncoding, off.PairEncoding, enc)
+				}
 				if !on.relAttn || !strings.HasPrefix(on.GraphRewrite, "relative attention rewritten") {
 					t.Fatalf("default load did not rewrite: %q", on.GraphRewrite)
 				}
@@ -336,7 +371,7 @@ func TestRelAttentionHFLogits(t *testing.T) {
 	}
 	for _, keep := range []bool{false, true} {
 		t.Run(fmt.Sprintf("keep=%t", keep), func(t *testing.T) {
-			m := loadModel(t, LoadOptions{Dir: dir, KeepRelativeAttention: keep})
+			m := sharedLoad(t, LoadOptions{Dir: dir, KeepRelativeAttention: keep})
 			if m.relAttn == keep {
 				t.Fatalf("rewritten %t with KeepRelativeAttention %t: %s", m.relAttn, keep, m.GraphRewrite)
 			}
@@ -373,7 +408,7 @@ func TestRelAttentionHFLogits(t *testing.T) {
 // and a DeBERTa graph whose pattern is broken by an extra node both come
 // back untouched, and the model loads its own file.
 func TestRelAttentionUnrecognised(t *testing.T) {
-	m := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, "nli-unigram-small")})
+	m := sharedModel(t, testenv.ModelDir(t, "nli-unigram-small"))
 	if m.relAttn || !strings.Contains(m.GraphRewrite, onnxgraph.ErrNoRelAttention.Error()) {
 		t.Errorf("BERT model: rewritten %t, %q", m.relAttn, m.GraphRewrite)
 	}
