@@ -90,7 +90,12 @@ func TestKcatInterop(t *testing.T) {
 	env["KAFKA_INPUT_PARTITIONS"] = "2"
 	env["OUTPUT_FORMAT"] = "connect"
 	env["OUTPUT_ROWS_TOPIC"] = "transcripts.rows"
+	metricsAddr := freeAddr(t)
+	env["METRICS_ADDR"] = metricsAddr
 	stop := runInProcess(t, env)
+	// kcat -C fails at once on a topic that does not exist yet: wait until
+	// the scorer has created its topics and is ready.
+	waitReady(t, metricsAddr, 90*time.Second)
 
 	// kcat -K splits key and value on a delimiter; records are written one per line.
 	var in bytes.Buffer
@@ -226,7 +231,13 @@ func TestKcatVersionsAndTombstones(t *testing.T) {
 	env["KAFKA_INPUT_PARTITIONS"] = "1"
 	env["BATCH_MAX_MESSAGES"] = "1"
 	env["MAX_INFLIGHT_BATCHES"] = "2"
+	metricsAddr := freeAddr(t)
+	env["METRICS_ADDR"] = metricsAddr
 	stop := runInProcess(t, env)
+	// kcat -C fails at once on a topic that does not exist yet (it did so
+	// once on a machine at load 20, the scorer still connecting): wait
+	// until the scorer has created its topics and is ready.
+	waitReady(t, metricsAddr, 90*time.Second)
 
 	var in bytes.Buffer
 	line := func(key string, ev *schema.TranscriptEvent) {
