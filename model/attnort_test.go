@@ -22,6 +22,10 @@ import (
 // The models are shared with the other rewrite tests (sharedLoad).
 func TestAttentionRewritesSurviveORT(t *testing.T) {
 	for _, name := range []string{"nli-deberta-v3-tiny", "nli-deberta-v3-hf-tiny"} {
+		if testing.Short() && name != testenv.ProductionArch {
+			t.Logf("-short: %s skipped, the production architecture checked; make test checks every shared DeBERTa model", name)
+			continue
+		}
 		t.Run(name, func(t *testing.T) {
 			dir := testenv.ModelDir(t, name)
 			for _, keep := range []bool{true, false} {

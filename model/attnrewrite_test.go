@@ -64,7 +64,10 @@ func TestAttentionRewriteStructure(t *testing.T) {
 // TestAttentionRewriteSteps runs each step alone and all of them on
 // make_deberta.py's --check fixture (lengths 300/150/37/5 padded, and a
 // short batch): logits within 1e-5 of the graph as exported, each step on
-// its own, so a step that is wrong cannot hide behind another.
+// its own, so a step that is wrong cannot hide behind another. Under -short
+// the default steps, each alone and together; make test also runs none and
+// the mha combinations (mha is off by default; -short keeps it in
+// TestAttentionMHAFamilies on the production graph).
 func TestAttentionRewriteSteps(t *testing.T) {
 	path := filepath.Join("testdata", "deberta-check", "model.onnx")
 	fx := readCheckFile(t, filepath.Join("testdata", "deberta-check", "check.json"))
@@ -76,6 +79,10 @@ func TestAttentionRewriteSteps(t *testing.T) {
 	mha := RewriteMask + "," + RewriteMHA
 	for _, steps := range []string{"none", RewriteAlign, RewriteScale, RewriteMask, RewriteSkipLayerNorm, DefaultAttentionRewrites,
 		mha, DefaultAttentionRewrites + "," + RewriteMHA} {
+		if testing.Short() && (steps == "none" || strings.Contains(steps, RewriteMHA)) {
+			t.Logf("-short: %q skipped; make test runs it", steps)
+			continue
+		}
 		t.Run(steps, func(t *testing.T) {
 			parsed := mustParseSteps(t, steps)
 			parsed.Heads = 2 // the fixture's num_attention_heads (README.md)
@@ -97,9 +104,14 @@ func TestAttentionRewriteSteps(t *testing.T) {
 // families (each 2 layers of 2 heads, as their config.json or SOURCE.txt
 // says): both layers' attention as one MultiHeadAttention, logits within
 // 1e-5 of the graph as exported on padded batches past 129 tokens and
-// short ones.
+// short ones. Under -short the production graph (make_deberta) only: mha is
+// off by default, and make test runs every family.
 func TestAttentionMHAFamilies(t *testing.T) {
 	for family, path := range relAttnGraphs(t) {
+		if testing.Short() && family != "make_deberta" {
+			t.Logf("-short: %s skipped, the production graph checked; make test runs every family", family)
+			continue
+		}
 		t.Run(family, func(t *testing.T) {
 			steps := mustParseSteps(t, DefaultAttentionRewrites+","+RewriteMHA)
 			steps.Heads = 2

@@ -292,7 +292,8 @@ func TestPickMaxLength(t *testing.T) {
 // version; the graph file alone still hashes as itself. On
 // nli-wordpiece-small: the version is the same bytes hashed whatever the
 // architecture, and each of the test's five loads of a folder with data
-// files is a fifth of a DeBERTa load's CPU (no 8.6 MB tokenizer, no rewrite).
+// files is a quarter of a DeBERTa load's CPU, an eighth under -race (no
+// 8.6 MB tokenizer, no rewrite).
 func TestVersionCoversExternalData(t *testing.T) {
 	src := testenv.ModelDir(t, "nli-wordpiece-small")
 	plain := sharedModel(t, src).SHA256

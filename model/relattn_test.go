@@ -229,6 +229,10 @@ func maxDiff(a, b [][]float32) float64 {
 // left.
 func TestRelAttentionRewriteFamilies(t *testing.T) {
 	for family, path := range relAttnGraphs(t) {
+		if testing.Short() && family == "hf-torchscript" {
+			t.Logf("-short: %s skipped, the production graph (make_deberta) and another exporter's (hf-dynamo) checked; under -short TestRelAttentionHFLogits holds the rewritten HF export to HF torch's logits, and make test runs every family", family)
+			continue
+		}
 		t.Run(family, func(t *testing.T) {
 			rewritten, st := rewrittenFile(t, path)
 			// Two layers, each with a c2p and a p2c gather.
@@ -285,6 +289,10 @@ func TestRelAttentionPairs(t *testing.T) {
 	sentences = append(sentences, long, long[:len(long)/3])
 	for _, name := range []string{"nli-deberta-v3-tiny", "nli-deberta-v3-hf-tiny"} {
 		for _, enc := range []PairEncoding{EncodePair, EncodeJoined} {
+			if testing.Short() && (name != testenv.ProductionArch || enc != EncodePair) {
+				t.Logf("-short: %s/%s skipped, the production model in the production encoding checked; under -short TestRelAttentionHFLogits holds the rewritten HF export to HF torch's logits and TestRelAttentionRewriteFamilies compares the families' graphs, and make test runs every model in both encodings", name, enc)
+				continue
+			}
 			t.Run(fmt.Sprintf("%s/%s", name, enc), func(t *testing.T) {
 				dir := testenv.ModelDir(t, name)
 				// Pair is the default encoding: the default load.

@@ -59,6 +59,9 @@ func readGolden(t *testing.T, name string) goldenFile {
 
 // TestGoldenScores feeds the reference input ids straight to the session, so
 // a mismatch here is in graph I/O, padding or score math, not tokenization.
+// Under -short every model but the production architecture is checked on
+// every 16th case and the longest (their graph I/O, labels and score math,
+// across the lengths); make test checks every case of every model.
 func TestGoldenScores(t *testing.T) {
 	for _, dir := range testenv.ModelDirs(t) {
 		name := filepath.Base(dir)
@@ -67,6 +70,10 @@ func TestGoldenScores(t *testing.T) {
 			s := newSession(t, m)
 			g := readGolden(t, name)
 			cases := g.Cases
+			if testing.Short() && name != testenv.ProductionArch {
+				cases = shortGoldenCases(cases)
+				t.Logf("-short: %d of the %d cases (every 16th and the longest); make test checks them all", len(cases), len(g.Cases))
+			}
 			if g.MaxLength != m.MaxLength || !slices.Equal(g.InputNames, m.InputNames) {
 				t.Errorf("golden max_length %d inputs %v; Load found %d %v", g.MaxLength, g.InputNames, m.MaxLength, m.InputNames)
 			}
@@ -221,8 +228,17 @@ func TestBatchInvariance(t *testing.T) {
 	}
 }
 
+// TestScoreModes: entail_vs_contradiction is the two-way softmax of the
+// entailment and contradiction logits, on every model (under -short the
+// production architecture and nli-unigram-small, whose contradiction label
+// is not_entailment; make test runs every model). The models are shared
+// (sharedLoad) with TestScoreCacheKeySeparation.
 func TestScoreModes(t *testing.T) {
 	for _, dir := range testenv.ModelDirs(t) {
+		if name := filepath.Base(dir); testing.Short() && name != testenv.ProductionArch && name != "nli-unigram-small" {
+			t.Logf("-short: %s skipped; make test runs every model", name)
+			continue
+		}
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			m := sharedLoad(t, LoadOptions{Dir: dir, ScoreMode: ScoreEntailVsContradiction})
 			if m.ScoreMode != ScoreEntailVsContradiction {
@@ -249,8 +265,15 @@ func TestScoreModes(t *testing.T) {
 	}
 }
 
+// TestSessionConcurrent: concurrent Runs on one session give each batch
+// the scores it gets alone, on every model (under -short the production
+// architecture; make test runs every model).
 func TestSessionConcurrent(t *testing.T) {
 	for _, dir := range testenv.ModelDirs(t) {
+		if name := filepath.Base(dir); testing.Short() && name != testenv.ProductionArch {
+			t.Logf("-short: %s skipped, the production architecture checked; make test runs every model", name)
+			continue
+		}
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			m := sharedModel(t, dir)
 			// Concurrent Runs share one intra-op pool; with spinning on,
@@ -317,9 +340,14 @@ func longPairs(m *Model, rows int) []Pair {
 	return pairs
 }
 
+// TestSessionCancel: cancelling a Run mid-way (RunOptions' Terminate), a
+// deadline and a done context all return at once, and the session scores
+// after them. Its session has the default options (plainSession, spinning
+// on), as before the other tests' sessions stopped spinning: its bound is
+// a time.
 func TestSessionCancel(t *testing.T) {
 	m := sharedModel(t, testenv.ModelDir(t, testenv.ProductionArch))
-	s := newSession(t, m)
+	s := plainSession(t, m)
 	pairs := longPairs(m, 128)
 
 	t.Run("cancel mid-run", func(t *testing.T) {
@@ -472,7 +500,8 @@ func TestReleaseArenaAndMemPattern(t *testing.T) {
 }
 
 // plainSession is newSession with the default options but the thread
-// counts (spinning on): what the memory key is about.
+// counts (spinning on): what the memory key is about, and what
+// TestSessionCancel times.
 func plainSession(t *testing.T, m *Model) *Session {
 	t.Helper()
 	s, err := m.NewSession(SessionOptions{IntraOpThreads: 2, InterOpThreads: 1})
@@ -491,7 +520,7 @@ func plainSession(t *testing.T, m *Model) *Session {
 // options its memory depends on, and is empty where it cannot say (a model
 // still loading, options set by Configure that ConfigureKey does not name).
 // On nli-wordpiece-small, whose Start (the model still loading) costs a
-// fifth of DeBERTa's: the key is built the same way for every model.
+// quarter of DeBERTa's: the key is built the same way for every model.
 func TestMemoryKey(t *testing.T) {
 	dir := testenv.ModelDir(t, "nli-wordpiece-small")
 	m := sharedModel(t, dir)

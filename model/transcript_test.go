@@ -311,9 +311,14 @@ func TestTranscriptScorerErrors(t *testing.T) {
 }
 
 // TestTranscriptScorerReal runs real transcripts through the real model and
-// checks each score against scoring that pair directly.
+// checks each score against scoring that pair directly, on every model
+// (under -short the production architecture; make test runs every model).
 func TestTranscriptScorerReal(t *testing.T) {
 	for _, dir := range testenv.ModelDirs(t) {
+		if name := dir[strings.LastIndex(dir, "/")+1:]; testing.Short() && name != testenv.ProductionArch {
+			t.Logf("-short: %s skipped, the production architecture checked; make test runs every model", name)
+			continue
+		}
 		t.Run(dir[strings.LastIndex(dir, "/")+1:], func(t *testing.T) {
 			m := sharedModel(t, dir)
 			s := newSession(t, m)
