@@ -137,10 +137,14 @@ ORT_CORE_TESTS := ^(TestInitRuntimeErrors|TestProbeRuntime|TestGoldenScores|Test
 # The image is built in the background beside the Go tests (minutes of compiling and unpacking, which
 # fill the time the drills spend waiting and the end of the run, when one package is left); its log
 # is printed if the build fails. image-test then runs it with the machine to itself, the build a cache hit.
+# Test binaries run four at a time, not GOMAXPROCS (2 here): the broker and consumer tests spend most
+# of their wall time waiting on timeouts and heartbeats, and a waiting package should not hold one of two
+# slots (go test -short ./...: 121 s at -p 2, 96 s at -p 4 on 2 cores; docs/testing.md).
+TEST_P ?= 4
 test: ort cuda-ort kcat helm promtool duckdb lint
 	mkdir -p bin; IMAGE_TEST_BUILD_ONLY=1 ./scripts/image-test.sh >bin/image-build.log 2>&1 & build=$$!; \
 	status=0; \
-	$(GO) test -race -count=1 -timeout 45m ./... || status=$$?; \
+	$(GO) test -race -count=1 -p $(TEST_P) -timeout 45m ./... || status=$$?; \
 	if [ $$status -eq 0 ]; then ORT_LIB=$(ORT_CUDA_DIR)/libonnxruntime.so.1 $(GO) test -race -count=1 -timeout 20m -run '$(ORT_CORE_TESTS)' ./model || status=$$?; fi; \
 	if [ $$status -eq 0 ]; then $(MAKE) fuzz || status=$$?; fi; \
 	if ! wait $$build; then echo "image build failed (bin/image-build.log):"; tail -n 40 bin/image-build.log; status=1; fi; \
@@ -157,11 +161,11 @@ fuzz: ort
 # Runtime and DuckDB (internal/offline's Parquet decoding); deploy's checks skip, saying so, without
 # helm or promtool.
 test-short: ort duckdb
-	$(GO) test -short -count=1 ./...
+	$(GO) test -short -count=1 -p $(TEST_P) ./...
 
 # Where the suite's time goes (scripts/test-times.sh): each package's wall and CPU time and the 20
 # slowest tests of `go test -race ./...`, or of TEST_ARGS (TEST_ARGS='-short ./...', TEST_ARGS='-race ./model').
-TEST_ARGS ?= -race -timeout 45m ./...
+TEST_ARGS ?= -race -p $(TEST_P) -timeout 45m ./...
 test-times: ort
 	./scripts/test-times.sh $(TEST_ARGS)
 
