@@ -345,7 +345,7 @@ func TestMakefileOpsTargets(t *testing.T) {
 	// the CUDA image's core in a second run of the model package's ORT-facing tests
 	// (ORT_CORE_TESTS). The recipe is one shell command over several lines.
 	test := strings.Join(recipes["test"], "\n")
-	if !strings.Contains(test, "$(GO) test -race -count=1 -timeout 45m ./...") {
+	if !strings.Contains(test, "$(GO) test -race -count=1 -p $(TEST_P) -timeout 45m ./...") {
 		t.Errorf("make test recipe %q does not run go test -race ./...", test)
 	}
 	if !slices.Contains(prereqs["test"], "cuda-ort") || !strings.Contains(test, "ORT_LIB=$(ORT_CUDA_DIR)/libonnxruntime.so.1 $(GO) test -race -count=1") ||
