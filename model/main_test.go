@@ -109,6 +109,12 @@ func newSession(t testing.TB, m *Model) *Session {
 	t.Helper()
 	opts := noSpinning
 	opts.IntraOpThreads, opts.InterOpThreads = 2, 1
+	return openSession(t, m, opts)
+}
+
+// openSession opens a session on m with opts and closes it with the test.
+func openSession(t testing.TB, m *Model, opts SessionOptions) *Session {
+	t.Helper()
 	s, err := m.NewSession(opts)
 	if err != nil {
 		t.Fatalf("NewSession(%s): %v", m.Name, err)

@@ -504,16 +504,7 @@ func TestReleaseArenaAndMemPattern(t *testing.T) {
 // TestSessionCancel times.
 func plainSession(t *testing.T, m *Model) *Session {
 	t.Helper()
-	s, err := m.NewSession(SessionOptions{IntraOpThreads: 2, InterOpThreads: 1})
-	if err != nil {
-		t.Fatalf("NewSession(%s): %v", m.Name, err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return s
+	return openSession(t, m, SessionOptions{IntraOpThreads: 2, InterOpThreads: 1})
 }
 
 // TestMemoryKey: a session's memory key names the model's version and the

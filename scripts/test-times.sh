@@ -3,14 +3,14 @@
 # each package's wall and CPU time and the slowest tests, so the long poles are named
 # by measurement, not by guess (docs/testing.md):
 #
-#   scripts/test-times.sh                       # go test -race -timeout 45m ./... (make test's main phase)
+#   scripts/test-times.sh                       # go test -race -p 4 -timeout 45m ./... (make test's main phase)
 #   scripts/test-times.sh -short ./...          # the inner loop
 #   scripts/test-times.sh -race ./model ./cmd/scorer
 #   TOP=40 SUBTESTS=1 scripts/test-times.sh …   # more rows; subtests too
 #   IN=bin/test-times.json scripts/test-times.sh   # re-read a saved run, run nothing
 #
 # Arguments go to `go test` after `-json -count=1` (a later -count wins);
-# none means `-race -timeout 45m ./...`. The raw events are kept in $JSON (default
+# none means `-race -p 4 -timeout 45m ./...`. The raw events are kept in $JSON (default
 # bin/test-times.json). A package's time is go test's own elapsed for it
 # (its tests in parallel, build excluded) and the CPU time its test binary
 # and children used (user + sys, through -exec: the measure that a busy
@@ -40,7 +40,7 @@ if [[ -n ${IN:-} ]]; then
 	json=$IN
 else
 	mkdir -p "$(dirname "$json")"
-	[[ $# -gt 0 ]] || set -- -race -timeout 45m ./...
+	[[ $# -gt 0 ]] || set -- -race -p 4 -timeout 45m ./...
 	start=$(date +%s)
 	echo "test-times: go test -json -count=1 $*" >&2
 	# Failures are shown as they happen; everything else goes to the file.
