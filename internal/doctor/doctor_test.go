@@ -60,7 +60,13 @@ func TestDoctorWithoutGPU(t *testing.T) {
 		{gpupool.ModeCUDA, testenv.ScorerModelDir(t), false, "none"},
 	}
 	for _, dir := range testenv.ModelDirs(t) {
+		if testing.Short() && filepath.Base(dir) != testenv.ProductionArch {
+			continue
+		}
 		cases = append(cases, testCase{gpupool.ModeCPU, dir, true, "cpu"})
+	}
+	if testing.Short() {
+		t.Log("-short: DEVICE=cpu on the production architecture only; make test runs it on every shared model")
 	}
 	for _, tc := range cases {
 		t.Run(string(tc.device)+"/"+filepath.Base(tc.dir), func(t *testing.T) {
