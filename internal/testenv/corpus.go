@@ -21,8 +21,6 @@ import (
 // and a package's tests ask for it many times (internal/offline did a dozen
 // times, each decoding it again: most of that package's time).
 type corpus struct {
-	once  sync.Once
-	err   error
 	lines []corpusLine // in corpus order
 
 	mu        sync.Mutex
@@ -35,27 +33,48 @@ type corpusLine struct {
 	count int
 }
 
-var (
-	corporaMu sync.Mutex
-	corpora   = map[string]*corpus{} // by path
-)
+// corpora are the decoded corpora, by path.
+var corpora perPath[*corpus]
 
 // loadCorpus is the corpus at Transcripts(t), decoded on first use.
 func loadCorpus(t testing.TB) *corpus {
 	t.Helper()
-	path := Transcripts(t)
-	corporaMu.Lock()
-	c := corpora[path]
-	if c == nil {
-		c = &corpus{sentences: map[[2]int][]string{}}
-		corpora[path] = c
+	return corpora.get(t, Transcripts(t), func(path string) (*corpus, error) {
+		lines, err := readCorpus(path)
+		return &corpus{lines: lines, sentences: map[[2]int][]string{}}, err
+	})
+}
+
+// perPath is one value per corpus path per process, built on first use;
+// a failed build fails every test that asks for it.
+type perPath[T any] struct {
+	mu sync.Mutex
+	m  map[string]*onceValue[T]
+}
+
+type onceValue[T any] struct {
+	once sync.Once
+	v    T
+	err  error
+}
+
+func (p *perPath[T]) get(t testing.TB, path string, build func(string) (T, error)) T {
+	t.Helper()
+	p.mu.Lock()
+	if p.m == nil {
+		p.m = map[string]*onceValue[T]{}
 	}
-	corporaMu.Unlock()
-	c.once.Do(func() { c.lines, c.err = readCorpus(path) })
-	if c.err != nil {
-		t.Fatal(c.err)
+	o := p.m[path]
+	if o == nil {
+		o = &onceValue[T]{}
+		p.m[path] = o
 	}
-	return c
+	p.mu.Unlock()
+	o.once.Do(func() { o.v, o.err = build(path) })
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	return o.v
 }
 
 func readCorpus(path string) ([]corpusLine, error) {

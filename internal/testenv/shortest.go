@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"sync"
 	"testing"
 
 	"github.com/scorer/scorer/schema"
@@ -61,8 +60,6 @@ func ShortestTranscriptsLean(t testing.TB, n int) (string, []schema.TranscriptEv
 // leanCorpus is the corpus's lines and their sentence counts, read once
 // per process.
 type leanCorpus struct {
-	once  sync.Once
-	err   error
 	lines []leanLine
 }
 
@@ -71,26 +68,14 @@ type leanLine struct {
 	count int
 }
 
-var (
-	leanMu      sync.Mutex
-	leanCorpora = map[string]*leanCorpus{} // by path
-)
+var leanCorpora perPath[*leanCorpus]
 
 func loadLean(t testing.TB) *leanCorpus {
 	t.Helper()
-	path := Transcripts(t)
-	leanMu.Lock()
-	c := leanCorpora[path]
-	if c == nil {
-		c = &leanCorpus{}
-		leanCorpora[path] = c
-	}
-	leanMu.Unlock()
-	c.once.Do(func() { c.lines, c.err = readLean(path) })
-	if c.err != nil {
-		t.Fatal(c.err)
-	}
-	return c
+	return leanCorpora.get(t, Transcripts(t), func(path string) (*leanCorpus, error) {
+		lines, err := readLean(path)
+		return &leanCorpus{lines: lines}, err
+	})
 }
 
 // readLean splits the corpus into lines as readCorpus's bufio.Scanner does
