@@ -355,6 +355,64 @@ func (e *recordingEngine) ScorePairsReleasingArena(ctx context.Context, pairs []
 
 func (e *recordingEngine) Model() *model.Model { return e.Engine.(*model.Session).Model() }
 
+// TestCPUCalibrationReadingRepeats runs one calibration shape, one row of
+// 512 tokens, 40 times on the real DeBERTa-v3 architecture the way CPU
+// calibration measures it (from an empty arena, the process's peak reset
+// before each run) and wants the same cost every time. With glibc's
+// default, dynamic mmap threshold some runs reused pages an earlier run
+// had left resident and read 2.3–8.7 MB against about 15 MB: a calibration
+// that caught such a reading on its longest shape lost the quadratic term
+// of its fit, and under-planned long batches (CI failed so twice in
+// TestCPUMemoryBoundsLongInputsOnRealModel). model.InitRuntime fixes the
+// threshold (configureMalloc); this is the check that it holds.
+func TestCPUCalibrationReadingRepeats(t *testing.T) {
+	m := realModel(t, "nli-deberta-v3-tiny")
+	eng, err := SessionFactory(m, SessionConfig{IntraOpThreads: 1})(Device{Kind: CPU})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := eng.(*model.Session)
+	defer func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	id := int32(m.Tokenizer.PadID())
+	// The history calibration gives the allocator: a warm-up row, then the
+	// default shapes below 512 tokens.
+	for _, l := range []int{8, 32, 64, 128, 256} {
+		if _, err := s.ScorePairsReleasingArena(testCtx(t), syntheticPairs(Shape{Rows: 1, Len: l}, id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pairs := syntheticPairs(Shape{Rows: 1, Len: 512}, id)
+	mem := procSelf{}
+	var reads []float64
+	for range 41 {
+		if err := mem.resetPeak(); err != nil {
+			t.Fatal(err)
+		}
+		before, _, err := mem.usage()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.ScorePairsReleasingArena(testCtx(t), pairs); err != nil {
+			t.Fatal(err)
+		}
+		_, peak, err := mem.usage()
+		if err != nil {
+			t.Fatal(err)
+		}
+		reads = append(reads, float64(peak)-float64(before))
+	}
+	reads = reads[1:] // the first run also plans the shape's memory pattern
+	lo, hi := slices.Min(reads), slices.Max(reads)
+	t.Logf("1×512 on %s: %.2f–%.2f MB over %d runs", m.Name, lo/1e6, hi/1e6, len(reads))
+	if hi < 1<<20 || lo < 0.8*hi {
+		t.Fatalf("the same shape's measured cost varies from %.2f to %.2f MB over %d runs: calibration readings depend on what earlier runs left resident (%.0f)", lo/1e6, hi/1e6, len(reads), reads)
+	}
+}
+
 // TestCPUMemoryBoundsLongInputsOnRealModel scores ~500-token pairs and
 // ordinary transcript pairs on the real DeBERTa-v3 architecture (tiny
 // weights) and ONNX Runtime, through a CPU pool with the default memory

@@ -2,6 +2,6 @@
 
 package model
 
-func singleMallocArena() bool { return false }
+func configureMalloc() bool { return false }
 
 func trimMalloc() {}
