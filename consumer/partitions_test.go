@@ -24,7 +24,7 @@ func TestNewPartitionsConsumed(t *testing.T) {
 	r := start(t, cfg, &fakeScorer{}, sk, testHooks{})
 	eventually(t, 20*time.Second, "p0 published", func() bool { return countIDs(sk.Published())["p0"] == 1 })
 
-	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second}
+	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second, Transport: testTransport(t)}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	resp, err := cl.CreatePartitions(ctx, &kafka.CreatePartitionsRequest{Topics: []kafka.TopicPartitionsConfig{{Name: topic, Count: 3}}})
@@ -38,7 +38,7 @@ func TestNewPartitionsConsumed(t *testing.T) {
 	}
 	// A writer of its own: the default transport's metadata cache does not
 	// know the new partitions yet.
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, RequiredAcks: kafka.RequireAll, Transport: &kafka.Transport{},
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, RequiredAcks: kafka.RequireAll, Transport: testTransport(t),
 		Balancer: kafka.BalancerFunc(func(m kafka.Message, _ ...int) int { return m.Partition })}
 	defer w.Close()
 	if err := w.WriteMessages(ctx, eventMsg(1, "p1"), eventMsg(2, "p2")); err != nil {
@@ -66,7 +66,7 @@ func TestOffsetResetCounted(t *testing.T) {
 		msgs = append(msgs, eventMsg(0, fmt.Sprintf("r-%d", i)))
 	}
 	produce(t, brokers, topic, msgs)
-	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second}
+	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second, Transport: testTransport(t)}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if _, err := cl.OffsetCommit(ctx, &kafka.OffsetCommitRequest{GroupID: group, GenerationID: -1,

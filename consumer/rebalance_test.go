@@ -94,10 +94,11 @@ func TestRebalanceNoLossNoStaleCommits(t *testing.T) {
 
 	// Produce in the background, spread over a few seconds.
 	produced := make(chan error, 1)
+	tr := testTransport(t)
 	go func() {
 		w := &kafka.Writer{Addr: kafka.TCP(brokers...), Topic: topic, RequiredAcks: kafka.RequireAll,
-			BatchTimeout: time.Millisecond,
-			Balancer:     kafka.BalancerFunc(func(m kafka.Message, _ ...int) int { return m.Partition })}
+			BatchTimeout: time.Millisecond, Transport: tr,
+			Balancer: kafka.BalancerFunc(func(m kafka.Message, _ ...int) int { return m.Partition })}
 		defer w.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

@@ -22,6 +22,18 @@ func newCluster(t *testing.T, topic string, partitions int32) (*kfake.Cluster, [
 	return c, c.ListenAddrs()
 }
 
+// testTransport is a kafka-go transport of the test's own, closed when the
+// test ends. A Client or Writer without one uses kafka.DefaultTransport,
+// which keeps a connection pool, and its goroutines and buffers, per broker
+// address for the life of the process; every test's kfake cluster listens on
+// new addresses, so a run of this package left about a hundred goroutines
+// behind and a -count run of it grew with every round.
+func testTransport(t testing.TB) *kafka.Transport {
+	tr := &kafka.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	return tr
+}
+
 // produce writes n records to topic, round-robin over partitions, with
 // values from mk, and waits for the broker's ack.
 func produce(t *testing.T, brokers []string, topic string, msgs []kafka.Message) {
@@ -32,6 +44,7 @@ func produce(t *testing.T, brokers []string, topic string, msgs []kafka.Message)
 		RequiredAcks: kafka.RequireAll,
 		BatchTimeout: 5 * time.Millisecond,
 		Balancer:     kafka.BalancerFunc(func(m kafka.Message, _ ...int) int { return m.Partition }),
+		Transport:    testTransport(t),
 	}
 	defer w.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
@@ -44,7 +57,7 @@ func produce(t *testing.T, brokers []string, topic string, msgs []kafka.Message)
 // committed reads the group's committed offsets for topic's partitions.
 func committed(t *testing.T, brokers []string, group, topic string, partitions int) map[int]int64 {
 	t.Helper()
-	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second}
+	cl := &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 5 * time.Second, Transport: testTransport(t)}
 	ps := make([]int, partitions)
 	for i := range ps {
 		ps[i] = i
