@@ -355,6 +355,28 @@ func (e *recordingEngine) ScorePairsReleasingArena(ctx context.Context, pairs []
 
 func (e *recordingEngine) Model() *model.Model { return e.Engine.(*model.Session).Model() }
 
+// peakWhile resets the process's peak resident size, runs run, and returns
+// the resident size before it and the peak while it ran, as CPU calibration
+// reads them (measureCPU).
+func peakWhile(t *testing.T, run func() error) (before, peak uint64) {
+	t.Helper()
+	mem := procSelf{}
+	if err := mem.resetPeak(); err != nil {
+		t.Fatal(err)
+	}
+	before, _, err := mem.usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run(); err != nil {
+		t.Fatal(err)
+	}
+	if _, peak, err = mem.usage(); err != nil {
+		t.Fatal(err)
+	}
+	return before, peak
+}
+
 // TestCPUCalibrationReadingRepeats runs one calibration shape, one row of
 // 512 tokens, 40 times on the real DeBERTa-v3 architecture the way CPU
 // calibration measures it (from an empty arena, the process's peak reset
@@ -386,23 +408,12 @@ func TestCPUCalibrationReadingRepeats(t *testing.T) {
 		}
 	}
 	pairs := syntheticPairs(Shape{Rows: 1, Len: 512}, id)
-	mem := procSelf{}
 	var reads []float64
 	for range 41 {
-		if err := mem.resetPeak(); err != nil {
-			t.Fatal(err)
-		}
-		before, _, err := mem.usage()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.ScorePairsReleasingArena(testCtx(t), pairs); err != nil {
-			t.Fatal(err)
-		}
-		_, peak, err := mem.usage()
-		if err != nil {
-			t.Fatal(err)
-		}
+		before, peak := peakWhile(t, func() error {
+			_, err := s.ScorePairsReleasingArena(testCtx(t), pairs)
+			return err
+		})
 		reads = append(reads, float64(peak)-float64(before))
 	}
 	reads = reads[1:] // the first run also plans the shape's memory pattern
@@ -457,21 +468,10 @@ func TestCPUMemoryBoundsLongInputsOnRealModel(t *testing.T) {
 	rec.shapes = nil
 	rec.mu.Unlock()
 
-	mem := procSelf{}
-	if err := mem.resetPeak(); err != nil {
-		t.Fatal(err)
-	}
-	before, _, err := mem.usage()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.ScorePairs(testCtx(t), long); err != nil {
-		t.Fatal(err)
-	}
-	_, peak, err := mem.usage()
-	if err != nil {
-		t.Fatal(err)
-	}
+	before, peak := peakWhile(t, func() error {
+		_, err := p.ScorePairs(testCtx(t), long)
+		return err
+	})
 	if _, err := p.ScorePairs(testCtx(t), ordinary); err != nil {
 		t.Fatal(err)
 	}
