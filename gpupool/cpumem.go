@@ -53,10 +53,14 @@ type CPUMemoryConfig struct {
 	// measuring again. The key is all the fit depends on: the engine's
 	// MemoryKey (model.Session: the model's SHA-256 and maximum length,
 	// ONNX Runtime's release, the session's threads and memory options;
-	// an engine without one is never cached), these settings and the
-	// machine (OS and architecture, CPU model and features, transparent
-	// huge pages). The resident memory the budget starts from is always
-	// measured anew. Empty (the default): calibrate at every start.
+	// an engine without one is never cached), how calibration measures
+	// (named anew whenever that changes, so a fit measured by another
+	// release's method is never taken), these settings, the C heap's
+	// settings from the environment (MALLOC_*, GLIBC_TUNABLES, LD_PRELOAD)
+	// and the machine (OS and architecture, CPU model and features,
+	// transparent huge pages). The resident memory the budget starts from
+	// is always measured anew. Empty (the default): calibrate at every
+	// start.
 	CacheDir string
 	// CachedOnly takes the fit from CacheDir and measures nothing: with no
 	// kept fit, CPU batches are bounded by rows and tokens only, and the

@@ -1,8 +1,13 @@
 package gpupool
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 )
 
@@ -145,4 +150,101 @@ func startCPUCalibration(t *testing.T, eng Engine, fake *fakeEngine, rss uint64,
 	fake.mu.Lock()
 	defer fake.mu.Unlock()
 	return p.Stats().Devices[0], fake.calls
+}
+
+// A cache written by the release before glibc's mmap threshold was fixed
+// (model.InitRuntime) holds a fit measured another way: such fits could lose
+// their quadratic term, and long CPU batches planned on one run past
+// CPU_MEM_LIMIT. previousCPUCacheFile writes the file exactly as that release
+// did, under the key and name it used, with such a fit; a start with the
+// same engine must measure again rather than take it.
+func TestCPUCalibrationCacheOfPreviousMethodNotReused(t *testing.T) {
+	dir := t.TempDir()
+	const memKey = "model=a max_len=512 ort=1.30.0 intra_op=1 inter_op=1 mem_pattern=true rewritten=false"
+	// startCPUCalibration's engine and defaults: maximum length 512, the
+	// adaptive shapes at RefLen 128, token 1.
+	path := previousCPUCacheFile(t, dir, memKey, defaultCPUShapes(128, 512), true, 128, 1)
+
+	fake := &fakeEngine{}
+	st, runs := startCPUCalibration(t, keyedEngine{fakeEngine: fake, key: memKey}, fake, 2<<30, CPUMemoryConfig{CacheDir: dir})
+	if runs == 0 {
+		t.Fatalf("took the previous release's fit (%+v) from %s without measuring", st.Memory, path)
+	}
+	if st.Memory.PerTokenLen <= 0 {
+		t.Errorf("measured fit %+v lacks the quadratic term", st.Memory)
+	}
+	// What was measured now is kept, and taken by the next start.
+	fake = &fakeEngine{}
+	if _, runs := startCPUCalibration(t, keyedEngine{fakeEngine: fake, key: memKey}, fake, 2<<30, CPUMemoryConfig{CacheDir: dir}); runs != 0 {
+		t.Errorf("the next start ran %d calibration batches, want the fit kept by the start before", runs)
+	}
+}
+
+// previousCPUCacheFile writes a CPU calibration file as the release before
+// the calibration-method key wrote it (key version 1: its key, name and
+// JSON layout), with a fit that lost its quadratic term, and returns its
+// path.
+func previousCPUCacheFile(t *testing.T, dir, memKey string, shapes []Shape, adaptive bool, refLen int, tokenID int32) string {
+	t.Helper()
+	key := fmt.Sprintf("v=%d %s", 1, memKey) +
+		fmt.Sprintf(" shapes=%v adaptive=%t ref_len=%d token_id=%d", shapes, adaptive, refLen, tokenID) +
+		fmt.Sprintf(" os=%s/%s cpu=%q thp=%q", runtime.GOOS, runtime.GOARCH, cpuIdentity(), firstLine("/sys/kernel/mm/transparent_hugepage/enabled"))
+	sum := sha256.Sum256([]byte(key))
+	path := filepath.Join(dir, "cpu-"+hex.EncodeToString(sum[:12])+".json")
+	quotedKey, err := json.Marshal(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := `{
+  "key": ` + string(quotedKey) + `,
+  "fit": {
+    "base_bytes": 3145728,
+    "bytes_per_token": 46000,
+    "bytes_per_token_len": 0
+  },
+  "points": [
+    {
+      "rows": 1,
+      "len": 32,
+      "bytes": 4603904
+    },
+    {
+      "rows": 1,
+      "len": 512,
+      "bytes": 26214400
+    }
+  ],
+  "calibrated": "2026-11-20T10:00:00Z"
+}
+`
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// The C heap's settings from the environment change what calibration
+// reads (a preloaded allocator, glibc's malloc tunables): a fit kept under
+// one setting is not taken under another, and is taken again under its own.
+func TestCPUCalibrationCacheKeyHasMallocEnv(t *testing.T) {
+	dir := t.TempDir()
+	start := func(t *testing.T, topPad string) int {
+		t.Helper()
+		t.Setenv("MALLOC_TOP_PAD_", topPad)
+		fake := &fakeEngine{}
+		_, runs := startCPUCalibration(t, keyedEngine{fakeEngine: fake, key: "model=a"}, fake, 2<<30, CPUMemoryConfig{CacheDir: dir})
+		return runs
+	}
+	if runs := start(t, "131072"); runs == 0 {
+		t.Fatal("the first start took a fit from an empty cache")
+	}
+	if runs := start(t, "1048576"); runs == 0 {
+		t.Error("another MALLOC_TOP_PAD_ took the fit kept under the first")
+	}
+	if runs := start(t, "131072"); runs != 0 {
+		t.Errorf("the first setting again ran %d calibration batches, want its kept fit", runs)
+	}
 }
