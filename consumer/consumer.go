@@ -219,7 +219,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("consumer: Run called twice")
 	}
-	leave := &groupCloser{done: make(chan struct{})}
+	leave := &groupCloser{done: make(chan struct{}), brokers: len(c.cfg.Brokers)}
 	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                c.cfg.GroupID,
 		Brokers:           c.cfg.Brokers,
@@ -306,8 +306,11 @@ type groupCloser struct {
 	once sync.Once
 	cg   *kafka.ConsumerGroup
 	done chan struct{} // closed when Close returned
-	// refuse makes the group's next dial fail (see refuseRejoin).
-	refuse atomic.Bool
+	// brokers is the length of the bootstrap list kafka-go dials through.
+	brokers int
+	// refusals is how many of the group's next dials fail (see
+	// refuseRejoin).
+	refusals atomic.Int32
 }
 
 // errNoRejoin is the dial error that stops kafka-go's rejoin.
@@ -323,7 +326,7 @@ func (g *groupCloser) dialer(d *kafka.Dialer) *kafka.Dialer {
 		next = (&net.Dialer{LocalAddr: d.LocalAddr, FallbackDelay: d.FallbackDelay, KeepAlive: d.KeepAlive}).DialContext
 	}
 	gd.DialFunc = func(ctx context.Context, network, address string) (net.Conn, error) {
-		if g.refuse.CompareAndSwap(true, false) {
+		if g.takeRefusal() {
 			return nil, errNoRejoin
 		}
 		return next(ctx, network, address)
@@ -331,17 +334,43 @@ func (g *groupCloser) dialer(d *kafka.Dialer) *kafka.Dialer {
 	return &gd
 }
 
-// refuseRejoin makes the group's next connection fail. Once a generation
-// has ended (a heartbeat saw a rebalance), kafka-go joins the next one as
-// soon as the generation's functions return, without looking whether the
-// group is being closed: only a failed connection to the coordinator stops
-// that join, and kafka-go then leaves the group (with the member id it
-// has, on fresh connections, which the gate lets through), sees the group
-// closed and stops. Call it before the generation's manager returns, and
-// only for a generation that has ended: for a live one kafka-go's next dial
-// is the leave itself.
+// takeRefusal uses up one refusal if any is left and reports whether it did.
+func (g *groupCloser) takeRefusal() bool {
+	for {
+		n := g.refusals.Load()
+		if n <= 0 {
+			return false
+		}
+		if g.refusals.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+}
+
+// refuseRejoin makes the group's next attempt to reach the cluster fail.
+// Once a generation has ended (a heartbeat saw a rebalance), kafka-go joins
+// the next one as soon as the generation's functions return, without
+// looking whether the group is being closed: only a failed connection
+// stops that join, and kafka-go then leaves the group (with the member id
+// it has, on fresh connections), sees the group closed and stops.
+//
+// A join starts by finding the coordinator through the bootstrap list, and
+// kafka-go (v0.4.51, makeConnect) dials its brokers one after another
+// until one answers: a single refused dial only moved the join on to the
+// next broker, and with two or more brokers the stopped member joined the
+// next generation and left it at once, rebalancing every member twice. So
+// as many dials are refused as there are bootstrap brokers, one per
+// address tried (kafka-go calls DialFunc once for each), which fails that
+// round whatever its length; the leave's round after it goes through. Were
+// a round ever shorter (a custom Dialer.Resolver failing an address before
+// its dial), a refusal would be left for the leave, which then tries the
+// brokers after it: a late leave, never a join.
+//
+// Call it before the generation's manager returns, and only for a
+// generation that has ended: for a live one kafka-go's next dials are the
+// leave itself.
 func (g *groupCloser) refuseRejoin() {
-	g.refuse.Store(true)
+	g.refusals.Store(int32(g.brokers))
 }
 
 // start begins closing the group; later calls do nothing.

@@ -205,9 +205,11 @@ loop:
 		// ended, and leaves instead of joining a next generation (a
 		// needless rebalance for the other members). A generation that
 		// ended already is past that: kafka-go rejoins once this returns
-		// unless its dial is refused. One that ended before this manager
-		// started is not waited for (kafka-go may be joining already, and
-		// the refused dial would be its leave), so it is left alone.
+		// unless its dials are refused (all of a round through the
+		// bootstrap list: see refuseRejoin). One that ended before this
+		// manager started is not waited for (kafka-go may be joining
+		// already, and the refused dials would be its leave's), so it is
+		// left alone.
 		if gctx.Err() != nil && m.held {
 			m.leave.refuseRejoin()
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/scorer/scorer/schema"
@@ -284,8 +285,36 @@ func TestEndedGenerationNotFetched(t *testing.T) {
 // partition's owner.
 func TestShutdownDuringRebalanceDrain(t *testing.T) {
 	t.Parallel()
-	const topic, group = "drainstop", "g-drainstop"
-	cluster, brokers := newCluster(t, topic, 2)
+	shutdownDuringRebalanceDrain(t, "drainstop", 1)
+}
+
+// TestShutdownDuringRebalanceDrainThreeBrokers is the same with three
+// brokers, all of them in the bootstrap list, as in production: kafka-go
+// tries the next bootstrap broker when a dial fails, so refusing only the
+// first dial of the rejoin did not stop it.
+func TestShutdownDuringRebalanceDrainThreeBrokers(t *testing.T) {
+	t.Parallel()
+	shutdownDuringRebalanceDrain(t, "drainstop3", 3)
+}
+
+// newClusterOf is newCluster with numBrokers brokers; the addresses returned
+// are all of them, the bootstrap list a consumer gets.
+func newClusterOf(t *testing.T, topic string, partitions int32, numBrokers int) (*kfake.Cluster, []string) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(numBrokers), kfake.SeedTopics(partitions, topic))
+	if err != nil {
+		t.Fatalf("kfake: %v", err)
+	}
+	t.Cleanup(c.Close)
+	if got := len(c.ListenAddrs()); got != numBrokers {
+		t.Fatalf("kfake listens on %d addresses, want %d", got, numBrokers)
+	}
+	return c, c.ListenAddrs()
+}
+
+func shutdownDuringRebalanceDrain(t *testing.T, topic string, numBrokers int) {
+	group := "g-" + topic
+	cluster, brokers := newClusterOf(t, topic, 2, numBrokers)
 	var memberA atomic.Pointer[string]
 	var stopping atomic.Bool
 	var joinsAfter, leaves atomic.Int32
