@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -205,9 +206,11 @@ func TestGPUCalibrationCache(t *testing.T) {
 	t.Run("engine that cannot run", func(t *testing.T) {
 		dir := t.TempDir()
 		start := func(fail error) error {
-			probe := newFakeProbe(&fakeGPU{total: 80 << 30})
+			// Per-process readings: device-wide high-water marks are not
+			// kept (TestGPUCalibrationNotKeptAfterNeighbour).
+			probe := &procProbe{fakeProbe: newFakeProbe(&fakeGPU{total: 80 << 30})}
 			f := &fakeEngine{maxLength: 512, err: fail}
-			f.onRun = arenaGrowth(64<<20, 64<<10, func(n uint64) { probe.set(0, func(g *fakeGPU) { g.used += n }) })
+			f.onRun = arenaGrowth(64<<20, 64<<10, func(n uint64) { probe.grow(n, 0) })
 			p, err := New(testCtx(t), func(Device) (Engine, error) { return keyedEngine{fakeEngine: f, key: cacheKeyA}, nil },
 				Mode(ModeCUDA), WithProbe(probe), CPUFallback(false), GPUCalibrationCache(dir))
 			if err == nil {
@@ -253,4 +256,142 @@ func unreserve(p *Pool, d *device, a admission) {
 		d.reserved -= a.est
 		p.mu.Unlock()
 	}
+}
+
+// neighbourKeyed is a neighbourEngine that names what its memory depends
+// on, so its calibration can be kept.
+type neighbourKeyed struct {
+	*neighbourEngine
+	key string
+}
+
+func (e neighbourKeyed) MemoryKey() string { return e.key }
+
+// ownProbe is a deviceProbe with per-process readings, as NVML gives where
+// it lists our PID: the weights, arena and CUDA memory of the engine the
+// pool opened, none of the neighbour's.
+type ownProbe struct {
+	deviceProbe
+	eng *atomic.Pointer[arenaEngine]
+}
+
+func (p ownProbe) ProcessMemory(int) (uint64, error) {
+	e := p.eng.Load()
+	if e == nil {
+		return 0, ErrProcessNotListed
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.mem.weights + e.arena + e.beside, nil
+}
+
+// TestGPUCalibrationNotKeptAfterNeighbour: a calibration read device-wide
+// (NVML does not list our PID inside a container) while another process
+// allocated or freed on the GPU counts that process in its readings; the
+// fit is used for this start but not kept, and the log says why, so no
+// later start inherits the skew. A neighbour that only sits on the GPU
+// moves nothing we read and does not stop a quiet calibration being kept,
+// nor does any neighbour stop one read per process. Device-wide readings
+// of an engine that cannot empty its arena cannot tell the two apart and
+// are not kept either.
+func TestGPUCalibrationNotKeptAfterNeighbour(t *testing.T) {
+	start := func(t *testing.T, dir string, events map[int]int64, perProcess bool) (*Pool, string) {
+		t.Helper()
+		// The neighbour's 2 GiB was there before we started.
+		dev := &fakeDevice{total: 80 << 30, used: 2 << 30}
+		var own atomic.Pointer[arenaEngine]
+		factory := func(Device) (Engine, error) {
+			mem := deberta
+			mem.stream = 0 // as startGPU: no second-long wait for overlapping runs
+			a, err := newArenaEngine(dev, mem, 0)
+			if err != nil {
+				return nil, err
+			}
+			own.Store(a)
+			return neighbourKeyed{&neighbourEngine{arenaEngine: a, events: events}, cacheKeyA}, nil
+		}
+		var probe Probe = deviceProbe{dev}
+		if perProcess {
+			probe = ownProbe{deviceProbe{dev}, &own}
+		}
+		var logs bytes.Buffer
+		p, err := New(testCtx(t), factory, Mode(ModeCUDA), WithProbe(probe), MaxBatchTokens(16384), CPUFallback(false),
+			GPUCalibrationCache(dir), Logger(zerolog.New(&logs)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close(context.Background()) })
+		return p, logs.String()
+	}
+	kept := func(t *testing.T, dir string) []string {
+		t.Helper()
+		m, err := filepath.Glob(filepath.Join(dir, "gpu-*.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+
+	quiet, logs := start(t, t.TempDir(), nil, false)
+	if !strings.Contains(logs, `"memory_reading":"device"`) {
+		t.Fatalf("the quiet start did not read device-wide:\n%s", logs)
+	}
+	// Runs are counted from the warm-up: three per shape on device-wide
+	// readings, so the ladder's last run is 1+3·shapes.
+	last := 1 + 3*len(defaultShapes(quiet.cfg.maxBatchTokens, quiet.cfg.maxBatchRows, 512))
+
+	for _, tc := range []struct {
+		name       string
+		events     map[int]int64
+		perProcess bool
+		wantKept   bool
+	}{
+		{"quiet", nil, false, true},
+		{"comes and goes", map[int]int64{4: 3 << 30, 14: -(3 << 30)}, false, false},
+		{"frees what it held", map[int]int64{6: -(1 << 30)}, false, false},
+		{"stays", map[int]int64{5: 1 << 30}, false, false},
+		{"during the last shape", map[int]int64{last: 512 << 20}, false, false},
+		{"comes and goes, per-process readings", map[int]int64{4: 3 << 30, 14: -(3 << 30)}, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			_, logs := start(t, dir, tc.events, tc.perProcess)
+			files := kept(t, dir)
+			if tc.wantKept {
+				if len(files) != 1 || strings.Contains(logs, "not kept") {
+					t.Fatalf("kept %v, want the fit kept:\n%s", files, logs)
+				}
+				if _, logs := start(t, dir, nil, tc.perProcess); !strings.Contains(logs, "GPU memory calibration taken from cache") {
+					t.Errorf("the next start did not take the kept fit:\n%s", logs)
+				}
+				return
+			}
+			if len(files) != 0 {
+				t.Fatalf("kept %v: a fit read while another process allocated or freed on the GPU", files)
+			}
+			if !strings.Contains(logs, "not kept: device-wide used memory") || !strings.Contains(logs, "another process") {
+				t.Errorf("the log does not say why the fit was not kept:\n%s", logs)
+			}
+			if _, logs := start(t, dir, nil, false); !strings.Contains(logs, "cache miss: none kept") {
+				t.Errorf("the next start did not measure again:\n%s", logs)
+			}
+		})
+	}
+
+	t.Run("arena never emptied", func(t *testing.T) {
+		dir := t.TempDir()
+		probe := newFakeProbe(&fakeGPU{total: 80 << 30})
+		f := &fakeEngine{maxLength: 512}
+		f.onRun = arenaGrowth(64<<20, 64<<10, func(n uint64) { probe.set(0, func(g *fakeGPU) { g.used += n }) })
+		var logs bytes.Buffer
+		p, err := New(testCtx(t), func(Device) (Engine, error) { return keyedEngine{fakeEngine: f, key: cacheKeyA}, nil },
+			Mode(ModeCUDA), WithProbe(probe), CPUFallback(false), GPUCalibrationCache(dir), Logger(zerolog.New(&logs)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close(context.Background()) })
+		if files := kept(t, dir); len(files) != 0 || !strings.Contains(logs.String(), "not kept: device-wide") {
+			t.Errorf("device-wide high-water readings: kept %v, want none and the reason logged:\n%s", files, logs.String())
+		}
+	})
 }
