@@ -9,8 +9,11 @@ import (
 	"io"
 	"io/fs"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -49,11 +52,13 @@ type fitPoint struct {
 
 // loadFit returns the kept fit for c's key, or why there is none for the
 // log: no file, an unreadable or corrupt one, one for another key, or one
-// whose fit is unusable (it is then measured again and overwritten).
+// whose fit is unusable (it is then measured again and overwritten). It
+// first removes what writers that died mid-write left there (sweepTemp).
 func loadFit[F interface{ usable() bool }](c *fitCache) (fit F, miss string) {
 	if c == nil {
 		return fit, "no cache"
 	}
+	sweepTemp(filepath.Dir(c.path), c.kind)
 	f, err := os.Open(c.path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fit, "none kept"
@@ -76,7 +81,11 @@ func loadFit[F interface{ usable() bool }](c *fitCache) (fit F, miss string) {
 
 // storeFit keeps fit and its readings under c's key, replacing the file
 // whole (written beside it, then renamed) so a reader never sees half of
-// it.
+// it. The directory and the file get the modes the umask leaves of 0777 and
+// 0666, as any file the process writes would: the umask decides who else
+// may read the cache (022) or share it (002 with a common group), and
+// fixed owner-only modes made a volume shared by pods of other UIDs
+// unusable to them.
 func storeFit[F any](c *fitCache, fit F, pts []memPoint) error {
 	if c == nil {
 		return nil
@@ -90,10 +99,10 @@ func storeFit[F any](c *fitCache, fit F, pts []memPoint) error {
 		return err
 	}
 	dir := filepath.Dir(c.path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return fmt.Errorf("gpupool: %s: calibration cache: %w", c.kind, err)
 	}
-	tmp, err := os.CreateTemp(dir, "."+c.kind+"-*.tmp")
+	tmp, err := createTemp(dir, "."+c.kind+"-")
 	if err != nil {
 		return fmt.Errorf("gpupool: %s: calibration cache: %w", c.kind, err)
 	}
@@ -107,6 +116,47 @@ func storeFit[F any](c *fitCache, fit F, pts []memPoint) error {
 		return fmt.Errorf("gpupool: %s: calibration cache: %w", c.kind, err)
 	}
 	return nil
+}
+
+// createTemp creates a new file prefix+random+".tmp" in dir, as
+// os.CreateTemp does but at 0666 less the umask where CreateTemp fixes
+// 0600.
+func createTemp(dir, prefix string) (*os.File, error) {
+	for range 100 {
+		name := filepath.Join(dir, prefix+strconv.FormatUint(rand.Uint64(), 36)+".tmp")
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
+		if !errors.Is(err, fs.ErrExist) {
+			return f, err
+		}
+	}
+	return nil, fmt.Errorf("%s: no unused temporary name for %s*.tmp", dir, prefix)
+}
+
+// staleTemp is how old a temporary file of storeFit's must be for a start
+// to remove it. One lives for the milliseconds a write of a few KB takes,
+// so one this old was left by a writer that died between writing and
+// renaming it (a crash, an OOM kill); the margin is for the clocks of
+// other hosts sharing the volume, which stamp their own files.
+const staleTemp = 10 * time.Minute
+
+// sweepTemp removes kind's temporary files older than staleTemp from dir.
+// Nothing else cleans them up, and every crash mid-write would leave one
+// for good. Failing is harmless (another UID's file, a read-only volume):
+// what storeFit cannot write it reports itself.
+func sweepTemp(dir, kind string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !e.Type().IsRegular() || !strings.HasPrefix(name, "."+kind+"-") || !strings.HasSuffix(name, ".tmp") {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > staleTemp {
+			_ = os.Remove(filepath.Join(dir, name))
+		}
+	}
 }
 
 // usableTerms reports whether a fit's terms could have come from a fit:
