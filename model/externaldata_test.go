@@ -5,8 +5,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -132,8 +134,10 @@ func TestSymlinkedModelFolder(t *testing.T) {
 }
 
 // TestExternalDataErrors: a data file that is missing, a location that
-// leaves the graph's folder and a range past the file's end are refused
-// by Load with one line naming the tensor, before any session.
+// leaves the graph's folder and a range past the file's end (with or
+// without a length, or so far that offset plus length overflows) or of a
+// negative length are refused by Load with one line naming the tensor,
+// before any session.
 func TestExternalDataErrors(t *testing.T) {
 	src := testenv.ExternalDataModelDir(t, testenv.ModelDir(t, "nli-deberta-v3-hf-tiny"), testenv.OneDataFile)
 	for _, tc := range []struct {
@@ -154,6 +158,19 @@ func TestExternalDataErrors(t *testing.T) {
 		}, "not a path inside"},
 		{"past end", func(_ *testing.T, _ string, kv map[string]*onnxpb.StringStringEntryProto) {
 			kv["offset"].Value = proto.String("1000000000")
+		}, "which has"},
+		{"past end without length", func(_ *testing.T, _ string, kv map[string]*onnxpb.StringStringEntryProto) {
+			kv["offset"].Value = proto.String("1000000000")
+			// A key ONNX defines and Load ignores: the reference has no
+			// length, so it runs to the file's end.
+			kv["length"].Key = proto.String("checksum")
+		}, "which has"},
+		{"negative length", func(_ *testing.T, _ string, kv map[string]*onnxpb.StringStringEntryProto) {
+			kv["length"].Value = proto.String("-1")
+		}, `bad length "-1"`},
+		{"overflowing range", func(_ *testing.T, _ string, kv map[string]*onnxpb.StringStringEntryProto) {
+			kv["offset"].Value = proto.String(strconv.FormatInt(math.MaxInt64-100, 10))
+			kv["length"].Value = proto.String("1000")
 		}, "which has"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -44,22 +44,74 @@ type leanGraph struct {
 	// files are the external data files the graph references, as paths in
 	// the graph's folder, sorted; the graph file itself is not among them.
 	files []string
+	// held are the graph file and the data files, open since they were
+	// read and checked, the graph file first: Load hashes the bytes it
+	// read (hashModel), and NewSession tells a file written in place or
+	// renamed over since then from the file that was read
+	// (Model.checkFiles). close releases them.
+	held []heldFile
+}
+
+// heldFile is a model file open since the graph was read.
+type heldFile struct {
+	// path is the file as the graph names it (its folder joined with the
+	// location); real is the same with its links resolved, the path
+	// sessions open (leanGraph.dir and the locations are made of it).
+	path, real string
+	f          *os.File
+	// stamp is the file's size and modification time when it was opened:
+	// what a write in place changes (Model.checkFiles).
+	stamp fileStamp
+}
+
+// fileStamp is what tells a file written since it was read: its size and
+// modification time (every write sets it to the time of the write).
+type fileStamp struct {
+	size  int64
+	mtime int64 // ns since the epoch
+}
+
+func stampOf(st os.FileInfo) fileStamp {
+	return fileStamp{size: st.Size(), mtime: st.ModTime().UnixNano()}
+}
+
+// close closes the files lg holds open.
+func (lg *leanGraph) close() {
+	closeHeld(lg.held)
+	lg.held = nil
 }
 
 // readLeanGraph reads the graph file at path as a leanGraph and checks
 // every external data reference it holds: a location inside the folder, a
 // file that exists and holds the bytes referenced.
+// Its files are closed (openLeanGraph keeps them open).
 func readLeanGraph(path string) (*leanGraph, error) {
+	lg, err := openLeanGraph(path)
+	if err != nil {
+		return nil, err
+	}
+	lg.close()
+	return lg, nil
+}
+
+// openLeanGraph is readLeanGraph with the files it read left open in lg
+// (held) until lg.close.
+func openLeanGraph(path string) (_ *leanGraph, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
+		f.Close()
 		return nil, err
 	}
-	lg := &leanGraph{}
+	lg := &leanGraph{held: []heldFile{{f: f, stamp: stampOf(st)}}}
+	defer func() {
+		if err != nil {
+			lg.close()
+		}
+	}()
 	self := filepath.Base(path)
 	r := &pbReader{r: f}
 	var skel []byte
@@ -203,11 +255,12 @@ func (lg *leanGraph) locate(path string) error {
 		return err
 	}
 	graphDir, self := filepath.Dir(path), filepath.Base(path)
-	type file struct {
-		real string
-		size int64
+	// The graph file, open since readLeanGraph read it.
+	if lg.held[0].real, err = filepath.EvalSymlinks(path); err != nil {
+		return err
 	}
-	files := map[string]file{}
+	lg.held[0].path = path
+	files := map[string]int{} // location -> index in lg.held
 	var tensors []*onnxpb.TensorProto
 	for _, t := range lg.m.GetGraph().GetInitializer() {
 		if t.GetDataLocation() != onnxpb.TensorProto_EXTERNAL {
@@ -221,25 +274,33 @@ func (lg *leanGraph) locate(path string) error {
 		if !filepath.IsLocal(loc) {
 			return fmt.Errorf("%w: initializer %s: location %q is not a path inside the graph's folder %s", ErrExternalData, t.GetName(), loc, graphDir)
 		}
-		f, ok := files[loc]
+		i, ok := files[loc]
+		if !ok && loc == self {
+			// readLeanGraph's own references, into the file it read.
+			i, ok = 0, true
+			files[loc] = i
+		}
 		if !ok {
-			p := filepath.Join(graphDir, loc)
-			real, err := filepath.EvalSymlinks(p)
+			h, err := openHeld(filepath.Join(graphDir, loc))
 			if err != nil {
 				return fmt.Errorf("%w: initializer %s: %w", ErrExternalData, t.GetName(), err)
 			}
-			st, err := os.Stat(real)
-			if err != nil {
-				return fmt.Errorf("%w: initializer %s: %w", ErrExternalData, t.GetName(), err)
+			i = len(lg.held)
+			lg.held = append(lg.held, h)
+			files[loc] = i
+		}
+		// off and n are not negative (externalRef), but off+n may overflow:
+		// compare within the file.
+		size := lg.held[i].stamp.size
+		if off > size || n > size-off {
+			what := fmt.Sprintf("%d bytes from offset %d", n, off)
+			if n < 0 {
+				what = fmt.Sprintf("offset %d", off)
 			}
-			f = file{real: real, size: st.Size()}
-			files[loc] = f
+			return fmt.Errorf("%w: initializer %s: %s of %s, which has %d bytes", ErrExternalData, t.GetName(), what, lg.held[i].path, size)
 		}
 		if n < 0 {
-			n = f.size - off
-		}
-		if off+n > f.size {
-			return fmt.Errorf("%w: initializer %s: bytes %d to %d of %s, which has %d", ErrExternalData, t.GetName(), off, off+n, filepath.Join(graphDir, loc), f.size)
+			n = size - off
 		}
 		// Every reference now names its bytes in full (ONNX allows the
 		// length left out, to the file's end), so readers of lg need not
@@ -247,25 +308,21 @@ func (lg *leanGraph) locate(path string) error {
 		t.ExternalData = externalEntries(loc, off, n)
 	}
 	var reals []string
-	for loc, f := range files {
-		reals = append(reals, f.real)
+	for loc, i := range files {
+		reals = append(reals, lg.held[i].real)
 		if loc != self {
-			lg.files = append(lg.files, filepath.Join(graphDir, loc))
+			lg.files = append(lg.files, lg.held[i].path)
 		}
 	}
 	slices.Sort(lg.files)
 	lg.dir = commonDir(reals)
 	if lg.dir == "" {
 		// No external data: the base is unused, but a folder ORT can check.
-		real, err := filepath.EvalSymlinks(path)
-		if err != nil {
-			return err
-		}
-		lg.dir = filepath.Dir(real)
+		lg.dir = filepath.Dir(lg.held[0].real)
 	}
 	for _, t := range tensors {
 		loc := t.GetExternalData()[0] // externalEntries' order
-		rel, err := filepath.Rel(lg.dir, files[loc.GetValue()].real)
+		rel, err := filepath.Rel(lg.dir, lg.held[files[loc.GetValue()]].real)
 		if err != nil {
 			return err
 		}
@@ -274,20 +331,43 @@ func (lg *leanGraph) locate(path string) error {
 	return nil
 }
 
+// openHeld opens the model file at path for a leanGraph to hold.
+func openHeld(path string) (heldFile, error) {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return heldFile{}, err
+	}
+	f, err := os.Open(real)
+	if err != nil {
+		return heldFile{}, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return heldFile{}, err
+	}
+	return heldFile{path: path, real: real, f: f, stamp: stampOf(st)}, nil
+}
+
 // externalRef reads an external tensor's reference: its location, offset
-// (0 when absent) and length (-1 when absent: to the file's end).
+// (0 when absent) and length (-1 when absent: to the file's end). A
+// negative offset or length is an error: ONNX defines neither, and an
+// explicit -1 would otherwise read as no length.
 func externalRef(t *onnxpb.TensorProto) (loc string, off, n int64, err error) {
 	n = -1
 	for _, kv := range t.GetExternalData() {
+		var v int64
 		switch kv.GetKey() {
 		case "location":
 			loc = kv.GetValue()
 		case "offset":
-			off, err = strconv.ParseInt(kv.GetValue(), 10, 64)
+			v, err = strconv.ParseInt(kv.GetValue(), 10, 64)
+			off = v
 		case "length":
-			n, err = strconv.ParseInt(kv.GetValue(), 10, 64)
+			v, err = strconv.ParseInt(kv.GetValue(), 10, 64)
+			n = v
 		}
-		if err != nil || off < 0 {
+		if err != nil || v < 0 {
 			return "", 0, 0, fmt.Errorf("bad %s %q", kv.GetKey(), kv.GetValue())
 		}
 	}
@@ -340,22 +420,22 @@ func RelAttentionNodes(path string) (removed []string, addedPrefix string, err e
 // over 2 GB. The weights are copied file to file, never held in memory.
 // make bench measures start-up on both forms of the production stand-in.
 func WriteExternalData(path, dst string) error {
-	lg, err := readLeanGraph(path)
+	lg, err := openLeanGraph(path)
 	if err != nil {
 		return fmt.Errorf("model: reading %s: %w", path, err)
 	}
+	defer lg.close()
 	data := filepath.Base(dst) + "_data"
 	out, err := os.Create(filepath.Join(filepath.Dir(dst), data))
 	if err != nil {
 		return err
 	}
 	defer out.Close()
+	// The files the graph was read from, whatever their paths name now.
 	srcs := map[string]*os.File{}
-	defer func() {
-		for _, f := range srcs {
-			f.Close()
-		}
-	}()
+	for _, h := range lg.held {
+		srcs[h.real] = h.f
+	}
 	var at int64
 	for _, t := range lg.m.GetGraph().GetInitializer() {
 		if t.GetDataLocation() != onnxpb.TensorProto_EXTERNAL {
@@ -365,13 +445,9 @@ func WriteExternalData(path, dst string) error {
 		if err != nil {
 			return fmt.Errorf("model: initializer %s: %w", t.GetName(), err)
 		}
-		loc := filepath.Join(lg.dir, rel)
-		src, ok := srcs[loc]
+		src, ok := srcs[filepath.Join(lg.dir, rel)]
 		if !ok {
-			if src, err = os.Open(loc); err != nil {
-				return err
-			}
-			srcs[loc] = src
+			return fmt.Errorf("model: initializer %s: %s is not a file the graph was read with", t.GetName(), rel)
 		}
 		at = (at + 4095) &^ 4095
 		if _, err := io.Copy(io.NewOffsetWriter(out, at), io.NewSectionReader(src, off, n)); err != nil {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -123,6 +124,13 @@ type Model struct {
 	graph     []byte
 	graphDir  string
 	dataFiles []string
+	// held are the graph file and its data files, open since Load read
+	// them (leanGraph.held). filesMu guards them and hashed, the version
+	// Load's hash gave ("" until then), which NewSession compares changed
+	// files against (checkFiles).
+	filesMu sync.Mutex
+	held    []heldFile
+	hashed  string
 	// relAttn is whether the relative-attention rewrite changed the graph,
 	// and rewrites the attention rewrites asked for after it.
 	relAttn  bool
@@ -184,9 +192,11 @@ func Start(opts LoadOptions) (*Loading, error) {
 	}
 	tokMax, err := readModelMaxLength(filepath.Join(opts.Dir, "tokenizer_config.json"))
 	if err != nil {
+		closeHeld(m.held)
 		return nil, err
 	}
 	if m.MaxLength, err = pickMaxLength(opts.MaxLength, tokMax, maxPositions); err != nil {
+		closeHeld(m.held)
 		return nil, err
 	}
 	l := &Loading{m: m, done: make(chan struct{})}
@@ -202,7 +212,10 @@ func Start(opts LoadOptions) (*Loading, error) {
 				tokErr = fmt.Errorf("model: loading tokenizer %s: %w", tokPath, tokErr)
 			}
 		})
-		sha, hashErr := hashModel(m.ONNXPath, m.dataFiles)
+		sha, hashErr := hashModel(m.ONNXPath, m.dataFiles, m.held)
+		if hashErr == nil {
+			hashErr = m.hashedAs(sha)
+		}
 		wg.Wait()
 		l.sha, l.loadErr = sha, cmp.Or(tokErr, hashErr)
 	}()
@@ -299,17 +312,17 @@ func loadGraph(opts LoadOptions) (*Model, int, error) {
 // reason goes to GraphRewrite, never into an error. An error is a graph
 // that cannot be read or whose external data is not there.
 func (m *Model) prepareGraph(keep bool, steps onnxgraph.Steps) error {
-	lg, err := readLeanGraph(m.ONNXPath)
+	lg, err := openLeanGraph(m.ONNXPath)
 	if err != nil {
 		return fmt.Errorf("model: reading %s: %w", m.ONNXPath, err)
 	}
-	m.graphDir, m.dataFiles = lg.dir, lg.files
 	if keep {
 		m.GraphRewrite = "graph as exported: relative-attention rewrite off"
 	} else if st, err := onnxgraph.RewriteAttention(lg.m, steps); err != nil {
 		m.GraphRewrite = "graph as exported: " + err.Error()
 		// A failed rewrite may have left the graph half changed.
-		if lg, err = readLeanGraph(m.ONNXPath); err != nil {
+		lg.close()
+		if lg, err = openLeanGraph(m.ONNXPath); err != nil {
 			return fmt.Errorf("model: reading %s: %w", m.ONNXPath, err)
 		}
 	} else {
@@ -317,7 +330,11 @@ func (m *Model) prepareGraph(keep bool, steps onnxgraph.Steps) error {
 		m.rewrites = steps.String()
 		m.GraphRewrite = st.String()
 	}
+	// The Model holds the files for its life, as sessions may be created
+	// until the process ends (os.File closes them if the Model is dropped).
+	m.graphDir, m.dataFiles, m.held = lg.dir, lg.files, lg.held
 	if m.graph, err = proto.Marshal(lg.m); err != nil {
+		lg.close()
 		return fmt.Errorf("model: encoding the graph of %s: %w", m.ONNXPath, err)
 	}
 	return nil
@@ -461,9 +478,21 @@ var externalDataSuffixes = [...]string{"_data", ".data"}
 // (model.onnx_data), each once: new weights under an unchanged graph must
 // be a new version. A graph without either hashes exactly as its file
 // alone.
-func hashModel(path string, data []string) (string, error) {
+//
+// A file among held (the files Load read the graph from) is read through
+// its descriptor: the version is of the bytes that NewSession checks the
+// files against (checkFiles), whatever the paths name meanwhile.
+func hashModel(path string, data []string, held []heldFile) (string, error) {
+	open := map[string]*os.File{}
+	for _, f := range held {
+		open[f.path] = f.f
+	}
 	h := sha256.New()
-	if err := hashInto(h, path); err != nil {
+	graph, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	if err := hashInto(h, path, open[graph]); err != nil {
 		return "", err
 	}
 	files := slices.Clone(data)
@@ -480,20 +509,26 @@ func hashModel(path string, data []string) (string, error) {
 	}
 	slices.Sort(files)
 	for _, f := range slices.Compact(files) {
-		if err := hashInto(h, f); err != nil {
+		if err := hashInto(h, f, open[f]); err != nil {
 			return "", err
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-func hashInto(h io.Writer, path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("model: hashing %s: %w", path, err)
+// hashInto writes the file at path to h: through f when it is open (from
+// its start, without moving f's offset), else opened by path.
+func hashInto(h io.Writer, path string, f *os.File) error {
+	var r io.Reader = io.NewSectionReader(f, 0, math.MaxInt64)
+	if f == nil {
+		f, err := os.Open(path)
+		if err != nil {
+			return fmt.Errorf("model: hashing %s: %w", path, err)
+		}
+		defer f.Close()
+		r = f
 	}
-	defer f.Close()
-	if _, err := io.Copy(h, f); err != nil {
+	if _, err := io.Copy(h, r); err != nil {
 		return fmt.Errorf("model: hashing %s: %w", path, err)
 	}
 	return nil

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
+	"time"
 
 	ort "github.com/yalue/onnxruntime_go"
 )
@@ -57,10 +59,22 @@ type Session struct {
 // relative to when the graph is loaded from memory.
 const externalFolderKey = "session.model_external_initializers_file_folder_path"
 
-// NewSession creates an ORT session for the model's graph.
+// ErrModelFileChanged is NewSession's error once a model file was written
+// in place, replaced (another file renamed over it) or removed since Load
+// read it, and its bytes are not the same: a session would run weights
+// other than the model's version. The bytes that were loaded cannot be
+// read again; restarting the process loads the files as they are. gpupool
+// reports it as an engine that cannot be opened.
+var ErrModelFileChanged = errors.New("model: a model file changed on disk")
+
+// NewSession creates an ORT session for the model's graph. It refuses
+// with ErrModelFileChanged when a model file changed since Load read it.
 func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 	if opts.IntraOpThreads < 0 || opts.InterOpThreads < 0 {
 		return nil, fmt.Errorf("model: negative thread count (intra %d, inter %d)", opts.IntraOpThreads, opts.InterOpThreads)
+	}
+	if err := m.checkFiles(); err != nil {
+		return nil, err
 	}
 	so, err := ort.NewSessionOptions()
 	if err != nil {
@@ -100,10 +114,160 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 		}
 		return nil, fmt.Errorf("model: creating session for %s: %w", m.ONNXPath, err)
 	}
+	// A write while ORT read the files may have given it some of the new
+	// bytes.
+	m.filesMu.Lock()
+	i, is, err := m.changedFile()
+	if err == nil && i >= 0 {
+		err = m.changed(i, is, "while a session was created from it")
+	}
+	m.filesMu.Unlock()
+	if err != nil {
+		sess.Destroy()
+		return nil, err
+	}
 	// Loading held the file's protobuf beside the weights; that memory is
 	// free now but stays resident until trimmed.
 	trimMalloc()
 	return &Session{m: m, sess: sess, opts: opts}, nil
+}
+
+// fileState is a held file as it is now: the stamp of what its
+// descriptor reads, and whether the path ORT opens (heldFile.real) still
+// names it or was removed.
+type fileState struct {
+	stamp          fileStamp
+	moved, removed bool
+}
+
+// changedFile is the first held file that changed since it was read, and
+// its state; -1 when none did. filesMu is held.
+func (m *Model) changedFile() (int, fileState, error) {
+	for i, h := range m.held {
+		st, err := h.f.Stat()
+		if err != nil {
+			return 0, fileState{}, fmt.Errorf("model: checking %s: %w", h.path, err)
+		}
+		fs := fileState{stamp: stampOf(st)}
+		if named, err := os.Stat(h.real); errors.Is(err, os.ErrNotExist) {
+			fs.removed = true
+		} else if err != nil {
+			return 0, fileState{}, fmt.Errorf("model: checking %s: %w", h.real, err)
+		} else {
+			fs.moved = !os.SameFile(named, st)
+		}
+		if fs.stamp != h.stamp || fs.moved || fs.removed {
+			return i, fs, nil
+		}
+	}
+	return -1, fileState{}, nil
+}
+
+// changed is the ErrModelFileChanged of held file i, now in state is;
+// when says since when. filesMu is held.
+func (m *Model) changed(i int, is fileState, when string) error {
+	was := m.held[i].stamp
+	what := fmt.Sprintf("written in place %s (modified at %s)", when, time.Unix(0, is.stamp.mtime).UTC().Format(time.RFC3339Nano))
+	switch {
+	case is.removed:
+		what = "removed " + when
+	case is.moved:
+		what = "replaced by another file " + when
+	case was.size != is.stamp.size:
+		what = fmt.Sprintf("written in place %s (%d bytes, was %d)", when, is.stamp.size, was.size)
+	}
+	version := "the version being loaded"
+	if m.hashed != "" {
+		version = "version " + m.hashed[:12]
+	}
+	name := m.held[i].path
+	if r := m.held[i].real; r != name {
+		name += " (" + r + ")"
+	}
+	return fmt.Errorf("%w: %s was %s: a session would not run %s; restart the process to load the model as it is now",
+		ErrModelFileChanged, name, what, version)
+}
+
+// hashedAs records the version Load's hash gave, unless a file changed
+// while it was hashed (the version may then be of neither content).
+func (m *Model) hashedAs(sha string) error {
+	m.filesMu.Lock()
+	defer m.filesMu.Unlock()
+	i, is, err := m.changedFile()
+	if err != nil {
+		return err
+	}
+	if i >= 0 {
+		return m.changed(i, is, "while the model was loaded")
+	}
+	m.hashed = sha
+	return nil
+}
+
+// checkFiles is nil when the model's files are those Load read, else
+// ErrModelFileChanged when their bytes are no longer the version's. A
+// file changed with the same bytes (touched, or the same content copied
+// over it again) costs one hash of the files, which are then held as
+// they are now.
+//
+// Why stamps, and a hash only when one moved: an in-place write changes
+// what even the held descriptor reads (the same inode) and always sets
+// the modification time, a file renamed over the path is another inode;
+// a hash on every NewSession would cost seconds on a 1.7 GB model.
+func (m *Model) checkFiles() error {
+	m.filesMu.Lock()
+	defer m.filesMu.Unlock()
+	i, is, err := m.changedFile()
+	if err != nil || i < 0 {
+		return err
+	}
+	if m.hashed == "" {
+		return m.changed(i, is, "while the model was loaded")
+	}
+	refused := m.changed(i, is, "since Load read it")
+	if is.removed {
+		return refused
+	}
+	// The files as ORT would open them now.
+	fresh := make([]heldFile, len(m.held))
+	for j, h := range m.held {
+		f, err := os.Open(h.real)
+		var st os.FileInfo
+		if err == nil {
+			st, err = f.Stat()
+		}
+		if err != nil {
+			if f != nil {
+				f.Close()
+			}
+			closeHeld(fresh)
+			return refused
+		}
+		fresh[j] = heldFile{path: h.path, real: h.real, f: f, stamp: stampOf(st)}
+	}
+	sha, err := hashModel(m.ONNXPath, m.dataFiles, fresh)
+	if err != nil || sha != m.hashed {
+		closeHeld(fresh)
+		return refused
+	}
+	closeHeld(m.held)
+	m.held = fresh
+	// Written during the hash?
+	if i, is, err := m.changedFile(); err != nil {
+		return err
+	} else if i >= 0 {
+		return m.changed(i, is, "while it was hashed again")
+	}
+	return nil
+}
+
+// closeHeld closes the files of held that are open.
+func closeHeld(held []heldFile) {
+	for _, h := range held {
+		if h.f != nil {
+			h.f.Close()
+		}
+	}
 }
 
 // MemoryKey names what the memory of this session's runs depends on besides

@@ -1,0 +1,175 @@
+package model
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/scorer/scorer/internal/testenv"
+)
+
+// writableModelDir is a model folder for the test whose graph (and data
+// file, if any) are copies the test may change; the other files are links.
+func writableModelDir(t *testing.T, src string) string {
+	t.Helper()
+	dir := copyModelDir(t, src, nil, "model.onnx")
+	if err := os.WriteFile(filepath.Join(dir, "model.onnx"), mustRead(t, filepath.Join(src, "model.onnx")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// flipInPlace flips one bit of every byte in the second half of the file
+// at path, writing through an open descriptor: same inode, same size, as
+// `cp` over the file or a sync sidecar writing in place does.
+func flipInPlace(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	half := st.Size() / 2
+	b := make([]byte, st.Size()-half)
+	if _, err := f.ReadAt(b, half); err != nil && err != io.EOF {
+		t.Fatal(err)
+	}
+	for i := range b {
+		b[i] ^= 0x01
+	}
+	if _, err := f.WriteAt(b, half); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// replaceByRename writes changed bytes of the file at path to a new file
+// and renames it over path: a new inode, as `mv`, rsync or a volume's
+// update (a folder of links swapped) give.
+func replaceByRename(t *testing.T, path string) {
+	t.Helper()
+	renameOver(t, path, func(b []byte) {
+		for i := len(b) / 2; i < len(b); i++ {
+			b[i] ^= 0x01
+		}
+	})
+}
+
+// renameOver writes the file at path, edited by edit, to a new file and
+// renames it over path.
+func renameOver(t *testing.T, path string, edit func([]byte)) {
+	t.Helper()
+	b := mustRead(t, path)
+	edit(b)
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestModelFileChanged: a session created after a model file changed on
+// disk never runs bytes other than those Load read and hashed. A file
+// changed in place (same inode: rewritten, or shrunk) or replaced by
+// another (renamed over it) is refused by NewSession with
+// ErrModelFileChanged, in one line naming the file and saying to restart;
+// a file only touched, or replaced by a copy of the same bytes, leaves
+// new sessions scoring as the first did. The same holds for an external
+// data file.
+func TestModelFileChanged(t *testing.T) {
+	src := testenv.ModelDir(t, "nli-deberta-v3-hf-tiny")
+	for _, tc := range []struct {
+		name     string
+		external bool
+		file     string // changed, in the model folder
+		change   func(t *testing.T, path string)
+		refused  bool
+	}{
+		{"in place", false, "model.onnx", flipInPlace, true},
+		{"shrunk", false, "model.onnx", func(t *testing.T, path string) {
+			st, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(path, st.Size()/2); err != nil {
+				t.Fatal(err)
+			}
+		}, true},
+		{"renamed over", false, "model.onnx", replaceByRename, true},
+		// One case for both, as they take the same path (a stamp moved:
+		// the files are hashed again) and each case loads a model.
+		{"touched and copied over with the same bytes", false, "model.onnx", func(t *testing.T, path string) {
+			later := time.Now().Add(time.Hour)
+			if err := os.Chtimes(path, later, later); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(path, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			renameOver(t, path, func([]byte) {})
+		}, false},
+		{"external in place", true, "model.onnx_data", flipInPlace, true},
+		{"external renamed over", true, "model.onnx_data", replaceByRename, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var dir string
+			if tc.external {
+				dir = testenv.ExternalDataModelDir(t, src, testenv.OneDataFile)
+			} else {
+				dir = writableModelDir(t, src)
+			}
+			m := loadModel(t, LoadOptions{Dir: dir})
+			sha := m.SHA256
+			pairs := externalPairs(t, m)
+			first := newSession(t, m)
+			want, err := first.Logits(t.Context(), pairs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, tc.file)
+			tc.change(t, path)
+
+			s, err := m.NewSession(noSpinning)
+			if tc.refused {
+				if err == nil {
+					got, lerr := s.Logits(t.Context(), pairs)
+					s.Close()
+					d := -1.0
+					if lerr == nil {
+						d = maxDiff(want, got)
+					}
+					t.Fatalf("NewSession after %s changed (%s) succeeded: max |Δlogit| %.3g from the first session (run error %v), version still %s", tc.file, tc.name, d, lerr, m.SHA256)
+				}
+				if !errors.Is(err, ErrModelFileChanged) || !strings.Contains(err.Error(), path) ||
+					!strings.Contains(err.Error(), "restart") || strings.Contains(err.Error(), "\n") {
+					t.Fatalf("NewSession: %v; want one line with ErrModelFileChanged, the file %s and \"restart\"", err, path)
+				}
+				t.Logf("refused: %v", err)
+				return
+			}
+			if err != nil {
+				t.Fatalf("NewSession after %s changed (%s): %v", tc.file, tc.name, err)
+			}
+			defer s.Close()
+			got, err := s.Logits(t.Context(), pairs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := maxDiff(want, got); d > 1e-5 || m.SHA256 != sha {
+				t.Errorf("after %s changed (%s): max |Δlogit| %.3g from the first session (want ≤ 1e-5: the bytes loaded), version %s (loaded %s)", tc.file, tc.name, d, m.SHA256, sha)
+			}
+		})
+	}
+}
