@@ -1,0 +1,525 @@
+// Command soak is the randomized fault soak (`make soak`, docs/reliability.md,
+// "Randomized fault soak"): the project's own broker (kfake persisting to a
+// data dir) behind internal/faultproxy, four `scorer run` processes of the
+// built binary in one group, a producer writing small real transcripts in
+// several versions per call_id, and for the given minutes faults drawn at
+// random from a seeded generator: a scorer SIGKILLed and restarted, scorers
+// joining and leaving, the broker restarted, commits refused, a partition's
+// log start moved past unread records, the input topic deleted and
+// re-created, delay, resets and a frozen network, poison records. Then the
+// faults stop, the group catches up, and the checker reads the output topic
+// and the DLQ back and prints one line: its verdict. It exits 1 when a bound
+// is broken (anything lost or reordered, duplicates past what the crashes
+// allow, the long-lived scorer's memory or goroutines growing), 2 when the
+// soak itself could not run.
+//
+//	soak [-minutes 10] [-seed N] [-scorer bin/scorer] [-model-dir DIR] [-transcripts FILE]
+//
+// SOAK_MINUTES and SOAK_SEED are the defaults of -minutes and -seed. The
+// seed replays the same draws (faults, their timing, the transcripts); the
+// machine's timing still differs from run to run, so a replay is the same
+// storm, not the same interleaving.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/scorer/scorer/schema"
+)
+
+// errSkip is a fault that did not apply (no joiner left to start, nothing
+// unread to truncate); another is drawn.
+var errSkip = errors.New("skip")
+
+type options struct {
+	minutes       float64
+	seed          uint64
+	scorer        string
+	modelDir      string
+	transcripts   string
+	dir           string
+	partitions    int
+	maxUncommit   int
+	rate          float64
+	catchUp       time.Duration
+	maxRSSDrift   float64 // MiB
+	maxGoroutines float64
+}
+
+// soak is one run: its parts and what happened.
+type soak struct {
+	opt      options
+	cl       *cluster
+	prod     *producer
+	scorers  []*scorer // A (never stopped), B (killed), C and D (join and leave)
+	removals []removal
+	counts   map[string]int // faults injected, by kind
+	// replays counts the faults after which a member may give up partitions
+	// with work past its last commit (kills, leaves and joins, broker
+	// restarts, resets, freezes): each can replay at most MAX_UNCOMMITTED
+	// records per partition.
+	replays    int
+	termErrors []string
+	start      time.Time
+}
+
+func main() {
+	opt := options{}
+	minutes, _ := strconv.ParseFloat(cmpOr(os.Getenv("SOAK_MINUTES"), "10"), 64)
+	seed, err := strconv.ParseUint(cmpOr(os.Getenv("SOAK_SEED"), "0"), 10, 64)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "soak: SOAK_SEED %q: %v\n", os.Getenv("SOAK_SEED"), err)
+		os.Exit(2)
+	}
+	flag.Float64Var(&opt.minutes, "minutes", minutes, "how long faults are injected (SOAK_MINUTES); catching up and checking come after")
+	flag.Uint64Var(&opt.seed, "seed", seed, "seed of every random draw (SOAK_SEED); 0 = a new one, printed")
+	flag.StringVar(&opt.scorer, "scorer", "bin/scorer", "the scorer binary (make build)")
+	flag.StringVar(&opt.modelDir, "model-dir", cmpOr(os.Getenv("SOAK_MODEL_DIR"), "../shared/models/nli-unigram-small"), "model folder (the small one keeps two cores free enough)")
+	flag.StringVar(&opt.transcripts, "transcripts", "../shared/data/transcripts/transcripts.jsonl", "transcript corpus the sentences come from")
+	flag.StringVar(&opt.dir, "dir", "", "folder for the broker's data and the scorers' logs; empty = a new one under bin/")
+	flag.IntVar(&opt.partitions, "partitions", 3, "input and output partitions")
+	flag.IntVar(&opt.maxUncommit, "max-uncommitted", 200, "the scorers' MAX_UNCOMMITTED, which bounds the duplicates")
+	flag.Float64Var(&opt.rate, "rate", 4, "transcripts written a second")
+	flag.DurationVar(&opt.catchUp, "catch-up", 5*time.Minute, "longest wait, after the faults, for the group's commits to reach the end")
+	flag.Float64Var(&opt.maxRSSDrift, "max-rss-drift", 128, "largest growth of scorer A's RSS (MiB) from after warm-up to the end")
+	flag.Float64Var(&opt.maxGoroutines, "max-goroutine-drift", 50, "largest growth of scorer A's goroutines from after warm-up to the end")
+	flag.Parse()
+	if opt.seed == 0 {
+		opt.seed = uint64(time.Now().UnixNano()) % 1_000_000_000
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	line, ok, err := run(ctx, opt)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "soak: %v\n", err)
+		fmt.Printf("soak: seed=%d ERROR %v\n", opt.seed, err)
+		os.Exit(2)
+	}
+	fmt.Println(line)
+	if !ok {
+		os.Exit(1)
+	}
+}
+
+func (s *soak) logf(format string, args ...any) {
+	fmt.Printf("soak %6.1fs  %s\n", time.Since(s.start).Seconds(), fmt.Sprintf(format, args...))
+}
+
+func run(ctx context.Context, opt options) (string, bool, error) {
+	s := &soak{opt: opt, counts: map[string]int{}, start: time.Now()}
+	s.logf("SOAK_SEED=%d minutes=%v partitions=%d MAX_UNCOMMITTED=%d rate=%v/s (replay with SOAK_SEED=%d)",
+		opt.seed, opt.minutes, opt.partitions, opt.maxUncommit, opt.rate, opt.seed)
+	if opt.dir == "" {
+		if err := os.MkdirAll("bin", 0o755); err != nil {
+			return "", false, err
+		}
+		d, err := os.MkdirTemp("bin", fmt.Sprintf("soak-%d-", opt.seed))
+		if err != nil {
+			return "", false, err
+		}
+		opt.dir = d
+	}
+	bin, err := filepath.Abs(opt.scorer)
+	if err != nil {
+		return "", false, err
+	}
+	if _, err := os.Stat(bin); err != nil {
+		return "", false, fmt.Errorf("scorer binary: %w (make build)", err)
+	}
+	modelDir, err := filepath.Abs(opt.modelDir)
+	if err != nil {
+		return "", false, err
+	}
+	sents, err := corpusSentences(opt.transcripts, 4000)
+	if err != nil {
+		return "", false, err
+	}
+	s.logf("work dir %s (broker data, scorer logs); %d corpus sentences", opt.dir, len(sents))
+
+	s.cl, err = startCluster(filepath.Join(opt.dir, "broker"), opt.partitions)
+	if err != nil {
+		return "", false, err
+	}
+	defer s.cl.close()
+	s.prod, err = newProducer(s.cl.px.Addr(), opt.seed, sents)
+	if err != nil {
+		return "", false, err
+	}
+	defer s.prod.close()
+
+	env := append(os.Environ(),
+		"KAFKA_BROKERS="+s.cl.px.Addr(), "KAFKA_GROUP_ID="+group, "KAFKA_INPUT_PARTITIONS="+strconv.Itoa(opt.partitions),
+		"MODEL_DIR="+modelDir, "LABELS=consumer weakness", "LOG_FORMAT=json", "BATCH_MAX_WAIT=50ms",
+		"SHUTDOWN_TIMEOUT=20s", "KAFKA_SESSION_TIMEOUT=10s", "MAX_UNCOMMITTED="+strconv.Itoa(opt.maxUncommit),
+		// One worker of one thread each: four scorers share two cores with
+		// the broker and the producer.
+		"WORKERS=1", "CPU_THREADS=1",
+		// A small score cache, so that it fills early and its growth does
+		// not read as drift.
+		"SCORE_CACHE_BYTES="+strconv.Itoa(8<<20))
+	for _, name := range []string{"A", "B", "C", "D"} {
+		sc, err := newScorer(name, bin, env, opt.dir, s.logf)
+		if err != nil {
+			return "", false, err
+		}
+		s.scorers = append(s.scorers, sc)
+	}
+	defer func() {
+		for _, sc := range s.scorers {
+			sc.stop(syscall.SIGKILL, 10*time.Second)
+		}
+	}()
+	for _, sc := range s.scorers[:2] {
+		if err := sc.start(); err != nil {
+			return "", false, err
+		}
+	}
+	a := s.scorers[0]
+	if err := waitFor(ctx, 3*time.Minute, a.ready); err != nil {
+		return "", false, fmt.Errorf("scorer A not ready: %w (log in %s)", err, opt.dir)
+	}
+	s.logf("scorer A ready")
+
+	prodCtx, stopProd := context.WithCancel(ctx)
+	prodDone := make(chan struct{})
+	go func() { defer close(prodDone); s.prod.run(prodCtx, opt.rate) }()
+
+	total := time.Duration(opt.minutes * float64(time.Minute))
+	warm := min(30*time.Second, total/5)
+	sleep(ctx, warm)
+	base, err := a.scrape()
+	if err != nil {
+		stopProd()
+		return "", false, fmt.Errorf("scorer A's metrics: %w", err)
+	}
+	peak := base
+	s.logf("baseline of A: RSS %.1f MiB, %v goroutines", base.rss/(1<<20), base.goroutines)
+
+	// The storm: first every kind once, in a random order, so that even a
+	// two-minute run meets each; then draws by weight.
+	rng := rand.New(rand.NewPCG(opt.seed, 0xfa17))
+	weights := 0
+	for _, f := range faults {
+		weights += f.weight
+	}
+	first := rng.Perm(len(faults))
+	end := s.start.Add(total)
+	for i := 0; time.Now().Before(end) && ctx.Err() == nil; i++ {
+		sleep(ctx, time.Duration(1000+rng.IntN(3000))*time.Millisecond)
+		if ctx.Err() != nil || !time.Now().Before(end) {
+			break
+		}
+		if m, err := a.scrape(); err == nil {
+			peak.rss, peak.goroutines = max(peak.rss, m.rss), max(peak.goroutines, m.goroutines)
+		}
+		var f fault
+		if i < len(first) {
+			f = faults[first[i]]
+		} else {
+			w := rng.IntN(weights)
+			for _, f = range faults {
+				if w -= f.weight; w < 0 {
+					break
+				}
+			}
+		}
+		what, err := f.do(ctx, s, rng)
+		switch {
+		case errors.Is(err, errSkip):
+			continue
+		case err != nil:
+			stopProd()
+			return "", false, fmt.Errorf("fault %s: %w", f.name, err)
+		}
+		s.counts[f.name]++
+		s.logf("fault %-15s %s", f.name, what)
+	}
+	stopProd()
+	<-prodDone
+	if ctx.Err() != nil {
+		return "", false, ctx.Err()
+	}
+
+	// Heal and catch up: every member back, then commits to the end.
+	if b := s.scorers[1]; !b.running() {
+		if err := b.start(); err != nil {
+			return "", false, err
+		}
+	}
+	s.logf("faults stopped; waiting for the group's commits to reach the end (at most %v)", opt.catchUp)
+	caughtUp, behind := time.Now(), ""
+	if err := waitFor(ctx, opt.catchUp, func() bool {
+		behind = s.behind(ctx)
+		return behind == ""
+	}); ctx.Err() != nil {
+		return "", false, err
+	}
+	caughtUpIn := time.Since(caughtUp)
+	last, scrapeErr := a.scrape()
+	if scrapeErr == nil {
+		peak.rss, peak.goroutines = max(peak.rss, last.rss), max(peak.goroutines, last.goroutines)
+	}
+	for _, sc := range s.scorers {
+		if !sc.running() {
+			continue
+		}
+		if err := sc.stop(syscall.SIGTERM, 40*time.Second); err != nil {
+			s.termErrors = append(s.termErrors, fmt.Sprintf("%s at the end: %v", sc.name, err))
+		}
+	}
+
+	ledger, prodErrs, prodLastErr := s.prod.snapshot()
+	outs, dlq, err := s.readBack(ctx)
+	if err != nil {
+		return "", false, fmt.Errorf("reading back: %w", err)
+	}
+	t := check(ledger, s.removals, outs, dlq)
+
+	// The verdict.
+	var broken []string
+	if behind != "" {
+		broken = append(broken, "not caught up after "+opt.catchUp.String()+": "+behind)
+	}
+	if t.lost > 0 {
+		broken = append(broken, fmt.Sprintf("lost %d: %s", t.lost, strings.Join(t.lostCalls, "; ")))
+	}
+	if t.outOfOrder > 0 {
+		broken = append(broken, fmt.Sprintf("out of order %d: %s", t.outOfOrder, strings.Join(t.oooCalls, "; ")))
+	}
+	if t.phantom > 0 {
+		broken = append(broken, fmt.Sprintf("%d outputs of versions never sent", t.phantom))
+	}
+	dupBound := opt.maxUncommit * opt.partitions * s.replays
+	if t.duplicates > dupBound {
+		broken = append(broken, fmt.Sprintf("duplicates %d over the bound %d", t.duplicates, dupBound))
+	}
+	if len(a.exits) > 0 {
+		broken = append(broken, "scorer A exited: "+strings.Join(a.exits, ", "))
+	}
+	rssDrift, gDrift := (last.rss-base.rss)/(1<<20), last.goroutines-base.goroutines
+	switch {
+	case scrapeErr != nil:
+		broken = append(broken, "scorer A's metrics at the end: "+scrapeErr.Error())
+	case rssDrift > opt.maxRSSDrift:
+		broken = append(broken, fmt.Sprintf("scorer A's RSS grew %.1f MiB (bound %v)", rssDrift, opt.maxRSSDrift))
+	case gDrift > opt.maxGoroutines:
+		broken = append(broken, fmt.Sprintf("scorer A's goroutines grew %v (bound %v)", gDrift, opt.maxGoroutines))
+	}
+	if len(s.termErrors) > 0 {
+		s.logf("SIGTERM exits not clean: %s", strings.Join(s.termErrors, "; "))
+	}
+	var exits []string
+	for _, sc := range s.scorers {
+		for _, e := range sc.exits {
+			exits = append(exits, sc.name+": "+e)
+		}
+	}
+	if prodErrs > 0 {
+		s.logf("producer: %d sends not acknowledged (sent again), the last: %v", prodErrs, prodLastErr)
+	}
+	for _, b := range broken {
+		s.logf("BROKEN: %s", b)
+	}
+	s.logf("logs and broker data in %s", opt.dir)
+
+	logs := logCounts(opt.dir, "generation started", "commit failed", "consumer group generation failed")
+
+	verdict := "PASS"
+	if len(broken) > 0 {
+		verdict = "FAIL"
+	}
+	nFaults := 0
+	for _, n := range s.counts {
+		nFaults += n
+	}
+	line := fmt.Sprintf("soak %s: seed=%d minutes=%v sent=%d (calls %d, poison %d) faults=%d [%s] lost=%d removed_by_faults=%d [%s] "+
+		"out_of_order=%d duplicates=%d (bound %d = MAX_UNCOMMITTED %d × %d partitions × %d crash-like faults) stale_last=%d poison_dead_lettered=%d/%d (%d removed) dlq=%s "+
+		"A_rss=%.1f→%.1f MiB (drift %+.1f, peak %.1f) A_goroutines=%v→%v (drift %+v, peak %v) caught_up_in=%v unasked_exits=%d sigterm_unclean=%d "+
+		"scorer_logs: generations=%d commit_failures=%d failed_generations=%d",
+		verdict, opt.seed, opt.minutes, len(ledger), t.calls, t.poison, nFaults, kv(s.counts), t.lost, sum(t.removed), kv(t.removed),
+		t.outOfOrder, t.duplicates, dupBound, opt.maxUncommit, opt.partitions, s.replays, t.staleLast, t.poisonDLQ, t.poison, t.poisonRemoved, dlqSummary(t),
+		base.rss/(1<<20), last.rss/(1<<20), rssDrift, peak.rss/(1<<20), base.goroutines, last.goroutines, gDrift, peak.goroutines,
+		caughtUpIn.Round(100*time.Millisecond), len(exits), len(s.termErrors),
+		logs["generation started"], logs["commit failed"], logs["consumer group generation failed"])
+	return line, len(broken) == 0, nil
+}
+
+// behind is "" when every input partition's commit reached its end (or the
+// log start is at its end: nothing is left to read), else what is behind.
+func (s *soak) behind(ctx context.Context) string {
+	c, err := s.cl.committed(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	o, err := s.cl.offsets(ctx, inputTopic)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for p := range int32(s.cl.partitions) {
+		if max(c[p], o.start[p]) < o.end[p] {
+			out = append(out, fmt.Sprintf("%d: committed %d, end %d", p, c[p], o.end[p]))
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// readBack reads the output topic and the DLQ from their starts to their
+// ends.
+func (s *soak) readBack(ctx context.Context) ([]published, []deadLetter, error) {
+	ends := map[string]map[int32]int64{}
+	for _, topic := range []string{outputTopic, dlqTopic} {
+		o, err := retry(ctx, func(ctx context.Context) (offsets, error) { return s.cl.offsets(ctx, topic) })
+		if err != nil {
+			return nil, nil, err
+		}
+		ends[topic] = o.end
+	}
+	parts := map[string]map[int32]kgo.Offset{}
+	for topic, e := range ends {
+		parts[topic] = map[int32]kgo.Offset{}
+		for p := range e {
+			parts[topic][p] = kgo.NewOffset().AtStart()
+		}
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(s.cl.px.Addr()), kgo.ConsumePartitions(parts), kgo.FetchMaxBytes(64<<20))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer cl.Close()
+	next := map[string]map[int32]int64{outputTopic: {}, dlqTopic: {}}
+	done := func() bool {
+		for topic, e := range ends {
+			for p, end := range e {
+				if next[topic][p] < end {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	var outs []published
+	var dlq []deadLetter
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for !done() {
+		fs := cl.PollFetches(rctx)
+		if rctx.Err() != nil {
+			return nil, nil, fmt.Errorf("read back: %w (read up to %v, ends %v)", rctx.Err(), next, ends)
+		}
+		var ferr error
+		fs.EachError(func(topic string, p int32, err error) { ferr = fmt.Errorf("%s/%d: %w", topic, p, err) })
+		if ferr != nil {
+			return nil, nil, ferr
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			next[r.Topic][r.Partition] = r.Offset + 1
+			switch r.Topic {
+			case outputTopic:
+				var st schema.ScoredTranscript
+				if err := json.Unmarshal(r.Value, &st); err != nil {
+					ferr = fmt.Errorf("output %d/%d: %w", r.Partition, r.Offset, err)
+					return
+				}
+				v, _ := strconv.Atoi(st.VersionID)
+				outs = append(outs, published{call: st.CallID, version: v, partition: r.Partition, offset: r.Offset})
+			case dlqTopic:
+				d := deadLetter{call: string(r.Key)}
+				for _, h := range r.Headers {
+					if h.Key == schema.HeaderDLQReason {
+						d.reason = string(h.Value)
+					}
+				}
+				var ev struct {
+					VersionID string `json:"version_id"`
+				}
+				if json.Unmarshal(r.Value, &ev) == nil {
+					d.version, _ = strconv.Atoi(ev.VersionID)
+				} else {
+					d.version = 1 // a poison record: its one version
+				}
+				dlq = append(dlq, d)
+			}
+		})
+		if ferr != nil {
+			return nil, nil, ferr
+		}
+	}
+	return outs, dlq, nil
+}
+
+// waitFor polls cond every 500 ms until it holds, timeout passes or ctx
+// ends.
+func waitFor(ctx context.Context, timeout time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %v", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// logCounts counts the scorers' log lines whose message is each of msgs.
+func logCounts(dir string, msgs ...string) map[string]int {
+	out := map[string]int{}
+	files, _ := filepath.Glob(filepath.Join(dir, "scorer-*.log"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, m := range msgs {
+			out[m] += strings.Count(string(b), `"message":"`+m+`"`)
+		}
+	}
+	return out
+}
+
+func kv(m map[string]int) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s:%d", k, m[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+func dlqSummary(t tally) string {
+	return fmt.Sprintf("%d[%s]", sum(t.dlqReasons), kv(t.dlqReasons))
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
