@@ -312,15 +312,14 @@ func newClusterOf(t *testing.T, topic string, partitions int32, numBrokers int) 
 	return c, c.ListenAddrs()
 }
 
-func shutdownDuringRebalanceDrain(t *testing.T, topic string, numBrokers int) {
-	group := "g-" + topic
-	cluster, brokers := newClusterOf(t, topic, 2, numBrokers)
-	var memberA atomic.Pointer[string]
-	var stopping atomic.Bool
-	var joinsAfter, leaves atomic.Int32
-	isA := func(id string) bool { a := memberA.Load(); return a != nil && id == *a }
+// watchMember counts, from the broker's side, the JoinGroup requests of
+// the member *member sent once stopping is set, and its LeaveGroup
+// requests (by either version's member field).
+func watchMember(cluster *kfake.Cluster, group string, member *atomic.Pointer[string], stopping *atomic.Bool) (joinsAfter, leaves *atomic.Int32) {
+	joinsAfter, leaves = new(atomic.Int32), new(atomic.Int32)
+	is := func(id string) bool { m := member.Load(); return m != nil && id == *m }
 	cluster.ControlKey(int16(kmsg.JoinGroup), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		if req := kreq.(*kmsg.JoinGroupRequest); req.Group == group && stopping.Load() && isA(req.MemberID) {
+		if req := kreq.(*kmsg.JoinGroupRequest); req.Group == group && stopping.Load() && is(req.MemberID) {
 			joinsAfter.Add(1)
 		}
 		return nil, nil, false // observe only
@@ -330,16 +329,25 @@ func shutdownDuringRebalanceDrain(t *testing.T, topic string, numBrokers int) {
 		if req.Group != group {
 			return nil, nil, false
 		}
-		if isA(req.MemberID) {
+		if is(req.MemberID) {
 			leaves.Add(1)
 		}
 		for _, m := range req.Members {
-			if isA(m.MemberID) {
+			if is(m.MemberID) {
 				leaves.Add(1)
 			}
 		}
 		return nil, nil, false
 	})
+	return joinsAfter, leaves
+}
+
+func shutdownDuringRebalanceDrain(t *testing.T, topic string, numBrokers int) {
+	group := "g-" + topic
+	cluster, brokers := newClusterOf(t, topic, 2, numBrokers)
+	var memberA atomic.Pointer[string]
+	var stopping atomic.Bool
+	joinsAfter, leaves := watchMember(cluster, group, &memberA, &stopping)
 	produce(t, brokers, topic, []kafka.Message{eventMsg(0, "stuck"), eventMsg(1, "other")})
 	sc := &staleScorer{entered: make(chan struct{}), release: make(chan struct{})}
 	defer close(sc.release)
@@ -387,12 +395,16 @@ func shutdownDuringRebalanceDrain(t *testing.T, topic string, numBrokers int) {
 // is told to stop while its commit at the rebalance waits. The rebalance's
 // commit budget (about 9.6 s here) is far longer than ShutdownTimeout
 // (2 s): the probe and the final commit must end by the shutdown deadline,
-// not the budget's, and the member still leaves.
+// not the budget's, and the member still leaves without joining the next
+// generation, with three bootstrap brokers (see
+// TestShutdownDuringRebalanceDrainThreeBrokers).
 func TestShutdownDuringRebalanceCommitBounded(t *testing.T) {
 	t.Parallel()
 	const topic, group = "drainhang", "g-drainhang"
-	cluster, brokers := newCluster(t, topic, 2)
+	cluster, brokers := newClusterOf(t, topic, 2, 3)
 	var memberA atomic.Pointer[string]
+	var stopping atomic.Bool
+	joinsAfter, leaves := watchMember(cluster, group, &memberA, &stopping)
 	var hang atomic.Bool
 	hanging, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
@@ -431,10 +443,17 @@ func TestShutdownDuringRebalanceCommitBounded(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("A's commit at the rebalance never came")
 	}
+	stopping.Store(true)
 	t0 := time.Now()
 	a.stop(t)
 	if d := time.Since(t0); d > cfg.ShutdownTimeout+1500*time.Millisecond {
 		t.Errorf("Run returned %v after the stop signal, ShutdownTimeout %v", d, cfg.ShutdownTimeout)
 	}
 	eventually(t, 30*time.Second, "stuck published by the remaining member", func() bool { return countIDs(skB.Published())["stuck"] > 0 })
+	if n := joinsAfter.Load(); n != 0 {
+		t.Errorf("%d JoinGroup requests from the stopped member after the stop signal, want 0", n)
+	}
+	if leaves.Load() == 0 {
+		t.Error("no LeaveGroup from the stopped member")
+	}
 }
