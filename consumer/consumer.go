@@ -363,8 +363,9 @@ func (g *groupCloser) takeRefusal() bool {
 // address tried (kafka-go calls DialFunc once for each), which fails that
 // round whatever its length; the leave's round after it goes through. Were
 // a round ever shorter (a custom Dialer.Resolver failing an address before
-// its dial), a refusal would be left for the leave, which then tries the
-// brokers after it: a late leave, never a join.
+// its dial), a refusal would be left for the leave's round, which then
+// goes on to the brokers after it: at worst a leave that fails (the
+// coordinator drops the member at the rebalance timeout), never a join.
 //
 // Call it before the generation's manager returns, and only for a
 // generation that has ended: for a live one kafka-go's next dials are the
