@@ -31,8 +31,8 @@ func (f cpuFit) usable() bool {
 // measureCPU (the warm-up, the shapes, the repeats and which reading is
 // kept), fitMemory, procSelf's resident and peak readings, and what the
 // C heap does under ORT's runs, which the readings include: the malloc
-// settings model.InitRuntime makes (configureMalloc). Settings made from
-// the environment are in the key already (mallocEnv).
+// settings the model package makes, and when (configureMalloc). Settings
+// made from the environment are in the key already (mallocEnv).
 //
 // Before it there was a version number, 1, which did not change when
 // InitRuntime fixed glibc's mmap threshold at 128 KiB (6d0f153): fits of

@@ -36,7 +36,11 @@ const gpuFitCacheVersion = 1
 // and the arena cap among them: a cap decides which shapes run out of
 // memory), the calibration's shapes and token, and how memory was read
 // (per process or device-wide, from an emptied arena or as high-water
-// marks, which change the readings the fit is made from).
+// marks, which change the readings the fit is made from). A device-wide
+// reading is named "device-alone": calibrate keeps such a fit only when no
+// other process moved the device's memory meanwhile, and fits the releases
+// before that check kept under "device" may carry a neighbour's
+// allocations.
 func (p *Pool) gpuFitCache(dev Device, eng Engine, shapes []Shape, perProcess, emptied bool) (*fitCache, string) {
 	dir := p.cfg.gpuCalCache
 	if dir == "" {
@@ -49,7 +53,7 @@ func (p *Pool) gpuFitCache(dev Device, eng Engine, shapes []Shape, perProcess, e
 	if dev.UUID == "" {
 		return nil, "the GPU has no UUID"
 	}
-	reading := "device"
+	reading := "device-alone"
 	if perProcess {
 		reading = "process"
 	}

@@ -3,6 +3,10 @@ package gpupool
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -394,4 +398,51 @@ func TestGPUCalibrationNotKeptAfterNeighbour(t *testing.T) {
 			t.Errorf("device-wide high-water readings: kept %v, want none and the reason logged:\n%s", files, logs.String())
 		}
 	})
+}
+
+// A GPU calibration read device-wide and kept by the release before
+// calibrate checked for other processes may carry a neighbour's
+// allocations; a start must measure again rather than take it. The file is
+// written exactly as that release wrote it (key, name, layout).
+func TestGPUCalibrationCacheOfUncheckedDeviceReadingNotReused(t *testing.T) {
+	dir := t.TempDir()
+	// startGPU's pool: the default MaxBatchRows (256), the engine's maximum
+	// length 512, token 1, an engine that empties its arena.
+	key := fmt.Sprintf("v=%d %s gpu=%s name=%q total=%d shapes=%v token_id=%d reading=%s emptied=%t",
+		1, cacheKeyA, "GPU-a", "Fake GPU", uint64(80<<30), defaultShapes(16384, 256, 512), 1, "device", true)
+	sum := sha256.Sum256([]byte(key))
+	path := filepath.Join(dir, "gpu-"+hex.EncodeToString(sum[:12])+".json")
+	quotedKey, err := json.Marshal(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := `{
+  "key": ` + string(quotedKey) + `,
+  "fit": {
+    "base_bytes": 67108864,
+    "bytes_per_row": 2726297.6,
+    "bytes_per_token": 204800,
+    "bytes_per_token_len": 600,
+    "held_out_error": 0.02
+  },
+  "points": [
+    {
+      "rows": 85,
+      "len": 16,
+      "bytes": 3288334336
+    }
+  ],
+  "calibrated": "2026-11-20T10:00:00Z"
+}
+`
+	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startGPU(t, cacheKeyA, "GPU-a", dir)
+	if !strings.Contains(s.logs, `"memory_reading":"device"`) {
+		t.Fatalf("did not read device-wide:\n%s", s.logs)
+	}
+	if s.eng.ladderRuns() == 0 || !strings.Contains(s.logs, "cache miss: none kept") {
+		t.Errorf("took the unchecked device-wide fit from %s (%d shapes ran):\n%s", path, s.eng.ladderRuns(), s.logs)
+	}
 }
