@@ -125,12 +125,15 @@ type Model struct {
 	graphDir  string
 	dataFiles []string
 	// held are the graph file and its data files, open since Load read
-	// them (leanGraph.held). filesMu guards them and hashed, the version
+	// them (leanGraph.held). filesMu guards them, hashed, the version
 	// Load's hash gave ("" until then), which NewSession compares changed
-	// files against (checkFiles).
-	filesMu sync.Mutex
-	held    []heldFile
-	hashed  string
+	// files against (checkFiles), and refused, checkFiles' last refusal,
+	// given for the files in refusedStates.
+	filesMu       sync.Mutex
+	held          []heldFile
+	hashed        string
+	refused       error
+	refusedStates []fileState
 	// relAttn is whether the relative-attention rewrite changed the graph,
 	// and rewrites the attention rewrites asked for after it.
 	relAttn  bool

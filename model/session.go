@@ -134,31 +134,55 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 
 // fileState is a held file as it is now: the stamp of what its
 // descriptor reads, and whether the path ORT opens (heldFile.real) still
-// names it or was removed.
+// names it, names another file (moved: named is that file's stamp) or
+// was removed.
 type fileState struct {
-	stamp          fileStamp
+	stamp, named   fileStamp
 	moved, removed bool
 }
 
-// changedFile is the first held file that changed since it was read, and
-// its state; -1 when none did. filesMu is held.
-func (m *Model) changedFile() (int, fileState, error) {
+// fileStates are the held files' states now, in m.held's order. filesMu
+// is held.
+func (m *Model) fileStates() ([]fileState, error) {
+	out := make([]fileState, len(m.held))
 	for i, h := range m.held {
 		st, err := h.f.Stat()
 		if err != nil {
-			return 0, fileState{}, fmt.Errorf("model: checking %s: %w", h.path, err)
+			return nil, fmt.Errorf("model: checking %s: %w", h.path, err)
 		}
 		fs := fileState{stamp: stampOf(st)}
 		if named, err := os.Stat(h.real); errors.Is(err, os.ErrNotExist) {
 			fs.removed = true
 		} else if err != nil {
-			return 0, fileState{}, fmt.Errorf("model: checking %s: %w", h.real, err)
-		} else {
-			fs.moved = !os.SameFile(named, st)
+			return nil, fmt.Errorf("model: checking %s: %w", h.real, err)
+		} else if !os.SameFile(named, st) {
+			fs.moved, fs.named = true, stampOf(named)
 		}
-		if fs.stamp != h.stamp || fs.moved || fs.removed {
-			return i, fs, nil
+		out[i] = fs
+	}
+	return out, nil
+}
+
+// firstChanged is the index of the first of states (fileStates) whose
+// file changed since it was read, -1 when none did. filesMu is held.
+func (m *Model) firstChanged(states []fileState) int {
+	for i, fs := range states {
+		if fs != (fileState{stamp: m.held[i].stamp}) {
+			return i
 		}
+	}
+	return -1
+}
+
+// changedFile is the first held file that changed since it was read, and
+// its state; -1 when none did. filesMu is held.
+func (m *Model) changedFile() (int, fileState, error) {
+	states, err := m.fileStates()
+	if err != nil {
+		return 0, fileState{}, err
+	}
+	if i := m.firstChanged(states); i >= 0 {
+		return i, states[i], nil
 	}
 	return -1, fileState{}, nil
 }
@@ -217,16 +241,30 @@ func (m *Model) hashedAs(sha string) error {
 func (m *Model) checkFiles() error {
 	m.filesMu.Lock()
 	defer m.filesMu.Unlock()
-	i, is, err := m.changedFile()
-	if err != nil || i < 0 {
+	states, err := m.fileStates()
+	if err != nil {
 		return err
 	}
+	i := m.firstChanged(states)
+	if i < 0 {
+		return nil
+	}
+	is := states[i]
 	if m.hashed == "" {
 		return m.changed(i, is, "while the model was loaded")
 	}
+	// gpupool asks again for each batch no device can run: the files as
+	// they were refused are refused again without a hash.
+	if m.refused != nil && slices.Equal(states, m.refusedStates) {
+		return m.refused
+	}
 	refused := m.changed(i, is, "since Load read it")
-	if is.removed {
+	refuse := func() error {
+		m.refusedStates, m.refused = states, refused
 		return refused
+	}
+	if is.removed {
+		return refuse()
 	}
 	// The files as ORT would open them now.
 	fresh := make([]heldFile, len(m.held))
@@ -241,14 +279,14 @@ func (m *Model) checkFiles() error {
 				f.Close()
 			}
 			closeHeld(fresh)
-			return refused
+			return refuse()
 		}
 		fresh[j] = heldFile{path: h.path, real: h.real, f: f, stamp: stampOf(st)}
 	}
 	sha, err := hashModel(m.ONNXPath, m.dataFiles, fresh)
 	if err != nil || sha != m.hashed {
 		closeHeld(fresh)
-		return refused
+		return refuse()
 	}
 	closeHeld(m.held)
 	m.held = fresh
