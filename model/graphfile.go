@@ -83,8 +83,8 @@ func (lg *leanGraph) close() {
 
 // readLeanGraph reads the graph file at path as a leanGraph and checks
 // every external data reference it holds: a location inside the folder, a
-// file that exists and holds the bytes referenced.
-// Its files are closed (openLeanGraph keeps them open).
+// file that exists and holds the bytes referenced. It closes the files it
+// read (openLeanGraph keeps them open).
 func readLeanGraph(path string) (*leanGraph, error) {
 	lg, err := openLeanGraph(path)
 	if err != nil {
