@@ -219,6 +219,7 @@ func run(ctx context.Context, opt options) (string, bool, error) {
 		weights += f.weight
 	}
 	first := rng.Perm(len(faults))
+	lastProgress := time.Now()
 	end := s.start.Add(total)
 	for i := 0; time.Now().Before(end) && ctx.Err() == nil; i++ {
 		sleep(ctx, time.Duration(1000+rng.IntN(3000))*time.Millisecond)
@@ -227,6 +228,11 @@ func run(ctx context.Context, opt options) (string, bool, error) {
 		}
 		if m, err := a.scrape(); err == nil {
 			peak.rss, peak.goroutines = max(peak.rss, m.rss), max(peak.goroutines, m.goroutines)
+			if time.Since(lastProgress) >= time.Minute {
+				lastProgress = time.Now()
+				ledger, _, _ := s.prod.snapshot()
+				s.logf("progress: %d transcripts sent; A: RSS %.1f MiB, %v goroutines", len(ledger), m.rss/(1<<20), m.goroutines)
+			}
 		}
 		var f fault
 		if i < len(first) {
