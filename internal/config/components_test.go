@@ -226,5 +226,14 @@ func (g *growingGPU) MemoryInfo(int) (free, used, total uint64, err error) {
 	defer g.mu.Unlock()
 	return 80<<30 - g.used, g.used, 80 << 30, nil
 }
+
+// ProcessMemory reads the engine's memory as NVML does where it lists our
+// PID: gpupool keeps no fit read device-wide from an arena that is never
+// emptied, as it cannot tell another process's memory from ours there.
+func (g *growingGPU) ProcessMemory(int) (uint64, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.used, nil
+}
 func (*growingGPU) Utilization(int) (uint32, error) { return 0, nil }
 func (*growingGPU) Throttled(int) (uint64, error)   { return 0, nil }
