@@ -60,9 +60,9 @@ const clientCloseTimeout = 5 * time.Second
 //
 // The log can move back under it. After a truncation (an unclean leader
 // election) franz-go reports ErrDataLoss and reads on from a lower offset;
-// the records there are new, so the watermark is rewound to them (see
-// Watermark.Rewind) and they are scored, and the commit goes back to that
-// offset. A topic deleted and re-created under the same name (same
+// the records there are new, so the watermark is rewound to that offset as
+// soon as the loss is reported (see lostTo and Watermark.Rewind), the
+// commit goes back to it, and the records there are scored. A topic deleted and re-created under the same name (same
 // partition count, so no rebalance) is one franz-go never reads again: it
 // keeps the old topic ID and answers UNKNOWN_TOPIC_ID for good. fetch then
 // reads the new topic with a new client from its start (its end with
@@ -98,6 +98,7 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 			var lost *kgo.ErrDataLoss
 			if errors.As(err, &lost) {
 				c.offsetReset(ps, err.Error())
+				c.lostTo(ps, lost)
 				return
 			}
 			unknownID = unknownID || errors.Is(err, kerr.UnknownTopicID)
@@ -148,6 +149,45 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 			continue
 		}
 		backoff = c.cfg.RetryBackoff
+	}
+}
+
+// lostTo rewinds the partition's watermark to where franz-go resumed after
+// the log lost records under it (an unclean leader election), and asks for
+// that offset to be committed now.
+//
+// Not when the first record there arrives: the partition may be idle, and
+// until a record comes the commit would stay at the old, higher offset. The
+// next owner (a rebalance, a restart) would then resume there and never
+// read the records written after the election at the offsets lost, or,
+// with the log end still below the old offset, reset to the log start and
+// replay all of it. franz-go reports the loss in a fetch of its own, before
+// any fetch from the reset point (Fetches lists its records first, but the
+// errors are read first here), so nothing from there on is tracked yet.
+//
+// A commit moving back is harmless to Kafka: it keeps whatever offset a
+// member of the current generation writes, and the coordinator refuses
+// commits of an older generation (ILLEGAL_GENERATION), so no former owner
+// can write a stale offset over it and no later owner sees it except as
+// where to read. Within this generation commits run one at a time, each
+// from the watermark as it is when it starts (see commitOffsets); a commit
+// in flight with the old offset is followed by one with the new. Old
+// records still in flight resolve to the reset point at most (see
+// Watermark.Rewind), so the commit cannot move past the new records before
+// they are scored. When nothing was resolved in this generation yet, the
+// watermark has no offset to commit: the commit follows once the old
+// records in flight resolve (to the reset point), or with the first new
+// record.
+func (c *Consumer) lostTo(ps *partState, lost *kgo.ErrDataLoss) {
+	if lost.Topic != c.cfg.Topic || int(lost.Partition) != ps.partition || lost.ResetTo < 0 {
+		return
+	}
+	ps.wm.Rewind(lost.ResetTo)
+	if next, ok := ps.wm.Committable(); ok && next != ps.committed.Load() {
+		select {
+		case ps.commitNow <- struct{}{}:
+		default: // a request is already waiting
+		}
 	}
 }
 
@@ -216,7 +256,9 @@ func (c *Consumer) handOver(ctx context.Context, g *genState, ps *partState, fs 
 			// One client hands over an offset at or below one it handed
 			// over before only after resetting its position back: the log
 			// was truncated under it (ErrDataLoss), and the records there
-			// now are new ones, not repeats.
+			// now are new ones, not repeats. lostTo rewound the watermark
+			// when franz-go reported the loss; this catches a move back
+			// reported otherwise or not at all.
 			c.log.Warn().Int("partition", ps.partition).Int64("offset", kr.Offset).
 				Msg("the partition's log moved back under its reader; scoring again from this offset, the commit goes back to it")
 			ps.wm.Rewind(kr.Offset)

@@ -27,7 +27,7 @@ type genState struct {
 	// not yet acknowledged, so the generation end can wait for them.
 	pending atomic.Int64
 	// commitNow carries a paused partition's request for an early commit
-	// (see waitSpan).
+	// (see waitSpan), or a rewound one's (see lostTo).
 	commitNow chan struct{}
 }
 
