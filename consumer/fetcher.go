@@ -86,6 +86,12 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 	next := max(offset, -1)
 	// id is the ID of the topic cl reads (zero: not known yet), to tell a
 	// re-created topic from a broker that does not know the topic yet.
+	// Fetches name it, a failed one too (the ID cl asked with), and cl
+	// never adopts another; the broker's answer at the start stands in
+	// until a fetch comes, and is replaced then: cl fetches from its
+	// creation on, so a topic re-created meanwhile has the new ID there
+	// while cl keeps the old one, and that ID kept would never differ
+	// from the broker's.
 	id := c.topicID(ctx, cl)
 	backoff := c.cfg.RetryBackoff
 	for {
@@ -112,7 +118,7 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 		// here would lose them for good, the commit moving past them. They
 		// are handed over first, and the backoff follows.
 		fs.EachTopic(func(t kgo.FetchTopic) {
-			if id == ([16]byte{}) {
+			if t.TopicID != ([16]byte{}) {
 				id = t.TopicID
 			}
 		})
