@@ -108,6 +108,9 @@ func (c *Consumer) manage(ctx, gctx context.Context, m *genManager) {
 	// Periodic commits run in the background, one at a time, so that a slow
 	// commit never delays noticing the generation's end or the shutdown.
 	committing := closedChan()
+	// again is the running commit while a request for an early commit
+	// waits for it to end (nil: none waits).
+	var again <-chan struct{}
 loop:
 	for {
 		select {
@@ -115,15 +118,25 @@ loop:
 			c.observePartitions(g)
 			select {
 			case <-committing:
-				committing = c.commitAsync(gen, g, false)
+				committing, again = c.commitAsync(gen, g, false), nil
 			default: // the previous commit is still running
 			}
 		case <-g.commitNow:
 			select {
 			case <-committing:
 				committing = c.commitAsync(gen, g, false)
-			default: // the running commit's end, or the tick, serves it
+			default:
+				// The running commit read the watermarks when it
+				// started, maybe before the records the request is
+				// about were acknowledged: another follows it. Left to
+				// the tick, the partition that asked would stay paused
+				// with nothing in flight for up to COMMIT_INTERVAL,
+				// which may well be long: these requests are what keep
+				// a paused partition's commits prompt.
+				again = committing
 			}
+		case <-again:
+			committing, again = c.commitAsync(gen, g, false), nil
 		case <-gctx.Done():
 			break loop
 		case <-ctx.Done():

@@ -19,7 +19,7 @@ type partState struct {
 	committed atomic.Int64
 	// committedRecs is how many of the records tracked in wm lie before the
 	// last offset this generation committed: the rest would be replayed
-	// after a crash, committed or not.
+	// after a crash, committed or not (but see uncommitted).
 	committedRecs atomic.Int64
 	// commitNow asks the generation's manager for a commit before its next
 	// tick, when only acknowledged records hold the partition paused (nil:
@@ -82,8 +82,23 @@ func (ps *partState) base() int64 {
 
 // uncommitted is how many records were fetched into the pipeline past the
 // last successful commit, acknowledged or not: what a crash would replay.
+//
+// Records resolved below the offset already committed count as committed,
+// whoever committed it (this generation or an earlier one): a restart
+// resumes at that offset and does not replay them. After a rewind (a topic
+// re-created, a truncated log) the records read again can resolve to
+// exactly the committed offset; there is then nothing to commit, so no
+// commit would ever count them in committedRecs, and a partition they
+// paused would stay paused for good with nothing in flight. Checkpoint and
+// committed are read apart, but a match is never wrong: committed holds an
+// offset only once the group stores it, and the records of a resolved
+// prefix lie below its next.
 func (ps *partState) uncommitted() int64 {
-	return ps.wm.Tracked() - ps.committedRecs.Load()
+	covered := ps.committedRecs.Load()
+	if next, before, ok := ps.wm.Checkpoint(); ok && next == ps.committed.Load() {
+		covered = max(covered, before)
+	}
+	return ps.wm.Tracked() - covered
 }
 
 // offsetReset counts and logs a reset of the partition's read position.

@@ -152,3 +152,113 @@ func truncatedIdleAt50(t *testing.T, topic string) (cluster *kfake.Cluster, brok
 	})
 	return cluster, brokers, armed, grown
 }
+
+// TestRewoundToCommittedOffsetResumes: a member committed 20 of the input
+// topic's 20 records, then the topic is deleted and re-created under its
+// name (same partition count, so no rebalance) and 20 records are written
+// to it. The consumer reads the new topic from its start; its 20 records
+// resolve to 20, exactly the offset already committed, so there is nothing
+// new to commit, and with MAX_UNCOMMITTED at 20 they must still not count
+// as uncommitted: a crash resumes at 20 and does not replay them. Counted
+// so, they held the partition paused for good with nothing in flight and
+// no commit to free it, and the 21st record was never read.
+func TestRewoundToCommittedOffsetResumes(t *testing.T) {
+	t.Parallel()
+	const topic, group = "rewound-committed", "g-rewound-committed"
+	cluster, brokers := newCluster(t, topic, 1)
+	produce(t, brokers, topic, msgsFor(0, callIDs("old", 20)))
+	commitOffset(t, brokers, group, topic, 20)
+	// fetching: the consumer's fetcher fetched at 20, so it knows the old
+	// topic's ID and sees the new one as re-created.
+	fetching := make(chan struct{})
+	var seen atomic.Bool
+	cluster.ControlKey(kmsg.Fetch.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		for _, rt := range kreq.(*kmsg.FetchRequest).Topics {
+			for _, rp := range rt.Partitions {
+				if rp.FetchOffset == 20 && seen.CompareAndSwap(false, true) {
+					close(fetching)
+				}
+			}
+		}
+		return nil, nil, false
+	})
+	cfg := testConfig(brokers, topic, group)
+	// No periodic commit: only a pause's request, or nothing, commits.
+	cfg.MaxUncommitted, cfg.CommitInterval = 20, time.Hour
+	sk := &fakeSink{}
+	c, _ := startMetered(t, cfg, &fakeScorer{}, sk)
+	select {
+	case <-fetching:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no fetch at the committed offset 20")
+	}
+
+	if err := cluster.DeleteTopic(topic); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.CreateTopic(topic, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, brokers, topic, msgsFor(0, callIDs("new", 20)))
+	eventually(t, 20*time.Second, "the re-created topic's 20 records published", func() bool {
+		return countIDs(sk.Published())["new-19"] == 1
+	})
+	produce(t, brokers, topic, msgsFor(0, []string{"new-20"}))
+	eventually(t, 10*time.Second, "the 21st record published", func() bool {
+		return countIDs(sk.Published())["new-20"] == 1
+	})
+	if s := c.Stats(); s.OffsetResets < 1 || s.Generations != 1 {
+		t.Errorf("offset resets %d (want at least 1), generations %d (want 1)", s.OffsetResets, s.Generations)
+	}
+}
+
+// TestPausedPartitionCommitAskedDuringCommit: with MAX_UNCOMMITTED at 4 and
+// no periodic commit, partition 0 pauses on its fifth record and asks for
+// a commit, which the coordinator holds. Meanwhile partition 1 pauses on
+// its fifth record and asks too, while that commit, which read partition
+// 1's watermark before its records were acknowledged, still runs. Once it
+// answers, partition 1's request must still be served: dropped, it left
+// partition 1 paused with nothing in flight until the next periodic
+// commit (here an hour).
+func TestPausedPartitionCommitAskedDuringCommit(t *testing.T) {
+	t.Parallel()
+	const topic, group = "asked-during-commit", "g-asked-during-commit"
+	cluster, brokers := newCluster(t, topic, 2)
+	var held atomic.Bool
+	inFlight, answer := make(chan struct{}), make(chan struct{})
+	cluster.ControlKey(kmsg.OffsetCommit.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		if kreq.(*kmsg.OffsetCommitRequest).Group == group && held.CompareAndSwap(false, true) {
+			close(inFlight)
+			cluster.SleepControl(func() { <-answer })
+		}
+		return nil, nil, false
+	})
+	cfg := testConfig(brokers, topic, group)
+	cfg.MaxUncommitted, cfg.CommitInterval = 4, time.Hour
+	sk := &fakeSink{}
+	c, _ := startMetered(t, cfg, &fakeScorer{}, sk)
+	produce(t, brokers, topic, msgsFor(0, callIDs("a", 5)))
+	select {
+	case <-inFlight:
+	case <-time.After(20 * time.Second):
+		t.Fatal("partition 0 asked for no commit")
+	}
+
+	produce(t, brokers, topic, msgsFor(1, callIDs("b", 5)))
+	eventually(t, 20*time.Second, "partition 1's first four records acknowledged", func() bool {
+		g := c.cur.Load()
+		if g == nil {
+			return false
+		}
+		next, ok := g.parts[1].wm.Committable()
+		return ok && next == 4
+	})
+	// Its paused fetcher asks within a poll of that (spanPoll); the commit
+	// in flight must answer after the ask.
+	time.Sleep(200 * time.Millisecond)
+	close(answer)
+	eventually(t, 10*time.Second, "partition 0's fifth record published", func() bool { return countIDs(sk.Published())["a-4"] == 1 })
+	eventually(t, 10*time.Second, "partition 1's fifth record published", func() bool { return countIDs(sk.Published())["b-4"] == 1 })
+}
