@@ -67,12 +67,14 @@ type ArenaReleaser interface {
 // than OOM means the engine cannot run on this device, so the device is
 // not used. A fit kept by an earlier start under the same key
 // (GPUCalibrationCache, gpuFitCache) replaces the warm-up and the shapes;
-// a fit measured here is kept for the next start.
+// a fit measured here is kept for the next start, unless it was read
+// device-wide while another process moved the device's memory.
 //
 // Memory is measured per process where the probe can (ProcessMemoryReader
 // lists this process), so a second process calibrating on the same GPU at
-// the same time does not leak into the fit; otherwise device-wide used
-// memory is read, and the log says which. Shapes never exceed
+// the same time does not leak into the fit, which is kept whatever else
+// runs there; otherwise device-wide used memory is read, and the log says
+// which. Shapes never exceed
 // Calibration.MaxLen nor the engine's own maximum length (engineMaxLength),
 // because the engine rejects longer pairs.
 func (p *Pool) calibrate(ctx context.Context, dev Device, eng Engine, usedBefore uint64, workers int) (MemoryModel, error) {
@@ -263,7 +265,8 @@ shapes:
 		Msgf("gpupool: GPU memory calibrated (cache miss: %s)", miss)
 	if canRelease {
 		// The arena was emptied before the last shape; it now holds that
-		// shape's footprint only.
+		// shape's footprint only, or nothing where the reading that vouches
+		// for the last shape emptied it again.
 		if used, err := read(); err == nil {
 			peak = max(0, float64(used)-float64(base))
 		}
