@@ -23,10 +23,12 @@ func TestCalibrationCacheModesFollowUmask(t *testing.T) {
 		{0o077, 0o700, 0o600},
 	} {
 		dir := filepath.Join(t.TempDir(), "cache")
-		old := syscall.Umask(tc.umask)
-		fake := &fakeEngine{}
-		_, runs := startCPUCalibration(t, keyedEngine{fakeEngine: fake, key: "model=a"}, fake, 2<<30, CPUMemoryConfig{CacheDir: dir})
-		syscall.Umask(old)
+		runs := func() int {
+			defer syscall.Umask(syscall.Umask(tc.umask))
+			fake := &fakeEngine{}
+			_, runs := startCPUCalibration(t, keyedEngine{fakeEngine: fake, key: "model=a"}, fake, 2<<30, CPUMemoryConfig{CacheDir: dir})
+			return runs
+		}()
 		if runs == 0 {
 			t.Fatal("calibrated nothing")
 		}
