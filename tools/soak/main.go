@@ -35,6 +35,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -77,6 +78,7 @@ type soak struct {
 	replays    int
 	termErrors []string
 	start      time.Time
+	mu         sync.Mutex // guards what watchStalls writes
 }
 
 func main() {
@@ -211,6 +213,10 @@ func run(ctx context.Context, opt options) (string, bool, error) {
 	peak := base
 	s.logf("baseline of A: RSS %.1f MiB, %v goroutines", base.rss/(1<<20), base.goroutines)
 
+	stallCtx, stopStalls := context.WithCancel(ctx)
+	defer stopStalls()
+	stall := s.watchStalls(stallCtx)
+
 	// The storm: first every kind once, in a random order, so that even a
 	// two-minute run meets each; then draws by weight.
 	rng := rand.New(rand.NewPCG(opt.seed, 0xfa17))
@@ -221,8 +227,9 @@ func run(ctx context.Context, opt options) (string, bool, error) {
 	first := rng.Perm(len(faults))
 	lastProgress := time.Now()
 	end := s.start.Add(total)
+	gap := time.Duration(1000+rng.IntN(3000)) * time.Millisecond
 	for i := 0; time.Now().Before(end) && ctx.Err() == nil; i++ {
-		sleep(ctx, time.Duration(1000+rng.IntN(3000))*time.Millisecond)
+		sleep(ctx, gap)
 		if ctx.Err() != nil || !time.Now().Before(end) {
 			break
 		}
@@ -248,6 +255,7 @@ func run(ctx context.Context, opt options) (string, bool, error) {
 		what, err := f.do(ctx, s, rng)
 		switch {
 		case errors.Is(err, errSkip):
+			gap = 0
 			continue
 		case err != nil:
 			stopProd()
@@ -255,11 +263,23 @@ func run(ctx context.Context, opt options) (string, bool, error) {
 		}
 		s.counts[f.name]++
 		s.logf("fault %-15s %s", f.name, what)
+		gap = nextGap(rng, f)
 	}
 	stopProd()
 	<-prodDone
 	if ctx.Err() != nil {
 		return "", false, ctx.Err()
+	}
+	// How much of the input the group kept up with during the storm: what
+	// was left to commit when it ended.
+	backlog := int64(-1)
+	if c, err := s.cl.committed(ctx); err == nil {
+		if o, err := s.cl.offsets(ctx, inputTopic); err == nil {
+			backlog = 0
+			for p := range int32(opt.partitions) {
+				backlog += o.end[p] - min(o.end[p], max(c[p], o.start[p]))
+			}
+		}
 	}
 
 	// Heal and catch up: every member back, then commits to the end.
@@ -277,6 +297,10 @@ func run(ctx context.Context, opt options) (string, bool, error) {
 		return "", false, err
 	}
 	caughtUpIn := time.Since(caughtUp)
+	stopStalls()
+	s.mu.Lock()
+	longest, where := stall.longest, stall.where
+	s.mu.Unlock()
 	last, scrapeErr := a.scrape()
 	if scrapeErr == nil {
 		peak.rss, peak.goroutines = max(peak.rss, last.rss), max(peak.goroutines, last.goroutines)
@@ -356,14 +380,63 @@ func run(ctx context.Context, opt options) (string, bool, error) {
 	}
 	line := fmt.Sprintf("soak %s: seed=%d minutes=%v sent=%d (calls %d, poison %d) faults=%d [%s] lost=%d removed_by_faults=%d [%s] "+
 		"out_of_order=%d duplicates=%d (bound %d = MAX_UNCOMMITTED %d × %d partitions × %d crash-like faults) stale_last=%d poison_dead_lettered=%d/%d (%d removed) dlq=%s "+
-		"A_rss=%.1f→%.1f MiB (drift %+.1f, peak %.1f) A_goroutines=%v→%v (drift %+v, peak %v) caught_up_in=%v unasked_exits=%d sigterm_unclean=%d "+
+		"A_rss=%.1f→%.1f MiB (drift %+.1f, peak %.1f) A_goroutines=%v→%v (drift %+v, peak %v) backlog_at_end_of_faults=%d caught_up_in=%v longest_commit_stall=%v (%s) unasked_exits=%d sigterm_unclean=%d "+
 		"scorer_logs: generations=%d commit_failures=%d failed_generations=%d",
 		verdict, opt.seed, opt.minutes, len(ledger), t.calls, t.poison, nFaults, kv(s.counts), t.lost, sum(t.removed), kv(t.removed),
 		t.outOfOrder, t.duplicates, dupBound, opt.maxUncommit, opt.partitions, s.replays, t.staleLast, t.poisonDLQ, t.poison, t.poisonRemoved, dlqSummary(t),
 		base.rss/(1<<20), last.rss/(1<<20), rssDrift, peak.rss/(1<<20), base.goroutines, last.goroutines, gDrift, peak.goroutines,
-		caughtUpIn.Round(100*time.Millisecond), len(exits), len(s.termErrors),
+		backlog, caughtUpIn.Round(100*time.Millisecond), longest.Round(time.Second), cmpOr(where, "none"), len(exits), len(s.termErrors),
 		logs["generation started"], logs["commit failed"], logs["consumer group generation failed"])
 	return line, len(broken) == 0, nil
+}
+
+// stalls watches, every 2 s, how long each input partition has had records
+// to read with its commit not moving: the longest such wait is reported
+// (a fault that stops a group, like a freeze past the session timeout or a
+// kill during a rebalance, makes one; so would a partition stuck for good,
+// which a later topic deletion would otherwise hide among removed records).
+type stalls struct {
+	longest time.Duration
+	where   string
+}
+
+func (s *soak) watchStalls(ctx context.Context) *stalls {
+	st := &stalls{}
+	type state struct {
+		committed int64
+		since     time.Time
+	}
+	parts := map[int32]*state{}
+	go func() {
+		for ctx.Err() == nil {
+			sleep(ctx, 2*time.Second)
+			qctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			c, err := s.cl.committed(qctx)
+			var o offsets
+			if err == nil {
+				o, err = s.cl.offsets(qctx, inputTopic)
+			}
+			cancel()
+			if err != nil {
+				continue // a fault in the way; the next look measures from the last good one
+			}
+			now := time.Now()
+			s.mu.Lock()
+			for p := range int32(s.cl.partitions) {
+				ps := parts[p]
+				if ps == nil || ps.committed != c[p] || max(c[p], o.start[p]) >= o.end[p] {
+					parts[p] = &state{committed: c[p], since: now}
+					continue
+				}
+				if d := now.Sub(ps.since); d > st.longest {
+					st.longest = d
+					st.where = fmt.Sprintf("partition %d from %.0fs", p, ps.since.Sub(s.start).Seconds())
+				}
+			}
+			s.mu.Unlock()
+		}
+	}()
+	return st
 }
 
 // behind is "" when every input partition's commit reached its end (or the
