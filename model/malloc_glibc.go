@@ -4,6 +4,9 @@ package model
 
 /*
 #include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 // scorer_malloc_setup caps glibc's malloc arenas at arenas and fixes its
 // mmap threshold at mmap_threshold bytes; it returns 1 when both took, 0
@@ -18,11 +21,47 @@ static int scorer_malloc_setup(int arenas, int mmap_threshold) {
 #endif
 }
 
+// scorer_malloc_early is the result of scorer_malloc_setup run at program
+// start, by scorer_malloc_at_start.
+static int scorer_malloc_early;
+
+// scorer_malloc_at_start makes the settings while the process has one
+// thread: the C library runs the executable's constructors before main,
+// which in a cgo binary is the Go runtime's entry, so before the runtime
+// starts any thread (runc's nsenter relies on the same order).
+__attribute__((constructor)) static void scorer_malloc_at_start(void) {
+	scorer_malloc_early = scorer_malloc_setup(1, 128 << 10);
+}
+
+static int scorer_malloc_at_start_result(void) { return scorer_malloc_early; }
+
 // scorer_malloc_trim hands free heap pages back to the kernel (glibc), or
 // does nothing (-1) elsewhere.
 static int scorer_malloc_trim(void) {
 #if defined(__GLIBC__)
 	return malloc_trim(0);
+#else
+	return -1;
+#endif
+}
+
+// scorer_malloc_arenas counts glibc's malloc arenas, which malloc_info(3)
+// reports as one <heap nr="..."> element each, or returns -1.
+static int scorer_malloc_arenas(void) {
+#if defined(__GLIBC__)
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	if (f == NULL)
+		return -1;
+	int ok = malloc_info(0, f) == 0;
+	if (fclose(f) != 0)
+		ok = 0;
+	int n = 0;
+	for (const char *p = buf; ok && (p = strstr(p, "<heap nr=")) != NULL; p++)
+		n++;
+	free(buf);
+	return ok ? n : -1;
 #else
 	return -1;
 #endif
@@ -60,8 +99,36 @@ import "C"
 // regions between runs, so nothing is mapped per batch (BenchmarkScorePairs
 // on the tiny DeBERTa-v3: the same pairs/s within noise, the same page
 // faults).
-func configureMalloc() bool { return C.scorer_malloc_setup(1, 128<<10) == 1 }
+//
+// When: before any thread but the first has called malloc. A thread takes
+// an arena at its first allocation and keeps it; a cap set later makes no
+// new arenas but retires none either, and spreads new threads over those
+// that exist. Go's runtime allocates from C on each thread that starts
+// another (cgo's thread start), so a Go program already has four or five
+// arenas when main runs (two cores here), and the cap InitRuntime used to
+// set left ORT's threads spread over all of them
+// (TestMallocOneArenaForEveryThread). scorer_malloc_at_start makes the
+// settings as the process starts, in every binary that links this package
+// (the scorer, its tests), before the Go runtime exists. MALLOC_ARENA_MAX
+// and MALLOC_MMAP_THRESHOLD_ in the environment would do the same, but only
+// for a process started with them: a bare binary would have to re-execute
+// itself to get them, and would hand them on to every process it starts.
+// The settings here override those variables.
+//
+// configureMalloc reports whether the settings took at start, and makes
+// them again (the same values) should the constructor not have run.
+func configureMalloc() bool {
+	early := C.scorer_malloc_at_start_result() == 1
+	return C.scorer_malloc_setup(1, 128<<10) == 1 && early
+}
 
 // trimMalloc returns the C heap's free pages to the kernel: after a session
 // is created the protobuf copy of the model is free but still resident.
 func trimMalloc() { C.scorer_malloc_trim() }
+
+// mallocArenas is how many malloc arenas glibc has made in this process
+// (arenas are never freed), or false where it cannot tell.
+func mallocArenas() (int, bool) {
+	n := int(C.scorer_malloc_arenas())
+	return n, n >= 0
+}
