@@ -31,14 +31,16 @@ func (f cpuFit) usable() bool {
 // measureCPU (the warm-up, the shapes, the repeats and which reading is
 // kept), fitMemory, procSelf's resident and peak readings, and what the
 // C heap does under ORT's runs, which the readings include: the malloc
-// settings the model package makes, and when (configureMalloc). Settings
-// made from the environment are in the key already (mallocEnv).
+// settings the model package makes, and when (configureMalloc and the C
+// constructor beside it, which since 2784c71 makes them before any thread
+// starts, so one arena serves every thread). Settings made from the
+// environment are in the key already (mallocEnv).
 //
 // Before it there was a version number, 1, which did not change when
 // InitRuntime fixed glibc's mmap threshold at 128 KiB (6d0f153): fits of
 // the moving threshold, which could lose their quadratic term, were taken
 // by the release that fixed it.
-const cpuCalibrationMethod = "rss-peak-max3/glibc-1-arena-mmap-128k"
+const cpuCalibrationMethod = "rss-peak-max3/glibc-1-arena-mmap-128k-from-start"
 
 // cpuFitCache returns where the CPU engine's calibration is kept. The key
 // is everything the fit depends on: how it was measured

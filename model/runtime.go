@@ -17,10 +17,11 @@ import (
 // the environment exists is an error rather than a silent no-op, because two
 // owners would each believe they may destroy it.
 //
-// On glibc it first caps malloc at one arena for the whole process and
-// fixes its mmap threshold (see configureMalloc): ONNX Runtime's memory then
-// no longer depends on which OS thread a cgo call ran on, nor on what
-// earlier runs left in the heap.
+// On glibc, malloc has been capped at one arena for the whole process and
+// its mmap threshold fixed since before main (a C constructor; see
+// configureMalloc, which InitRuntime calls to check and repeat it): ONNX
+// Runtime's memory then no longer depends on which OS thread a cgo call ran
+// on, nor on what earlier runs left in the heap.
 //
 // shutdown destroys the environment and unloads the library; calling it again
 // is a no-op.
@@ -40,7 +41,8 @@ func InitRuntime(libPath string) (shutdown func() error, err error) {
 	if ort.IsInitialized() {
 		return nil, errors.New("model: ONNX Runtime environment is already initialized in this process")
 	}
-	// Before ORT starts any thread: see configureMalloc.
+	// The constructor made these settings before any thread; this checks
+	// and repeats them before ORT starts its own (see configureMalloc).
 	configureMalloc()
 	ort.SetSharedLibraryPath(libPath)
 	if err := ort.InitializeEnvironment(); err != nil {
