@@ -50,6 +50,8 @@ type tally struct {
 	lost          int
 	lostCalls     []string // the first few, for the report
 	removed       map[string]int
+	skipped       int // older versions with neither output nor dead letter, not removed
+	skippedCalls  []string
 	outOfOrder    int
 	oooCalls      []string
 	staleLast     int // calls whose last output is not their newest version
@@ -74,6 +76,7 @@ type versionKey struct {
 //     after a newer one is a duplicate, not a reordering: the scorer writes
 //     a replayed span again in order, and a revoked member's last request
 //     may land late, see docs/reliability.md);
+//   - skipped: the same for a call's older versions (not removed either);
 //   - duplicates: records (outputs and dead letters) beyond the first of each
 //     (call, version).
 func check(ledger []sent, removals []removal, outs []published, dlq []deadLetter) tally {
@@ -131,6 +134,19 @@ func check(ledger []sent, removals []removal, outs []published, dlq []deadLetter
 		t.lost++
 		if len(t.lostCalls) < 5 {
 			t.lostCalls = append(t.lostCalls, fmt.Sprintf("%s v%d (input %d/%d epoch %d)", s.call, s.version, s.partition, s.offset, s.epoch))
+		}
+	}
+	// Every older version too: the scorer skips none (a superseded version is
+	// scored like any other), so one without an output or dead letter that
+	// no fault removed was skipped.
+	for _, s := range ledger {
+		vk := versionKey{s.call, s.version}
+		if s.version == newest[s.call].version || outCount[vk] > 0 || dlqCount[vk] > 0 || removedBy(s, removals) != "" {
+			continue
+		}
+		t.skipped++
+		if len(t.skippedCalls) < 5 {
+			t.skippedCalls = append(t.skippedCalls, fmt.Sprintf("%s v%d (input %d/%d epoch %d)", s.call, s.version, s.partition, s.offset, s.epoch))
 		}
 	}
 	for k, n := range outCount {

@@ -52,7 +52,7 @@ func TestCheck(t *testing.T) {
 			removals: []removal{{why: "topic-deleted", epoch: 1, partition: 0, from: 0, to: 20}},
 			outs:     []published{out("a", 1, 0), out("b", 1, 1)}, dlq: poisonDLQ,
 			want: tally{calls: 2, poison: 1, poisonDLQ: 1, lost: 1}},
-		{name: "a valid transcript dead-lettered with a reason", outs: []published{out("a", 2, 0)},
+		{name: "a valid transcript dead-lettered with a reason", outs: []published{out("a", 1, 0), out("a", 2, 1)},
 			dlq:  append([]deadLetter{{call: "b", version: 1, reason: "too_large"}}, poisonDLQ...),
 			want: tally{calls: 2, poison: 1, poisonDLQ: 1, validDLQ: 1}},
 		{name: "a dead letter without a reason accounts for nothing", outs: allOut,
@@ -61,15 +61,25 @@ func TestCheck(t *testing.T) {
 		{name: "poison removed by a fault",
 			removals: []removal{{why: "topic-deleted", partition: 1, from: 6, to: 7}}, outs: allOut,
 			want: tally{calls: 2, poison: 1, poisonRemoved: 1}},
+		{name: "an older version missing", outs: []published{out("a", 2, 0), out("b", 1, 1)}, dlq: poisonDLQ,
+			want: tally{calls: 2, poison: 1, poisonDLQ: 1, skipped: 1}},
+		{name: "an older version missing inside a removed span",
+			removals: []removal{{why: "truncated", partition: 0, from: 10, to: 11}},
+			outs:     []published{out("a", 2, 0), out("b", 1, 1)}, dlq: poisonDLQ,
+			want: tally{calls: 2, poison: 1, poisonDLQ: 1}},
 		{name: "an output of a version never sent", outs: append(append([]published(nil), allOut...), out("a", 3, 3)), dlq: poisonDLQ,
 			want: tally{calls: 2, poison: 1, poisonDLQ: 1, phantom: 1}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			got := check(ledger, c.removals, c.outs, c.dlq)
-			type figures struct{ calls, poison, lost, outOfOrder, staleLast, duplicates, phantom, poisonDLQ, poisonRemoved, validDLQ int }
-			g := figures{got.calls, got.poison, got.lost, got.outOfOrder, got.staleLast, got.duplicates, got.phantom, got.poisonDLQ, got.poisonRemoved, got.validDLQ}
-			w := figures{c.want.calls, c.want.poison, c.want.lost, c.want.outOfOrder, c.want.staleLast, c.want.duplicates, c.want.phantom, c.want.poisonDLQ, c.want.poisonRemoved, c.want.validDLQ}
+			type figures struct {
+				calls, poison, lost, skipped, outOfOrder, staleLast, duplicates, phantom, poisonDLQ, poisonRemoved, validDLQ int
+			}
+			g := figures{got.calls, got.poison, got.lost, got.skipped, got.outOfOrder, got.staleLast, got.duplicates, got.phantom,
+				got.poisonDLQ, got.poisonRemoved, got.validDLQ}
+			w := figures{c.want.calls, c.want.poison, c.want.lost, c.want.skipped, c.want.outOfOrder, c.want.staleLast, c.want.duplicates,
+				c.want.phantom, c.want.poisonDLQ, c.want.poisonRemoved, c.want.validDLQ}
 			if g != w {
 				t.Errorf("got  %+v\nwant %+v", g, w)
 			}

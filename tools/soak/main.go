@@ -329,6 +329,9 @@ func run(ctx context.Context, opt options) (string, bool, error) {
 	if t.lost > 0 {
 		broken = append(broken, fmt.Sprintf("lost %d: %s", t.lost, strings.Join(t.lostCalls, "; ")))
 	}
+	if t.skipped > 0 {
+		broken = append(broken, fmt.Sprintf("older versions skipped %d: %s", t.skipped, strings.Join(t.skippedCalls, "; ")))
+	}
 	if t.outOfOrder > 0 {
 		broken = append(broken, fmt.Sprintf("out of order %d: %s", t.outOfOrder, strings.Join(t.oooCalls, "; ")))
 	}
@@ -378,11 +381,11 @@ func run(ctx context.Context, opt options) (string, bool, error) {
 	for _, n := range s.counts {
 		nFaults += n
 	}
-	line := fmt.Sprintf("soak %s: seed=%d minutes=%v sent=%d (calls %d, poison %d) faults=%d [%s] lost=%d removed_by_faults=%d [%s] "+
+	line := fmt.Sprintf("soak %s: seed=%d minutes=%v sent=%d (calls %d, poison %d) faults=%d [%s] lost=%d skipped_older_versions=%d removed_by_faults=%d [%s] "+
 		"out_of_order=%d duplicates=%d (bound %d = MAX_UNCOMMITTED %d × %d partitions × %d crash-like faults) stale_last=%d poison_dead_lettered=%d/%d (%d removed) dlq=%s "+
 		"A_rss=%.1f→%.1f MiB (drift %+.1f, peak %.1f) A_goroutines=%v→%v (drift %+v, peak %v) backlog_at_end_of_faults=%d caught_up_in=%v longest_commit_stall=%v (%s) unasked_exits=%d sigterm_unclean=%d "+
 		"scorer_logs: generations=%d commit_failures=%d failed_generations=%d",
-		verdict, opt.seed, opt.minutes, len(ledger), t.calls, t.poison, nFaults, kv(s.counts), t.lost, sum(t.removed), kv(t.removed),
+		verdict, opt.seed, opt.minutes, len(ledger), t.calls, t.poison, nFaults, kv(s.counts), t.lost, t.skipped, sum(t.removed), kv(t.removed),
 		t.outOfOrder, t.duplicates, dupBound, opt.maxUncommit, opt.partitions, s.replays, t.staleLast, t.poisonDLQ, t.poison, t.poisonRemoved, dlqSummary(t),
 		base.rss/(1<<20), last.rss/(1<<20), rssDrift, peak.rss/(1<<20), base.goroutines, last.goroutines, gDrift, peak.goroutines,
 		backlog, caughtUpIn.Round(100*time.Millisecond), longest.Round(time.Second), cmpOr(where, "none"), len(exits), len(s.termErrors),
