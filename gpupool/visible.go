@@ -10,41 +10,58 @@ import (
 	"github.com/scorer/scorer/gpupool/hostcheck"
 )
 
-// ErrMIGNeedsUUID means a MIG instance would be used without
-// CUDA_VISIBLE_DEVICES naming it by its MIG-… UUID. CUDA then picks an
-// instance by its own rules, and which one NVML's readings (admission's
-// memory) belong to would be a guess; with the UUID both sides agree. It is
-// hostcheck's sentinel, which DiagnoseCUDA reads.
+// ErrMIGNeedsUUID means a MIG instance would be used without its MIG-…
+// UUID being named, in CUDA_VISIBLE_DEVICES or as the one MIG instance of
+// NVIDIA_VISIBLE_DEVICES. CUDA then picks an instance by its own rules, and
+// which one NVML's readings (admission's memory) belong to would be a
+// guess; with the UUID both sides agree. It is hostcheck's sentinel, which
+// DiagnoseCUDA reads.
 var ErrMIGNeedsUUID = hostcheck.ErrMIGNeedsUUID
 
 // ErrMIGNoPermission means a GPU is in MIG mode and NVML refuses this
 // process the parent GPU's readings (hostcheck's sentinel).
 var ErrMIGNoPermission = hostcheck.ErrMIGNoPermission
 
-// migByUUID requires that every MIG instance in visible was selected by a
-// MIG-… entry of CUDA_VISIBLE_DEVICES (a unique prefix is enough).
+// migByUUID requires that every MIG instance in visible was selected by
+// its UUID (a unique prefix is enough): a MIG-… entry of
+// CUDA_VISIBLE_DEVICES, or the only MIG-… entry of NVIDIA_VISIBLE_DEVICES.
+// The second is how the NVIDIA device plugin hands a pod its MIG slice (it
+// sets no CUDA_VISIBLE_DEVICES): the container runtime exposes the listed
+// instance alone, so CUDA can open no other. With several MIG entries there
+// CUDA still chooses among them, so they do not count.
 func migByUUID(visible []nvmlGPU, lookupEnv func(string) (string, bool)) error {
 	raw, _ := lookupEnv("CUDA_VISIBLE_DEVICES")
+	names := migEntries(raw)
+	runtime, _ := lookupEnv("NVIDIA_VISIBLE_DEVICES")
+	if rt := migEntries(runtime); len(rt) == 1 {
+		names = append(names, rt[0])
+	}
 	var missing []string
 	for _, g := range visible {
 		if !g.mig || g.uuid == "" || g.err != nil {
 			continue
 		}
-		named := false
-		for _, e := range strings.Split(raw, ",") {
-			e = strings.TrimSpace(e)
-			if len(e) > len("MIG-") && strings.HasPrefix(strings.ToUpper(e), "MIG-") && len(e) <= len(g.uuid) && strings.EqualFold(g.uuid[:len(e)], e) {
-				named = true
-			}
-		}
-		if !named {
+		if !slices.ContainsFunc(names, func(e string) bool { return len(e) <= len(g.uuid) && strings.EqualFold(g.uuid[:len(e)], e) }) {
 			missing = append(missing, g.uuid)
 		}
 	}
 	if len(missing) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: CUDA_VISIBLE_DEVICES=%q, MIG instance(s) readable here: %s: %w", ErrMIGNeedsUUID, raw, strings.Join(missing, ", "), ErrNoGPU)
+	return fmt.Errorf("%w: CUDA_VISIBLE_DEVICES=%q, NVIDIA_VISIBLE_DEVICES=%q, MIG instance(s) readable here: %s: %w",
+		ErrMIGNeedsUUID, raw, runtime, strings.Join(missing, ", "), ErrNoGPU)
+}
+
+// migEntries returns the MIG-… entries of a comma-separated device list.
+func migEntries(list string) []string {
+	var out []string
+	for _, e := range strings.Split(list, ",") {
+		e = strings.TrimSpace(e)
+		if len(e) > len("MIG-") && strings.HasPrefix(strings.ToUpper(e), "MIG-") {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // pciOrder sorts GPUs by PCI bus id, CUDA's order under
@@ -82,9 +99,9 @@ func busID(raw []int8) string {
 // visible in NVML order. Entries are CUDA's: indexes, GPU UUIDs or unique
 // UUID prefixes ("GPU-8932f937"). Like CUDA, the list ends at the first entry
 // that names no GPU ("-1", an index past the last GPU, a repeat), and the
-// rest is ignored with a warning. A MIG device ("MIG-…") cannot be mapped to
-// a whole GPU's memory readings, so it is an error, as is a list that leaves
-// no GPU visible; both wrap ErrNoGPU. Integer indexes follow
+// rest is ignored with a warning. A "MIG-…" entry naming no MIG instance
+// NVML can read is an error, as is a list that leaves no GPU visible; both
+// wrap ErrNoGPU. Integer indexes follow
 // CUDA_DEVICE_ORDER while NVML enumerates by PCI bus ID, so GPUs of
 // different models without CUDA_DEVICE_ORDER=PCI_BUS_ID get a warning.
 func visibleGPUs(all []nvmlGPU, lookupEnv func(string) (string, bool)) ([]nvmlGPU, []error, error) {

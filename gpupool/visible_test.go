@@ -194,3 +194,65 @@ func TestNVMLPCIBusOrder(t *testing.T) {
 		}
 	}
 }
+
+// The NVIDIA device plugin gives a pod its MIG instance as
+// NVIDIA_VISIBLE_DEVICES=MIG-<uuid> and sets no CUDA_VISIBLE_DEVICES: the
+// container runtime then exposes that instance alone, so it is CUDA's
+// device 0 and the pool uses it (cuda mode starts on it). Naming it in
+// either variable is enough; a runtime list of several MIG instances, or
+// one that is not the instance NVML reads, still needs CUDA_VISIBLE_DEVICES.
+func TestNVMLMIGDevicePlugin(t *testing.T) {
+	inst := func(n int) *mockGPU {
+		return &mockGPU{uuid: fmt.Sprintf("MIG-%d5a8c9c8-0a37-5f55-9c1e-5a0c3d0e2f11", n), name: "ignored", total: 10 << 30, used: 1 << 30}
+	}
+	parent := func(migs ...*mockGPU) *mockGPU {
+		g := gpuN(0)
+		g.migMode, g.migs = true, migs
+		g.memV2Ret, g.memV1Ret = nvml.ERROR_NO_PERMISSION, nvml.ERROR_NO_PERMISSION
+		return g
+	}
+	one, two := inst(1), inst(2)
+	for _, env := range []map[string]string{
+		{"NVIDIA_VISIBLE_DEVICES": one.uuid},
+		{"NVIDIA_VISIBLE_DEVICES": " " + strings.ToLower(one.uuid) + " "},
+		{"NVIDIA_VISIBLE_DEVICES": one.uuid, "CUDA_VISIBLE_DEVICES": "0"},
+		{"NVIDIA_VISIBLE_DEVICES": one.uuid, "CUDA_VISIBLE_DEVICES": one.uuid[:12]},
+		{"NVIDIA_VISIBLE_DEVICES": "all", "CUDA_VISIBLE_DEVICES": one.uuid},
+	} {
+		p := mockNVML(t, true, env, parent(nil, one))
+		devs, err := p.Devices()
+		if err != nil {
+			t.Errorf("env %v: %v", env, err)
+			continue
+		}
+		if len(devs) != 1 || !devs[0].MIG || devs[0].UUID != one.uuid || devs[0].Index != 0 || devs[0].TotalMemory != 10<<30 {
+			t.Errorf("env %v: Devices() = %+v, want the MIG instance as CUDA 0 with its 10 GiB", env, devs)
+		}
+		if _, used, total, err := p.MemoryInfo(0); err != nil || used != one.used || total != one.total {
+			t.Errorf("env %v: MemoryInfo = %d/%d, %v; want the instance's readings", env, used, total, err)
+		}
+	}
+	for _, tc := range []struct {
+		env  map[string]string
+		gpus []*mockGPU
+	}{
+		{map[string]string{"NVIDIA_VISIBLE_DEVICES": "all"}, []*mockGPU{parent(one)}},
+		{map[string]string{"NVIDIA_VISIBLE_DEVICES": "0"}, []*mockGPU{parent(one)}},
+		{map[string]string{"NVIDIA_VISIBLE_DEVICES": two.uuid}, []*mockGPU{parent(one)}},
+		// Two instances handed over: CUDA takes one of them by its own rules.
+		{map[string]string{"NVIDIA_VISIBLE_DEVICES": one.uuid + "," + two.uuid}, []*mockGPU{parent(one, two)}},
+	} {
+		_, err := mockNVML(t, true, tc.env, tc.gpus...).Devices()
+		if !errors.Is(err, ErrMIGNeedsUUID) || !errors.Is(err, ErrNoGPU) {
+			t.Errorf("env %v: err = %v, want ErrMIGNeedsUUID", tc.env, err)
+		}
+	}
+
+	// The whole path: cuda mode starts on the plugin's instance.
+	env := map[string]string{"NVIDIA_VISIBLE_DEVICES": one.uuid}
+	pool := newPool(t, newFakeFactory(nil), gpuOpts(nil, WithProbe(mockNVML(t, true, env, parent(nil, one))))...)
+	if devs := pool.Devices(); len(devs) != 1 || devs[0].Kind != CUDA || devs[0].UUID != one.uuid || devs[0].Index != 0 {
+		t.Fatalf("cuda mode under the device plugin: Devices() = %+v, want cuda:0 = %s", devs, one.uuid)
+	}
+	mustScore(t, pool, makePairs([]int{4, 8, 16}))
+}

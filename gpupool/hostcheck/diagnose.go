@@ -37,8 +37,9 @@ const (
 	// ProblemMIGPermission: the GPU is in MIG mode and this process may not
 	// read the parent GPU, and no MIG instance was given to it.
 	ProblemMIGPermission = "mig_no_permission"
-	// ProblemMIGNeedsUUID: a GPU is in MIG mode and CUDA_VISIBLE_DEVICES
-	// does not name the instance by its MIG-… UUID.
+	// ProblemMIGNeedsUUID: a GPU is in MIG mode and neither
+	// CUDA_VISIBLE_DEVICES nor NVIDIA_VISIBLE_DEVICES (the device plugin's
+	// one MIG instance) names the instance by its MIG-… UUID.
 	ProblemMIGNeedsUUID = "mig_needs_uuid"
 )
 
@@ -95,8 +96,8 @@ func DiagnoseCUDA(err error) (*CUDAProblem, bool) {
 		return mk(ProblemNoCUDAProvider, "the ONNX Runtime library (ORT_LIB) is a CPU-only build without the CUDA execution provider",
 			"use the core pinned in deploy/ort/pins.txt (`make cuda-ort`, or the CUDA image)")
 	case errors.Is(err, ErrMIGNeedsUUID):
-		return mk(ProblemMIGNeedsUUID, "the GPU is in MIG mode and CUDA_VISIBLE_DEVICES does not name the MIG instance, so which instance CUDA uses is not known",
-			"set CUDA_VISIBLE_DEVICES=MIG-<uuid> to the instance's UUID (the error lists the readable ones; `nvidia-smi -L` too), or set DEVICE=cpu")
+		return mk(ProblemMIGNeedsUUID, "the GPU is in MIG mode and neither CUDA_VISIBLE_DEVICES nor NVIDIA_VISIBLE_DEVICES (as one MIG instance) names the MIG instance, so which instance CUDA uses is not known",
+			"request one MIG resource from the device plugin (it sets NVIDIA_VISIBLE_DEVICES=MIG-<uuid>), or set CUDA_VISIBLE_DEVICES=MIG-<uuid> to the instance's UUID (the error lists the readable ones; `nvidia-smi -L` too), or set DEVICE=cpu")
 	case errors.Is(err, ErrMIGNoPermission):
 		return mk(ProblemMIGPermission, "the GPU is in MIG mode and this process may not read it",
 			"give the container a MIG instance (NVIDIA_VISIBLE_DEVICES=MIG-…, or a MIG resource from the device plugin), or set DEVICE=cpu")
@@ -148,8 +149,9 @@ var (
 	// the driver is not loaded, or NVML lists zero devices.
 	ErrNoGPU = errors.New("gpupool: no GPU")
 	// ErrMIGNeedsUUID means a MIG instance would be used without
-	// CUDA_VISIBLE_DEVICES naming it by its MIG-… UUID.
-	ErrMIGNeedsUUID = errors.New("gpupool: GPU in MIG mode without CUDA_VISIBLE_DEVICES=MIG-<uuid>")
+	// CUDA_VISIBLE_DEVICES, or NVIDIA_VISIBLE_DEVICES as its one MIG
+	// instance, naming it by its MIG-… UUID.
+	ErrMIGNeedsUUID = errors.New("gpupool: GPU in MIG mode without CUDA_VISIBLE_DEVICES or NVIDIA_VISIBLE_DEVICES=MIG-<uuid>")
 	// ErrMIGNoPermission means a GPU is in MIG mode and NVML refuses this
 	// process the parent GPU's readings (NO_PERMISSION) while listing no MIG
 	// instance it may use.
