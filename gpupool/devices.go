@@ -155,6 +155,7 @@ func (p *Pool) addDeviceLocked(dev Device, eng Engine, est MemoryModel, fallback
 		p.m.gpuDegraded.WithLabelValues(dev.Label()).Set(0) // the series exists before anything goes wrong
 	}
 	p.devices = append(p.devices, d)
+	p.m.deviceAdded(dev.Kind)
 	return d
 }
 

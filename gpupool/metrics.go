@@ -23,9 +23,11 @@ type metrics struct {
 	fallbacks    prometheus.Counter
 	oomRetries   *prometheus.CounterVec
 	gpuDegraded  *prometheus.GaugeVec
+	devices      *prometheus.GaugeVec
+	mode         *prometheus.GaugeVec
 }
 
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, mode DeviceMode) (*metrics, error) {
 	m := &metrics{
 		pairsScored: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "scorer_pairs_scored_total", Help: "Sentence × hypothesis pairs scored.",
@@ -67,13 +69,20 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		gpuDegraded: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "scorer_gpu_degraded", Help: "1 while a GPU is degraded (out of service, on probation until a re-probe passes), else 0.",
 		}, []string{"device"}),
+		devices: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "scorer_pool_devices", Help: "Engines the pool runs on, by kind (cuda, cpu); a lazily created CPU fallback included. No series until the first engine opens.",
+		}, []string{"kind"}),
+		mode: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "scorer_pool_device_mode", Help: "The DEVICE the pool was asked for (auto, cpu or cuda); always 1.",
+		}, []string{"mode"}),
 	}
+	m.mode.WithLabelValues(string(mode)).Set(1)
 	if reg == nil {
 		return m, nil
 	}
 	var errs []error
 	for _, c := range []prometheus.Collector{m.pairsScored, m.batchRows, m.batchTokens, m.paddingRatio,
-		m.queueDepth, m.inference, m.gpuMemFree, m.gpuMemUsed, m.admission, m.fallbacks, m.oomRetries, m.gpuDegraded} {
+		m.queueDepth, m.inference, m.gpuMemFree, m.gpuMemUsed, m.admission, m.fallbacks, m.oomRetries, m.gpuDegraded, m.devices, m.mode} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
 		}
@@ -82,4 +91,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		return nil, fmt.Errorf("gpupool: registering metrics: %w", errors.Join(errs...))
 	}
 	return m, nil
+}
+
+// deviceAdded counts a new engine of kind k in scorer_pool_devices. Both
+// kinds' series appear with the first engine, so a pool on the CPU reads
+// cuda=0 (what ScorerGPUFallback compares) rather than no series at all;
+// before it, a pool still opening its GPUs reads nothing, not cuda=0.
+func (m *metrics) deviceAdded(k DeviceKind) {
+	for _, kind := range []DeviceKind{CUDA, CPU} {
+		m.devices.WithLabelValues(kind.String()).Add(0)
+	}
+	m.devices.WithLabelValues(k.String()).Inc()
 }

@@ -108,7 +108,7 @@ func New(ctx context.Context, factory EngineFactory, opts ...Option) (*Pool, err
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(c.reg)
+	m, err := newMetrics(c.reg, c.mode)
 	if err != nil {
 		return nil, err
 	}
