@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
 )
 
 // TopicSpec describes a topic EnsureTopics creates when it is missing.
@@ -20,7 +21,11 @@ type TopicSpec struct {
 	Name string
 	// Partitions defaults to 1.
 	Partitions int
-	// ReplicationFactor defaults to 1 (dev and the in-memory broker).
+	// ReplicationFactor is the topic's replica count; 0 or less leaves it
+	// to the cluster's default.replication.factor (CreateTopics v4, Kafka
+	// 2.4 and later; an older controller is refused with
+	// ErrBrokerDefaultUnsupported), which knows its brokers and its
+	// min.insync.replicas where the scorer does not.
 	ReplicationFactor int
 	// Configs are topic configs such as max.message.bytes.
 	Configs map[string]string
@@ -87,7 +92,11 @@ func prepareTopics(ctx context.Context, timeout time.Duration, brokers []string,
 		if t.Name == "" {
 			return nil, &SetupError{errors.New("producer: topics: empty topic name")}
 		}
-		tc := kafka.TopicConfig{Topic: t.Name, NumPartitions: max(t.Partitions, 1), ReplicationFactor: max(t.ReplicationFactor, 1)}
+		rf := t.ReplicationFactor
+		if rf <= 0 {
+			rf = brokerDefault
+		}
+		tc := kafka.TopicConfig{Topic: t.Name, NumPartitions: max(t.Partitions, 1), ReplicationFactor: rf}
 		for k, v := range t.Configs {
 			tc.ConfigEntries = append(tc.ConfigEntries, kafka.ConfigEntry{ConfigName: k, ConfigValue: v})
 		}
@@ -184,29 +193,76 @@ func metadataVia(ctx context.Context, dialer *kafka.Dialer, broker string) (clus
 	return v, nil
 }
 
-// createTopics creates cfgs through the cluster controller at addr.
+// brokerDefault is the replication factor that asks CreateTopics for the
+// broker's default.replication.factor (KIP-464).
+const brokerDefault = -1
+
+// minCreateTopicsDefaults is the first CreateTopics version whose -1 means
+// the broker's default (Kafka 2.4).
+const minCreateTopicsDefaults = 4
+
+// ErrBrokerDefaultUnsupported is a controller too old (before Kafka 2.4)
+// to create a topic with the broker's default replication factor; the
+// topic needs an explicit one.
+var ErrBrokerDefaultUnsupported = errors.New("the controller cannot create topics with its default replication factor (CreateTopics v4, Kafka 2.4 and later)")
+
+// createTopics creates cfgs through the cluster controller at addr, with a
+// CreateTopics version the controller negotiates: kafka-go's Conn speaks
+// v0 to v2 only, where -1 is not the broker's default but an invalid
+// count (a broker may happen to accept it; the protocol does not say so).
+// A topic asking for the broker's default is refused before anything is
+// sent when the controller stops below v4, so that an old cluster's answer
+// is an error naming the cause, not an INVALID_REPLICATION_FACTOR.
 func createTopics(ctx context.Context, dialer *kafka.Dialer, addr string, cfgs []kafka.TopicConfig) error {
-	cc, err := dial(ctx, dialer, addr)
-	if err != nil {
-		return setupErr(fmt.Sprintf("producer: topics: dial controller %s", addr), err)
-	}
-	defer cc.Close()
 	names := make([]string, len(cfgs))
 	for i, tc := range cfgs {
 		names[i] = tc.Topic
 	}
-	// CreateTopics ignores TopicAlreadyExists, so this is idempotent.
-	if err := cc.CreateTopics(cfgs...); err != nil {
-		return setupErr(fmt.Sprintf("producer: topics: create %s on controller %s", strings.Join(names, ", "), addr), ctxErr(ctx, err))
+	what := fmt.Sprintf("producer: topics: create %s on controller %s", strings.Join(names, ", "), addr)
+	cl, done := client(dialer, addr)
+	defer done()
+	if slices.ContainsFunc(cfgs, func(tc kafka.TopicConfig) bool { return tc.ReplicationFactor == brokerDefault }) {
+		av, err := cl.ApiVersions(ctx, &kafka.ApiVersionsRequest{})
+		if err == nil {
+			err = av.Error
+		}
+		if err != nil {
+			return setupErr(what, ctxErr(ctx, err))
+		}
+		for _, k := range av.ApiKeys {
+			if k.ApiKey == int(protocol.CreateTopics) && k.MaxVersion < minCreateTopicsDefaults {
+				return &SetupError{fmt.Errorf("%s: %w: it answers up to v%d", what, ErrBrokerDefaultUnsupported, k.MaxVersion)}
+			}
+		}
+	}
+	resp, err := cl.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: cfgs})
+	if err != nil {
+		return setupErr(what, ctxErr(ctx, err))
+	}
+	var errs []error
+	for _, n := range names {
+		// An existing topic is what was asked for: creating is idempotent.
+		if err := resp.Errors[n]; err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
+			errs = append(errs, fmt.Errorf("%s: %w", n, err))
+		}
+	}
+	if len(errs) > 0 {
+		return setupErr(what, errs...)
 	}
 	return nil
 }
 
+// client is a kafka-go Client of the broker at addr with dialer's identity,
+// TLS and SASL; done closes its connections.
+func client(dialer *kafka.Dialer, addr string) (*kafka.Client, func()) {
+	transport := &kafka.Transport{ClientID: dialer.ClientID, DialTimeout: dialer.Timeout, TLS: dialer.TLS, SASL: dialer.SASLMechanism}
+	return &kafka.Client{Addr: kafka.TCP(addr), Transport: transport}, transport.CloseIdleConnections
+}
+
 // maxMessageBytes reads the max.message.bytes of topics through broker.
 func maxMessageBytes(ctx context.Context, dialer *kafka.Dialer, broker string, topics []string) (map[string]int64, error) {
-	transport := &kafka.Transport{ClientID: dialer.ClientID, DialTimeout: dialer.Timeout, TLS: dialer.TLS, SASL: dialer.SASLMechanism}
-	defer transport.CloseIdleConnections()
-	client := &kafka.Client{Addr: kafka.TCP(broker), Transport: transport}
+	client, done := client(dialer, broker)
+	defer done()
 	req := &kafka.DescribeConfigsRequest{}
 	for _, t := range topics {
 		req.Resources = append(req.Resources, kafka.DescribeConfigRequestResource{

@@ -14,7 +14,9 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 )
 
 // silentBroker accepts TCP connections and never answers, like a broker
@@ -256,5 +258,92 @@ func TestPrepareTopicsReportsMaxMessageBytes(t *testing.T) {
 	}
 	if limits["big.topic"] != 70_000_000 {
 		t.Errorf("existing big.topic: max.message.bytes = %d, want its own 70000000 (left alone)", limits["big.topic"])
+	}
+}
+
+// replicas is the replica count of each partition of topic, as the
+// cluster's metadata lists them; none when the topic does not exist.
+func replicas(t *testing.T, c *kfake.Cluster, topic string) []int {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(t.Context(), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, mt := range resp.Topics {
+		if mt.Topic == nil || *mt.Topic != topic {
+			continue
+		}
+		if err := kerr.ErrorForCode(mt.ErrorCode); errors.Is(err, kerr.UnknownTopicOrPartition) {
+			return nil
+		} else if err != nil {
+			t.Fatalf("metadata of %s: %v", topic, err)
+		}
+		for _, p := range mt.Partitions {
+			out = append(out, len(p.Replicas))
+		}
+	}
+	return out
+}
+
+// TestCreatedTopicTakesBrokerDefaultReplication: a topic created without a
+// replication factor gets the cluster's default (CreateTopics asks with
+// -1), not one replica: on a cluster with min.insync.replicas=2 a topic of
+// one replica refuses every acks=all write. kfake answers -1 with
+// min(3, brokers) replicas (it has no default.replication.factor of its
+// own), so three brokers show it. An explicit factor is kept.
+func TestCreatedTopicTakesBrokerDefaultReplication(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, kfake.NumBrokers(3))
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if err := EnsureTopics(ctx, c.ListenAddrs(), nil, TopicSpec{Name: "default.rf", Partitions: 2},
+		TopicSpec{Name: "two.rf", Partitions: 2, ReplicationFactor: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for topic, want := range map[string]int{"default.rf": 3, "two.rf": 2} {
+		got := replicas(t, c, topic)
+		if len(got) != 2 {
+			t.Errorf("%s: %d partitions, want 2", topic, len(got))
+		}
+		for p, n := range got {
+			if n != want {
+				t.Errorf("%s partition %d: %d replicas, want %d", topic, p, n, want)
+			}
+		}
+	}
+}
+
+// TestBrokerDefaultReplicationOnOldBroker: a controller that answers
+// CreateTopics below v4 (Kafka 2.3) cannot take -1 for its default; the
+// topic is not created and the error says why, permanently (retrying will
+// not upgrade the cluster). An explicit factor still works there.
+func TestBrokerDefaultReplicationOnOldBroker(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, kfake.MaxVersions(kversion.V2_3_0()))
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	err := EnsureTopics(ctx, c.ListenAddrs(), nil, TopicSpec{Name: "default.rf"})
+	var se *SetupError
+	if !errors.Is(err, ErrBrokerDefaultUnsupported) || !errors.As(err, &se) || !strings.Contains(err.Error(), "default.rf") {
+		t.Fatalf("broker default on a Kafka 2.3 controller: err = %v, want a *SetupError wrapping ErrBrokerDefaultUnsupported naming default.rf", err)
+	}
+	if got := replicas(t, c, "default.rf"); len(got) != 0 {
+		t.Errorf("default.rf created with %v replicas after the refusal", got)
+	}
+	if err := EnsureTopics(ctx, c.ListenAddrs(), nil, TopicSpec{Name: "one.rf", ReplicationFactor: 1}); err != nil {
+		t.Errorf("explicit replication factor on a Kafka 2.3 controller: %v", err)
+	}
+	if got := replicas(t, c, "one.rf"); len(got) != 1 || got[0] != 1 {
+		t.Errorf("one.rf replicas %v, want [1]", got)
 	}
 }

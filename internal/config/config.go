@@ -38,7 +38,7 @@ type Config struct {
 	RebalanceTimeout time.Duration `env:"KAFKA_REBALANCE_TIMEOUT" envDefault:"30s" group:"kafka" min:"1ns" help:"how long the group waits for members to rejoin; at a rebalance in-flight work gets min(10s, half of this minus the heartbeat interval) to finish"`
 	InputPartitions  int           `env:"KAFKA_INPUT_PARTITIONS" envDefault:"6" group:"kafka" min:"1" help:"partitions for topics the scorer creates (in-memory broker, or missing topics)"`
 	CreateTopics     bool          `env:"KAFKA_CREATE_TOPICS" envDefault:"true" group:"kafka" help:"create missing topics at start (KAFKA_INPUT_PARTITIONS, KAFKA_TOPIC_REPLICATION_FACTOR, a max.message.bytes that fits the input limits); false = topics are managed elsewhere and a missing one stops start-up"`
-	TopicReplication int           `env:"KAFKA_TOPIC_REPLICATION_FACTOR" envDefault:"1" group:"kafka" min:"1" help:"replication factor of topics the scorer creates when they are missing (the in-memory broker always uses 1); at least your cluster's min.insync.replicas (acks=all writes fail below it), or create topics ahead"`
+	TopicReplication int           `env:"KAFKA_TOPIC_REPLICATION_FACTOR" envDefault:"-1" group:"kafka" values:"-1 or ≥ 1" help:"replication factor of topics the scorer creates when they are missing; -1 = the cluster's default.replication.factor (needs Kafka 2.4 or later: an older cluster stops start-up with an error saying so; the in-memory broker always uses 1); a number must be at least your cluster's min.insync.replicas (acks=all writes fail below it), or create topics ahead"`
 
 	ClientID         string `env:"KAFKA_CLIENT_ID" envDefault:"scorer" group:"security" help:"Kafka client id"`
 	KafkaTLS         bool   `env:"KAFKA_TLS" group:"security" help:"connect with TLS; required by every other KAFKA_TLS_* setting"`
@@ -158,6 +158,7 @@ func (c *Config) Validate() error {
 	check(c.InputTopic != "", "KAFKA_INPUT_TOPIC must not be empty")
 	check(c.OutputTopic != "", "KAFKA_OUTPUT_TOPIC must not be empty")
 	check(c.DLQTopic != "", "KAFKA_DLQ_TOPIC must not be empty")
+	check(c.TopicReplication == -1 || c.TopicReplication >= 1, "KAFKA_TOPIC_REPLICATION_FACTOR must be -1 (the cluster's default) or at least 1, got %d", c.TopicReplication)
 	// Syntax only: the limit itself is read from the cgroup at start.
 	if _, _, err := c.CPUMemory(Host{Memory: MemoryLimit{Bytes: 1 << 50}}); err != nil {
 		errs = append(errs, err)

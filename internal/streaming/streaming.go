@@ -34,7 +34,8 @@ type Topics struct {
 // exist are left alone (no CREATE permission needed); the missing ones get
 // KAFKA_TOPIC_REPLICATION_FACTOR and a max.message.bytes that fits the
 // largest record the input limits allow, and are created only when
-// KAFKA_CREATE_TOPICS says so. singleNode is a broker of one node that
+// KAFKA_CREATE_TOPICS says so (a replication factor of -1 is the cluster's
+// own default.replication.factor). singleNode is a broker of one node that
 // starts empty (the in-memory broker of KAFKA_BROKERS=embedded, bench's
 // child broker): its topics are always created, with replication factor 1.
 // The output topics must fit every result the input limits accept, and the
@@ -58,6 +59,9 @@ func Prepare(ctx context.Context, cfg config.Config, singleNode bool, log zerolo
 	if err != nil {
 		if !create && errors.Is(err, kafka.UnknownTopicOrPartition) {
 			err = fmt.Errorf("%w (KAFKA_CREATE_TOPICS=false: create them, or let the scorer create them with KAFKA_CREATE_TOPICS=true)", err)
+		}
+		if errors.Is(err, producer.ErrBrokerDefaultUnsupported) {
+			err = fmt.Errorf("%w (KAFKA_TOPIC_REPLICATION_FACTOR=-1 asks the cluster for its default.replication.factor, which Kafka before 2.4 cannot do: set KAFKA_TOPIC_REPLICATION_FACTOR to the replication the topics need, at least the cluster's min.insync.replicas, or create the topics ahead)", err)
 		}
 		return Topics{}, err
 	}

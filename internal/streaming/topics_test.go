@@ -1,11 +1,20 @@
 package streaming
 
 import (
+	"context"
 	"flag"
 	"io"
+	"maps"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/producer"
@@ -45,4 +54,92 @@ func TestTopicPlanFitsKafkaDefault(t *testing.T) {
 			t.Errorf("%v on 1 MiB topics: %v, want fits=%v", tc.env, err, tc.fits)
 		}
 	}
+}
+
+// TestPrepareTopicsReplicationDefault: `scorer run`'s topics, created with
+// the default KAFKA_TOPIC_REPLICATION_FACTOR, take the cluster's default
+// replication (kfake: min(3, brokers)), not one replica; a cluster older
+// than Kafka 2.4 stops start-up with an error naming the setting; 0 is
+// refused.
+func TestPrepareTopicsReplicationDefault(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for name, tc := range map[string]struct {
+		opts    []kfake.Opt
+		env     map[string]string
+		replica int    // replicas of every partition; 0: refused
+		err     string // in the error when refused
+	}{
+		"default":         {opts: []kfake.Opt{kfake.NumBrokers(3)}, replica: 3},
+		"explicit":        {opts: []kfake.Opt{kfake.NumBrokers(3)}, env: map[string]string{"KAFKA_TOPIC_REPLICATION_FACTOR": "2"}, replica: 2},
+		"default on 2.3":  {opts: []kfake.Opt{kfake.NumBrokers(3), kfake.MaxVersions(kversion.V2_3_0())}, err: "set KAFKA_TOPIC_REPLICATION_FACTOR"},
+		"explicit on 2.3": {opts: []kfake.Opt{kfake.NumBrokers(3), kfake.MaxVersions(kversion.V2_3_0())}, env: map[string]string{"KAFKA_TOPIC_REPLICATION_FACTOR": "3"}, replica: 3},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := kfake.NewCluster(tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			env := map[string]string{"KAFKA_BROKERS": strings.Join(c.ListenAddrs(), ","), "KAFKA_INPUT_PARTITIONS": "2"}
+			maps.Copy(env, tc.env)
+			cfg, err := parseConfig(t, env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = Prepare(ctx, cfg, false, zerolog.Nop())
+			if tc.replica == 0 {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err = %v, want one saying %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, topic := range []string{cfg.InputTopic, cfg.OutputTopic, cfg.DLQTopic} {
+				for p, n := range replicas(t, c, topic) {
+					if n != tc.replica {
+						t.Errorf("%s partition %d: %d replicas, want %d", topic, p, n, tc.replica)
+					}
+				}
+			}
+		})
+	}
+	if _, err := parseConfig(t, map[string]string{"KAFKA_TOPIC_REPLICATION_FACTOR": "0"}); err == nil || !strings.Contains(err.Error(), "KAFKA_TOPIC_REPLICATION_FACTOR") {
+		t.Errorf("KAFKA_TOPIC_REPLICATION_FACTOR=0: err = %v, want it refused", err)
+	}
+}
+
+// replicas is the replica count of each partition of topic, as the
+// cluster's metadata lists them; a topic missing fails the test.
+func replicas(t *testing.T, c *kfake.Cluster, topic string) []int {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(t.Context(), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, mt := range resp.Topics {
+		if err := kerr.ErrorForCode(mt.ErrorCode); err != nil {
+			t.Fatalf("metadata of %s: %v", topic, err)
+		}
+		for _, p := range mt.Partitions {
+			out = append(out, len(p.Replicas))
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s has no partitions", topic)
+	}
+	return out
 }
