@@ -146,10 +146,11 @@ type Config struct {
 	// FetchMaxWait is how long a partition fetch waits on the broker for new
 	// data; it also bounds how quickly a fetcher notices it must stop.
 	FetchMaxWait time.Duration
-	// StartOffset is where a partition without a committed offset starts:
-	// kafka.FirstOffset (default) or kafka.LastOffset. It is also where a
-	// committed offset past the log end resets to (one before the log start
-	// always resets to the log start).
+	// StartOffset is where a partition without a committed offset starts
+	// (KAFKA_START_OFFSET, Kafka's auto.offset.reset): kafka.FirstOffset
+	// (default) or kafka.LastOffset. It is also where a committed offset
+	// past the log end resets to (one before the log start always resets to
+	// the log start: see checkOffset).
 	StartOffset int64
 	// PartitionWatchInterval is how often partitions added to the input
 	// topic are looked for; a new one triggers a rebalance that assigns it

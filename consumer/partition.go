@@ -113,12 +113,17 @@ func (c *Consumer) offsetReset(ps *partState, what string) {
 const offsetCheckTimeout = 10 * time.Second
 
 // checkOffset returns where to start reading the partition: offset, unless
-// it lies outside the partition's log. kafka-go moves an offset before the
-// log start to the start without a word, and retries one past the log end
-// forever (the partition then silently stops being read). Both are reset
-// here instead, counted and logged: before the start to the start, past
-// the end to StartOffset's end. If the log range cannot be read, offset is
-// returned as is.
+// it lies outside the partition's log, which is reset here, counted and
+// logged rather than left to the fetch client (silently, or, past the end,
+// never). Past the end (the topic re-created, the log truncated) it goes
+// where a new group starts, StartOffset's end, as Kafka's
+// auto.offset.reset does. Before the start (retention deleted records the
+// group had not read) it goes to the start whatever StartOffset says,
+// where Kafka's latest would skip to the end: the records still kept were
+// never scored, and losing them too is not what latest is chosen for (not
+// reading history from before the group existed); franz-go resumes at the
+// start as well when retention passes a position it is reading. If the
+// log range cannot be read, offset is returned as is.
 func (c *Consumer) checkOffset(ctx context.Context, ps *partState, offset int64) int64 {
 	if offset < 0 { // FirstOffset or LastOffset: kafka-go resolves them
 		return offset

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"runtime"
 
+	"github.com/segmentio/kafka-go"
+
 	"github.com/scorer/scorer/consumer"
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/model"
@@ -163,13 +165,13 @@ func (c *Config) Limits() schema.Limits {
 	return l
 }
 
-// ConsumerConfig is the input side: brokers, topic, group and its timings,
-// the consumer batches and in-flight bounds, the input limits and
-// SHUTDOWN_TIMEOUT, which bounds the consumer's whole stop (drain, final
-// commit, leaving the group). RevokeTimeout and HeartbeatInterval are left
-// to the consumer, which derives them from KAFKA_REBALANCE_TIMEOUT and
-// KAFKA_SESSION_TIMEOUT (a fixed revoke timeout would reject rebalance
-// timeouts up to 10 s).
+// ConsumerConfig is the input side: brokers, topic, group, where a new
+// group starts (KAFKA_START_OFFSET) and the group's timings, the consumer
+// batches and in-flight bounds, the input limits and SHUTDOWN_TIMEOUT,
+// which bounds the consumer's whole stop (drain, final commit, leaving the
+// group). RevokeTimeout and HeartbeatInterval are left to the consumer,
+// which derives them from KAFKA_REBALANCE_TIMEOUT and KAFKA_SESSION_TIMEOUT
+// (a fixed revoke timeout would reject rebalance timeouts up to 10 s).
 func (c *Config) ConsumerConfig(sec KafkaSecurity) consumer.Config {
 	return consumer.Config{
 		Brokers: c.KafkaBrokers, Topic: c.InputTopic, GroupID: c.GroupID, ClientID: c.ClientID,
@@ -178,7 +180,17 @@ func (c *Config) ConsumerConfig(sec KafkaSecurity) consumer.Config {
 		Limits: c.Limits(), ShutdownTimeout: c.ShutdownTimeout, Dialer: sec.Dialer(c.ClientID),
 		SessionTimeout: c.SessionTimeout, RebalanceTimeout: c.RebalanceTimeout,
 		ReadUncommitted: c.IsolationLevel == "read_uncommitted",
+		StartOffset:     startOffset(c.StartOffset),
 	}
+}
+
+// startOffset is KAFKA_START_OFFSET as the consumer takes it; Validate
+// allows only earliest and latest.
+func startOffset(s string) int64 {
+	if s == "latest" {
+		return kafka.LastOffset
+	}
+	return kafka.FirstOffset
 }
 
 // ProducerConfig is the output side: brokers, the output, rows and

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/segmentio/kafka-go"
+
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/model/scorecache"
@@ -237,3 +239,26 @@ func (g *growingGPU) ProcessMemory(int) (uint64, error) {
 }
 func (*growingGPU) Utilization(int) (uint32, error) { return 0, nil }
 func (*growingGPU) Throttled(int) (uint64, error)   { return 0, nil }
+
+// TestStartOffsetSetting: KAFKA_START_OFFSET (Kafka's auto.offset.reset)
+// says where a group without a committed offset starts, earliest by
+// default, and reaches the consumer; anything else fails validation naming
+// it.
+func TestStartOffsetSetting(t *testing.T) {
+	for env, want := range map[string]int64{"": kafka.FirstOffset, "earliest": kafka.FirstOffset, "latest": kafka.LastOffset} {
+		vars := map[string]string{}
+		if env != "" {
+			vars["KAFKA_START_OFFSET"] = env
+		}
+		cfg, err := parseConfig(t, vars)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.ConsumerConfig(KafkaSecurity{}).StartOffset; got != want {
+			t.Errorf("KAFKA_START_OFFSET=%q: consumer StartOffset %d, want %d", env, got, want)
+		}
+	}
+	if _, err := parseConfig(t, map[string]string{"KAFKA_START_OFFSET": "none"}); err == nil || !strings.Contains(err.Error(), "KAFKA_START_OFFSET") {
+		t.Errorf("KAFKA_START_OFFSET=none: err = %v, want it refused", err)
+	}
+}
