@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+
 	"github.com/scorer/scorer/schema"
 )
 
@@ -106,6 +108,18 @@ func (pr *processor) deadLetter(ctx context.Context, g *genState, dead []deadRec
 		backoff = min(backoff*2, pr.cfg.RetryBackoffMax)
 	}
 	return true
+}
+
+// traceContext is the record's W3C trace context (schema.TraceContext),
+// which its result and rows pass on.
+func traceContext(hs []kafka.Header) []schema.Header {
+	var in []schema.Header
+	for _, h := range hs {
+		if h.Key == schema.HeaderTraceParent || h.Key == schema.HeaderTraceState {
+			in = append(in, schema.Header{Key: h.Key, Value: h.Value})
+		}
+	}
+	return schema.TraceContext(in)
 }
 
 // deadLetters builds the DLQ records: the original key, value, headers and

@@ -208,7 +208,8 @@ func (pr *processor) prepareGen(g *genState, batch []*record) (p prepared, ok bo
 				continue
 			}
 			st := results[i]
-			st.Source = &schema.Source{Topic: r.msg.Topic, Partition: r.msg.Partition, Offset: r.msg.Offset, Generation: g.id}
+			st.Source = &schema.Source{Topic: r.msg.Topic, Partition: r.msg.Partition, Offset: r.msg.Offset, Generation: g.id,
+				Trace: traceContext(r.msg.Headers)}
 			res[r] = &st
 		}
 	}

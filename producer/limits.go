@@ -80,8 +80,9 @@ func bounded(lim schema.Limits) (schema.Limits, error) {
 // skeleton is a result as large as one can be without the text it takes
 // from its input record: the most sections (named by short tags), each
 // claiming the most sentences, every label's lists empty, the longest
-// model name, timestamp and source. The input's own text (identity fields,
-// section names, matches) is bounded apart, against MAX_MESSAGE_BYTES.
+// model name, timestamp and source, and the largest trace context passed
+// on. The input's own text (identity fields, section names, matches) is
+// bounded apart, against MAX_MESSAGE_BYTES.
 func skeleton(s OutputShape, lim schema.Limits, sections int) schema.ScoredTranscript {
 	st := schema.ScoredTranscript{
 		// entity_event keys need both parts; worstKeyGrowth counts their
@@ -94,7 +95,11 @@ func skeleton(s OutputShape, lim schema.Limits, sections int) schema.ScoredTrans
 		Labels:             s.Labels,
 		Sections:           make(map[string]schema.SectionResult, sections),
 		ScoredAt:           "2006-01-02T15:04:05.999999999+07:00",
-		Source:             &schema.Source{Topic: s.SourceTopic, Partition: math.MinInt32, Offset: math.MinInt64, Generation: math.MinInt32},
+		Source: &schema.Source{Topic: s.SourceTopic, Partition: math.MinInt32, Offset: math.MinInt64, Generation: math.MinInt32,
+			Trace: []schema.Header{
+				{Key: schema.HeaderTraceParent, Value: make([]byte, schema.MaxTraceHeaderBytes)},
+				{Key: schema.HeaderTraceState, Value: make([]byte, schema.MaxTraceHeaderBytes)},
+			}},
 	}
 	for i := range sections {
 		sec := schema.SectionResult{Sentences: lim.MaxSentences, Results: make(map[string]schema.LabelResult, len(s.Labels))}

@@ -337,13 +337,14 @@ func valueDropped(d *schema.DeadLetter) kafka.Header {
 }
 
 // minimalDeadLetter builds the smallest DLQ record that still says which
-// input failed and why: the error headers (message truncated), the value's
-// size when there was one, and HeaderDLQDropped naming what was dropped and
-// cause, the error that kept the full record out. Its timestamp is now,
-// which the broker accepts whatever its timestamp rules.
+// input failed and why: the input's trace context (bounded, so a trace
+// still reaches its dead letter), the error headers (message truncated),
+// the value's size when there was one, and HeaderDLQDropped naming what was
+// dropped and cause, the error that kept the full record out. Its
+// timestamp is now, which the broker accepts whatever its timestamp rules.
 func (p *Producer) minimalDeadLetter(d *schema.DeadLetter, cause error) kafka.Message {
 	md := *d
-	md.Headers = nil
+	md.Headers = schema.TraceContext(d.Headers)
 	md.Message = truncate(d.Message, minimalMaxMessage)
 	md.ExceptionClass = truncate(d.ExceptionClass, minimalMaxField)
 	md.Stage = truncate(d.Stage, minimalMaxField)
@@ -359,7 +360,7 @@ func (p *Producer) minimalDeadLetter(d *schema.DeadLetter, cause error) kafka.Me
 		dropped = append(dropped, "value")
 		hs = append(hs, valueDropped(d))
 	}
-	if len(d.Headers) > 0 {
+	if len(d.Headers) > len(md.Headers) {
 		dropped = append(dropped, "headers")
 	}
 	if len(dropped) == 0 {
@@ -645,7 +646,8 @@ func (p *Producer) rowMessage(r *schema.ScoreRow, modelSHA string, src *schema.S
 // bytes written (not the input record: the producer never sees it, and a hash
 // of the output lets a reader verify what it got), and, when src is known,
 // the input record and generation it came from, so that a sink can drop
-// stale writes without parsing the value (rows carry no source field).
+// stale writes without parsing the value (rows carry no source field), and
+// last the input record's trace context, so a trace crosses the scorer.
 func outputHeaders(modelSHA string, value []byte, src *schema.Source) []kafka.Header {
 	sum := sha256.Sum256(value)
 	hs := []kafka.Header{
@@ -658,6 +660,7 @@ func outputHeaders(modelSHA string, value []byte, src *schema.Source) []kafka.He
 			kafka.Header{Key: schema.HeaderSourcePartition, Value: []byte(strconv.Itoa(src.Partition))},
 			kafka.Header{Key: schema.HeaderSourceOffset, Value: []byte(strconv.FormatInt(src.Offset, 10))},
 			kafka.Header{Key: schema.HeaderSourceGeneration, Value: []byte(strconv.Itoa(int(src.Generation)))})
+		hs = append(hs, kafkaHeaders(src.Trace)...)
 	}
 	return hs
 }

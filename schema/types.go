@@ -75,6 +75,10 @@ type Source struct {
 	Partition  int    `json:"partition"`
 	Offset     int64  `json:"offset"`
 	Generation int32  `json:"generation"`
+	// Trace is the input record's trace context (TraceContext), which
+	// the result's and its rows' records carry as headers. It is not part
+	// of the value: it belongs to the record, as on the input.
+	Trace []Header `json:"-"`
 }
 
 // ScoredTranscript is the output record for one TranscriptEvent: the event's
