@@ -424,6 +424,7 @@ func TestDashboard(t *testing.T) {
 		"scorer_batch_rows", "scorer_batch_tokens", "scorer_batch_padding_ratio", "scorer_queue_depth_pairs",
 		"scorer_inflight_messages", "scorer_end_to_end_seconds", "scorer_commit_seconds", "scorer_consumer_lag",
 		"scorer_dlq_total", "scorer_gpu_memory_used_bytes", "scorer_gpu_memory_free_bytes", "scorer_admission_total",
+		"scorer_pool_devices",
 	} {
 		if !used[m] {
 			t.Errorf("dashboard has no panel on %s", m)
@@ -891,7 +892,8 @@ func TestHelmChart(t *testing.T) {
 		name      string
 		set       []string
 		setString []string // --set-string (an EnvVar value must be a string)
-		gpu       bool
+		files     []string // -f values files
+		gpu       string   // the GPU resource the pod asks for; "" = CPU
 		keda      bool
 		extra     func(t *testing.T, objs map[string]object)
 	}{
@@ -905,11 +907,46 @@ func TestHelmChart(t *testing.T) {
 			"secret.env.EXTRA_SECRET=x", "metrics.serviceMonitor.enabled=true", "kafka.sasl.mechanism=SCRAM-SHA-512",
 			"kafka.sasl.username=scorer", "kafka.sasl.password=pw", "kafka.tls.enabled=true", "kafka.tls.secretName=kafka-ca",
 			"keda.authenticationRef=kafka-trigger-auth"},
-			gpu: true, keda: true, extra: func(t *testing.T, objs map[string]object) {
+			gpu: "nvidia.com/gpu", keda: true, extra: func(t *testing.T, objs map[string]object) {
 				if ref := get(objs["ScaledObject"], "spec", "triggers", 0, "authenticationRef", "name"); ref != "kafka-trigger-auth" {
 					t.Errorf("SASL/TLS with keda.authenticationRef, but the trigger's authenticationRef = %v", ref)
 				}
+				cm := configMapData(objs)
+				if get(objs["Secret"], "stringData", "KAFKA_SASL_PASSWORD") != "pw" {
+					t.Errorf("kafka.sasl.password set but the Secret = %v", objs["Secret"])
+				}
+				if cm["KAFKA_SASL_PASSWORD"] != nil {
+					t.Error("the SASL password is in the ConfigMap")
+				}
+				if cm["KAFKA_TLS"] != "true" || cm["KAFKA_TLS_CA_FILE"] != "/etc/scorer/kafka-tls/ca.crt" {
+					t.Errorf("kafka.tls set but ConfigMap KAFKA_TLS=%v KAFKA_TLS_CA_FILE=%v", cm["KAFKA_TLS"], cm["KAFKA_TLS_CA_FILE"])
+				}
+				if objs["ServiceMonitor"] == nil {
+					t.Error("serviceMonitor enabled with the CRD known, but none rendered")
+				}
 				checkGOMAXPROCS(t, objs, "")
+			}},
+		// A MIG slice from the device plugin, as docs/operating.md tells: its own resource name, a node
+		// selector for mixed-strategy nodes, DEVICE=cuda, and no CUDA_VISIBLE_DEVICES (which would
+		// override the plugin's NVIDIA_VISIBLE_DEVICES=MIG-<uuid>).
+		{name: "mig slice", files: []string{filepath.Join(chartDir, "ci", "mig-values.yaml")}, gpu: "nvidia.com/mig-1g.10gb",
+			extra: func(t *testing.T, objs map[string]object) {
+				pod := get(objs["Deployment"], "spec", "template", "spec")
+				if toInt(get(pod, "containers", 0, "resources", "limits", "nvidia.com/mig-1g.10gb")) != 1 {
+					t.Errorf("limits = %v, want one nvidia.com/mig-1g.10gb", get(pod, "containers", 0, "resources", "limits"))
+				}
+				if sel := get(pod, "nodeSelector"); get(sel, "nvidia.com/mig.strategy") != "mixed" || get(sel, "nvidia.com/gpu.present") != "true" {
+					t.Errorf("nodeSelector = %v, want nvidia.com/mig.strategy=mixed on a GPU node", sel)
+				}
+				cm := configMapData(objs)
+				for _, e := range toSlice(get(pod, "containers", 0, "env")) {
+					if get(e, "name") == "CUDA_VISIBLE_DEVICES" {
+						t.Errorf("env sets CUDA_VISIBLE_DEVICES: %v", e)
+					}
+				}
+				if cm["CUDA_VISIBLE_DEVICES"] != nil || cm["CUDA_DEVICE_ORDER"] != "PCI_BUS_ID" {
+					t.Errorf("ConfigMap CUDA_VISIBLE_DEVICES=%v CUDA_DEVICE_ORDER=%v, want unset and PCI_BUS_ID", cm["CUDA_VISIBLE_DEVICES"], cm["CUDA_DEVICE_ORDER"])
+				}
 			}},
 		{name: "hostPath model, explicit grace", set: []string{"model.source=hostPath", "terminationGracePeriodSeconds=120", "shutdownTimeoutSeconds=60"}},
 		{name: "created PVC, explicit GOMAXPROCS", set: []string{"model.pvc.create=true", "extraEnv[0].name=GOMAXPROCS"},
@@ -943,6 +980,9 @@ func TestHelmChart(t *testing.T) {
 			for _, s := range tc.setString {
 				args = append(args, "--set-string", s)
 			}
+			for _, f := range tc.files {
+				args = append(args, "-f", f)
+			}
 			if out, err := runHelm(t, helm, args...); err != nil {
 				t.Fatalf("helm lint: %v\n%s", err, out)
 			}
@@ -953,6 +993,9 @@ func TestHelmChart(t *testing.T) {
 			}
 			for _, s := range tc.setString {
 				args = append(args, "--set-string", s)
+			}
+			for _, f := range tc.files {
+				args = append(args, "-f", f)
 			}
 			out, err := runHelm(t, helm, args...)
 			if err != nil {
@@ -1018,8 +1061,11 @@ func configVars(t *testing.T, d design) map[string]bool {
 	return vars
 }
 
-func checkRendered(t *testing.T, vars map[string]bool, objs map[string]object, inputPartitions int, gpu, keda bool) {
+// checkRendered checks what every rendering must hold; gpuResource is the GPU resource the pod asks for
+// ("" = a CPU pod).
+func checkRendered(t *testing.T, vars map[string]bool, objs map[string]object, inputPartitions int, gpuResource string, keda bool) {
 	t.Helper()
+	gpu := gpuResource != ""
 	for _, kind := range []string{"Deployment", "ConfigMap", "Service", "PodDisruptionBudget", "ServiceAccount"} {
 		if objs[kind] == nil {
 			t.Fatalf("no %s rendered", kind)
@@ -1034,7 +1080,9 @@ func checkRendered(t *testing.T, vars map[string]bool, objs map[string]object, i
 	if cm["KAFKA_BROKERS"] == "" || cm["KAFKA_BROKERS"] == nil {
 		t.Error("ConfigMap: KAFKA_BROKERS empty")
 	}
-	wantDevice := map[bool]string{false: "cpu", true: "auto"}[gpu]
+	// A GPU pod runs DEVICE=cuda: without a working GPU its start fails with the doctor's diagnosis and
+	// the pod restarts where everyone sees it, instead of crawling on the CPU.
+	wantDevice := map[bool]string{false: "cpu", true: "cuda"}[gpu]
 	if cm["DEVICE"] != wantDevice {
 		t.Errorf("ConfigMap DEVICE = %v, want %s", cm["DEVICE"], wantDevice)
 	}
@@ -1109,8 +1157,8 @@ func checkRendered(t *testing.T, vars map[string]bool, objs map[string]object, i
 	limits, _ := get(ctr, "resources", "limits").(map[string]any)
 	image := toString(get(ctr, "image"))
 	if gpu {
-		if toInt(limits["nvidia.com/gpu"]) < 1 {
-			t.Errorf("gpu.enabled but limits = %v", limits)
+		if toInt(limits[gpuResource]) < 1 {
+			t.Errorf("gpu.enabled but limits = %v, want %s", limits, gpuResource)
 		}
 		if get(pod, "nodeSelector") == nil || get(pod, "tolerations") == nil {
 			t.Error("gpu.enabled but no nodeSelector/tolerations")
@@ -1118,22 +1166,14 @@ func checkRendered(t *testing.T, vars map[string]bool, objs map[string]object, i
 		if !strings.Contains(image, "cuda") {
 			t.Errorf("gpu.enabled but image %s is not the CUDA image", image)
 		}
-		if get(objs["Secret"], "stringData", "KAFKA_SASL_PASSWORD") != "pw" {
-			t.Errorf("kafka.sasl.password set but the Secret = %v", objs["Secret"])
-		}
-		if cm["KAFKA_SASL_PASSWORD"] != nil {
-			t.Error("the SASL password is in the ConfigMap")
-		}
-		if cm["KAFKA_TLS"] != "true" || cm["KAFKA_TLS_CA_FILE"] != "/etc/scorer/kafka-tls/ca.crt" {
-			t.Errorf("kafka.tls set but ConfigMap KAFKA_TLS=%v KAFKA_TLS_CA_FILE=%v", cm["KAFKA_TLS"], cm["KAFKA_TLS_CA_FILE"])
-		}
-		if objs["ServiceMonitor"] == nil {
-			t.Error("serviceMonitor enabled with the CRD known, but none rendered")
-		}
 	} else if _, ok := limits["nvidia.com/gpu"]; ok {
 		t.Error("GPU limit without gpu.enabled")
 	}
-
+	for k := range limits {
+		if strings.HasPrefix(k, "nvidia.com/") && k != gpuResource {
+			t.Errorf("limits ask for %s too: %v", k, limits)
+		}
+	}
 	so := objs["ScaledObject"]
 	if keda {
 		if so == nil {
