@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"flag"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -169,4 +171,19 @@ func firstDiff(a, b string) int {
 		}
 	}
 	return min(len(al), len(bl)) + 1
+}
+
+// TestPackageDocListsEveryCommand: the package comment (go doc's first
+// screen) names every subcommand `scorer -h` lists.
+func TestPackageDocListsEveryCommand(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "main.go", nil, parser.ParseComments|parser.PackageClauseOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := f.Doc.Text()
+	for _, c := range commands {
+		if !regexp.MustCompile(`(?m)^\s*scorer ` + regexp.QuoteMeta(c.spec.Name) + `\s`).MatchString(doc) {
+			t.Errorf("main.go's package comment does not list `scorer %s`:\n%s", c.spec.Name, doc)
+		}
+	}
 }

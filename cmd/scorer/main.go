@@ -7,6 +7,7 @@
 //	scorer bench     benchmarks (see docs/benchmarks.md)
 //	scorer doctor    whether the configured DEVICE works on this host (see docs/gpu.md)
 //	scorer compare   two models on one sample: |Δp|, decision agreement, speed
+//	scorer gpu-proof the GPU measurements of make gpu-proof: bench, share, report (see docs/gpu.md)
 package main
 
 import (
