@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/scorer/scorer/model"
 )
@@ -170,20 +173,36 @@ func (p *Pool) calibrateCPU(ctx context.Context, eng Engine, mem processMemory, 
 		return MemoryModel{}, nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
 	}
 	bud := &cpuBudget{baseline: rss}
-	bud.room = float64(c.BatchBytes)
-	if bud.room == 0 {
-		bud.room = est.Bytes(p.cfg.maxBatchRows, refLen)
+	batchCap := float64(c.BatchBytes)
+	if batchCap == 0 {
+		batchCap = est.Bytes(p.cfg.maxBatchRows, refLen)
 	}
+	bud.room = batchCap
+	share := math.Inf(1)
 	if c.Limit > 0 {
-		share := (float64(c.Limit) - float64(rss) - float64(c.Reserve)) / float64(max(workers, 1))
+		share = (float64(c.Limit) - float64(rss) - float64(c.Reserve)) / float64(max(workers, 1))
 		bud.room = min(bud.room, share)
 	}
 	est.BudgetBytes, est.BaselineBytes = bud.room, bud.baseline
 	if est.MaxRows(maxLen, bud.room) < 1 {
-		p.log.Warn().Uint64("limit_bytes", c.Limit).Uint64("baseline_bytes", rss).Uint64("reserve_bytes", c.Reserve).
-			Int("workers", workers).Float64("room_per_batch_bytes", bud.room).Int("max_len", maxLen).
-			Float64("one_pair_bytes", est.Bytes(1, maxLen)).
-			Msg("gpupool: cpu: the memory budget leaves less per worker than one pair of the model's maximum length needs; such pairs still run, one per batch, above the budget: raise the memory limit or lower WORKERS")
+		ev := func(e *zerolog.Event) *zerolog.Event {
+			e = e.Uint64("limit_bytes", c.Limit).Uint64("baseline_bytes", rss).Uint64("reserve_bytes", c.Reserve).
+				Int("workers", workers).Float64("batch_cap_bytes", batchCap).Int("max_len", maxLen).
+				Float64("one_pair_bytes", est.Bytes(1, maxLen))
+			if c.Limit > 0 {
+				e = e.Float64("share_per_worker_bytes", share)
+			}
+			return e
+		}
+		// Which bound leaves no room for the pair decides what is true:
+		// the per-batch cap only makes such pairs run alone, which is
+		// what it is for; a share of the limit that small means the
+		// process may go over its limit.
+		if est.MaxRows(maxLen, share) < 1 {
+			ev(p.log.Warn()).Msg("gpupool: cpu: the memory budget leaves less per worker than one pair of the model's maximum length needs; such pairs still run, one per batch, above the budget: raise the memory limit or lower WORKERS")
+		} else {
+			ev(p.log.Info()).Msg("gpupool: cpu: one pair of the model's maximum length needs more than one batch may take (CPU_MAX_BATCH_BYTES; auto: CPU_MAX_BATCH_ROWS pairs of 128 tokens); such pairs run one per batch, above that cap, within each worker's share of the memory budget")
+		}
 	}
 	return est, bud, nil
 }

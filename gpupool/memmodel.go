@@ -92,8 +92,17 @@ func (e MemoryModel) MaxRows(length int, room float64) int {
 	if per <= 0 || avail <= 0 {
 		return 0
 	}
-	return int(min(avail/per, 1<<30))
+	// A room that is some batch's Bytes (the CPU's default cap is 16 rows
+	// of 128 tokens) comes back a rounding error short of that batch:
+	// without the tolerance 16 rows of 128 did not fit their own cap, nor
+	// one row of 512 a fit with nothing linear in the tokens (16·128² =
+	// 512²).
+	return int(min(avail/per*(1+roundingTolerance), 1<<30))
 }
+
+// roundingTolerance is the relative error MaxRows forgives, far below any
+// margin: 1e-9 of a GiB is a byte.
+const roundingTolerance = 1e-9
 
 // Room is what one batch may take on an otherwise idle device when budget
 // bytes are this process's there: budget less WeightBytes,
