@@ -228,6 +228,13 @@ func (m *Model) hashedAs(sha string) error {
 	return nil
 }
 
+// CheckFiles is checkFiles for liveness: a session already open keeps
+// reading its weights from these files (ORT maps them on the CPU), so a
+// change is not only a reason to refuse the next session but a reason to
+// restart the process (internal/service fails /healthz on it). Cheap while
+// nothing changed: a stat of each file.
+func (m *Model) CheckFiles() error { return m.checkFiles() }
+
 // checkFiles is nil when the model's files are those Load read, else
 // ErrModelFileChanged when their bytes are no longer the version's. A
 // file changed with the same bytes (touched, or the same content copied

@@ -55,7 +55,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	r := &runner{e: e, flags: f, cfg: cfg, embedded: embedded, log: log, reg: newRegistry()}
 	r.health = newHealth(r.reg)
 	for _, step := range []func(context.Context) error{
-		r.startHTTP, r.startBroker, r.prepareTopics, r.openScoring, r.startProducer, r.startConsumer, r.startDemo,
+		r.startHTTP, r.startBroker, r.prepareTopics, r.openScoring, r.watchModelFiles, r.startProducer, r.startConsumer, r.startDemo,
 	} {
 		if err := step(ctx); err != nil {
 			r.close(r.cfg.ShutdownTimeout)

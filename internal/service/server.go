@@ -30,6 +30,9 @@ type health struct {
 	// progress fails /healthz when the pipeline is wedged; nil until the
 	// pipeline exists, or when LIVENESS_STALL_TIMEOUT is 0.
 	progress atomic.Pointer[progressWatch]
+	// modelChanged fails /healthz for good once the model's files no longer
+	// hold the bytes that were loaded (watchModelFiles); nil until then.
+	modelChanged atomic.Pointer[error]
 }
 
 func newHealth(reg prometheus.Registerer) *health {
@@ -79,6 +82,11 @@ func startHTTP(addr string, reg *prometheus.Registry, h *health, log zerolog.Log
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
+		if err := h.modelChanged.Load(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = fmt.Fprintf(w, "model files changed: %v\n", *err)
+			return
+		}
 		// A drain is bounded by SHUTDOWN_TIMEOUT already; only a running
 		// pipeline can be wedged.
 		if pw := h.progress.Load(); pw != nil && !h.shuttingDown.Load() {
