@@ -119,7 +119,7 @@ var sections = []section{
 		has: func(r *benchReport) bool { return hasWhole(r, "wholeproc") }},
 	{name: "production", measures: "whole process against the raw loop, --production-model",
 		runs:  "child processes: as wholeproc on the production stand-in's fp32 and int8 graphs, typical and long inputs, start-up",
-		rows:  "as wholeproc, plus start-up and issue 25's and 35's checks",
+		rows:  "as wholeproc, plus start-up (scorer and raw loop) and issue 25's, 35's and 45's checks",
 		table: wholeTable, scope: once, run: benchProduction,
 		has: func(r *benchReport) bool { return hasWhole(r, "production") }},
 }

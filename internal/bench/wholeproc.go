@@ -88,6 +88,11 @@ type startupPoint struct {
 	// the first's calibration from the cache.
 	CachedSeconds    float64 `json:"cached_seconds,omitempty"`
 	CachedPeakRSSMiB float64 `json:"cached_peak_rss_mib,omitempty"`
+	// RawSeconds and RawPeakRSSMiB are the raw loop's on the same
+	// sentence (issue 45, item 7): how fast ORT alone, with its default
+	// session options, starts and scores one pair; zero without the loop.
+	RawSeconds    float64 `json:"raw_seconds,omitempty"`
+	RawPeakRSSMiB float64 `json:"raw_peak_rss_mib,omitempty"`
 }
 
 // procResult is one child's wall time, CPU time (getrusage of the reaped
@@ -299,6 +304,13 @@ func runWholeProcess(ctx context.Context, e cli.Env, o wholeProcOpts) ([]wholePr
 			return nil, nil, err
 		}
 		sp.CachedSeconds, sp.CachedPeakRSSMiB = r.seconds, r.peakRSSMiB
+		if o.rawLoop != "" {
+			progress(e, "%s: start-up, %s on one sentence: raw loop", filepath.Base(o.dir), o.graph)
+			if r, err = rawLoopRun(ctx, o, o.startupInput); err != nil {
+				return nil, nil, err
+			}
+			sp.RawSeconds, sp.RawPeakRSSMiB = r.seconds, r.peakRSSMiB
+		}
 	}
 	if ab {
 		// The unrewritten graph's calibration is its own (the memory key
@@ -345,8 +357,7 @@ func runWholeProcess(ctx context.Context, e cli.Env, o wholeProcOpts) ([]wholePr
 				continue
 			}
 			progress(e, "%s: %s, %s input, round %d/%d: raw loop", filepath.Base(o.dir), o.graph, input, round+1, o.rounds)
-			r, err = runProc(ctx, nil, "node", o.rawLoop, "--model", o.dir, "--model-file", o.graph, "--in", in,
-				"--labels", strings.Join(o.cfg.Labels, ","), "--template", o.cfg.HypothesisTemplate)
+			r, err = rawLoopRun(ctx, o, in)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -374,6 +385,12 @@ func runWholeProcess(ctx context.Context, e cli.Env, o wholeProcOpts) ([]wholePr
 		rows = append(rows, w)
 	}
 	return rows, sp, nil
+}
+
+// rawLoopRun runs the raw loop on input file in, as o's scorer runs.
+func rawLoopRun(ctx context.Context, o wholeProcOpts, in string) (procResult, error) {
+	return runProc(ctx, nil, "node", o.rawLoop, "--model", o.dir, "--model-file", o.graph, "--in", in,
+		"--labels", strings.Join(o.cfg.Labels, ","), "--template", o.cfg.HypothesisTemplate)
 }
 
 // findRawLoop returns tools/rawloop/rawloop.mjs when node and the loop's

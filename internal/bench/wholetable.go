@@ -44,6 +44,10 @@ func printWholeTable(w io.Writer, r *benchReport, want func(section string) bool
 		for _, s := range r.Startup {
 			fmt.Fprintf(tw, "start-up %s %s (scorer score, one sentence)\t%.1f s, peak RSS %.0f MiB; calibration kept: %.1f s, %.0f MiB\n",
 				s.Model, s.Graph, s.Seconds, s.PeakRSSMiB, s.CachedSeconds, s.CachedPeakRSSMiB)
+			if s.RawSeconds > 0 {
+				fmt.Fprintf(tw, "start-up %s %s (raw loop, one sentence)\t%.1f s, peak RSS %.0f MiB\n",
+					s.Model, s.Graph, s.RawSeconds, s.RawPeakRSSMiB)
+			}
 		}
 		for _, x := range rows {
 			if x.RewriteSpeedup > 0 {
