@@ -44,6 +44,7 @@ var notOnCPU = map[string]string{
 	"scorer_oom_retries_total":      "per device, on an out-of-memory split",
 	"scorer_dlq_write_errors_total": "per kind, on a failed dead-letter write",
 	"scorer_gpu_degraded":           "per GPU device",
+	"scorer_gpu_busy_ratio":         "per GPU, from NVML's utilization",
 	"scorer_offset_resets_total":    "per partition, when a committed offset is out of range",
 }
 

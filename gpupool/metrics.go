@@ -25,6 +25,7 @@ type metrics struct {
 	gpuDegraded  *prometheus.GaugeVec
 	devices      *prometheus.GaugeVec
 	mode         *prometheus.GaugeVec
+	gpuBusy      *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer, mode DeviceMode) (*metrics, error) {
@@ -75,6 +76,9 @@ func newMetrics(reg prometheus.Registerer, mode DeviceMode) (*metrics, error) {
 		mode: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "scorer_pool_device_mode", Help: "The DEVICE the pool was asked for (auto, cpu or cuda); always 1.",
 		}, []string{"mode"}),
+		gpuBusy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "scorer_gpu_busy_ratio", Help: "Share of time a GPU ran a kernel (NVML utilization / 100), read every 250 ms; 1 - it is the GPU's idle time. No series on the CPU or where NVML cannot read it (MIG).",
+		}, []string{"gpu"}),
 	}
 	m.mode.WithLabelValues(string(mode)).Set(1)
 	if reg == nil {
@@ -82,7 +86,7 @@ func newMetrics(reg prometheus.Registerer, mode DeviceMode) (*metrics, error) {
 	}
 	var errs []error
 	for _, c := range []prometheus.Collector{m.pairsScored, m.batchRows, m.batchTokens, m.paddingRatio,
-		m.queueDepth, m.inference, m.gpuMemFree, m.gpuMemUsed, m.admission, m.fallbacks, m.oomRetries, m.gpuDegraded, m.devices, m.mode} {
+		m.queueDepth, m.inference, m.gpuMemFree, m.gpuMemUsed, m.admission, m.fallbacks, m.oomRetries, m.gpuDegraded, m.devices, m.mode, m.gpuBusy} {
 		if err := reg.Register(c); err != nil {
 			errs = append(errs, err)
 		}

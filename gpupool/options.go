@@ -108,6 +108,7 @@ type cfg struct {
 	probation         time.Duration
 	cpuMem            *CPUMemoryConfig
 	procMem           processMemory // nil: /proc/self
+	busyInterval      time.Duration
 }
 
 func defaultCfg() cfg {
@@ -126,6 +127,7 @@ func defaultCfg() cfg {
 		hotUtilization:    95,
 		coolUtilization:   80,
 		probation:         5 * time.Minute,
+		busyInterval:      defaultBusyInterval,
 	}
 }
 
@@ -324,6 +326,10 @@ func CPUFallback(on bool) Option { return optFunc(func(c *cfg) { c.cpuFallback =
 func withAdmissionBackoff(d time.Duration) Option {
 	return optFunc(func(c *cfg) { c.admissionBackoff = d })
 }
+
+// withBusyInterval sets how often the busy sampler reads utilization, so
+// a test need not wait 250 ms per reading.
+func withBusyInterval(d time.Duration) Option { return optFunc(func(c *cfg) { c.busyInterval = d }) }
 
 // withUtilizationHysteresis sets when a GPU counts as hot: utilization at or
 // above hot (default 95), or a power/thermal throttle reason, makes it hot;

@@ -81,6 +81,7 @@ type Pool struct {
 	mu sync.Mutex
 	callState
 	deviceSet
+	busyState
 	stats  Stats
 	closed bool
 
@@ -141,6 +142,7 @@ func New(ctx context.Context, factory EngineFactory, opts ...Option) (*Pool, err
 	for _, d := range p.devices {
 		p.startWorkersLocked(d)
 	}
+	p.startBusySamplerLocked()
 	return p, nil
 }
 

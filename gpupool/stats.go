@@ -1,6 +1,7 @@
 package gpupool
 
 import (
+	"slices"
 	"time"
 )
 
@@ -35,6 +36,9 @@ type Stats struct {
 	OldestRun time.Duration
 	// Devices has one entry per device, fallback included.
 	Devices []DeviceStats
+	// GPUBusy has one entry per GPU the pool opened (none on the CPU):
+	// how much of the pool's life each was busy.
+	GPUBusy []GPUBusy
 }
 
 // DeviceStats is one device's share of the work and its health.
@@ -75,5 +79,6 @@ func (p *Pool) Stats() Stats {
 		s.Devices[i] = DeviceStats{Device: d.dev, Workers: d.workers, Batches: d.batches, Pairs: d.pairs, Degraded: d.degraded,
 			Hot: d.hot, Fallback: d.fallback, Memory: d.est}
 	}
+	s.GPUBusy = slices.Clone(p.busy)
 	return s
 }
