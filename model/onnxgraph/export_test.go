@@ -11,3 +11,7 @@ func WindowBounds(idx, a, x string, align int64) (nodes []*onnxpb.NodeProto, ini
 	ix := b.windowIndex(idx, a, x, align)
 	return b.nodes, b.inits, ix.starts, ix.ends
 }
+
+// MHAStep is the mha step alone, for TestMHAKeyLengthsFallback's graph
+// whose mask bias the step must not read as key lengths.
+func MHAStep(m *onnxpb.ModelProto, heads int) (MHAStats, error) { return rewriteMHA(m, heads) }
