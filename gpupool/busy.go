@@ -129,3 +129,54 @@ func (p *Pool) sampleBusy(gpus []*device) {
 		}
 	}
 }
+
+// MeasureBusy reads the utilization of dev (a GPU of probe) every interval
+// (0: every 250 ms) until the returned stop, which gives the readings: for
+// timing work outside a pool, as gpu-proof bench times its shapes on a bare
+// session. A reading NVML cannot take marks the result Unsupported.
+func MeasureBusy(probe Probe, dev Device, interval time.Duration) (stop func() GPUBusy) {
+	if interval <= 0 {
+		interval = defaultBusyInterval
+	}
+	done := make(chan struct{})
+	out := make(chan GPUBusy, 1)
+	go func() {
+		b := GPUBusy{Device: dev}
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				out <- b
+				return
+			case <-t.C:
+			}
+			if b.Unsupported {
+				continue
+			}
+			util, err := probe.Utilization(dev.Index)
+			switch {
+			case errors.Is(err, ErrNotSupported):
+				b.Unsupported = true
+			case err == nil:
+				b.Samples++
+				b.Percent += uint64(min(util, 100))
+			}
+		}
+	}()
+	return func() GPUBusy {
+		close(done)
+		return <-out
+	}
+}
+
+// MeanBusy is the busy ratio of several GPUs together (all readings
+// pooled); ok is false when none has a reading.
+func MeanBusy(busy []GPUBusy) (ratio float64, ok bool) {
+	var all GPUBusy
+	for _, b := range busy {
+		all.Samples += b.Samples
+		all.Percent += b.Percent
+	}
+	return all.Ratio()
+}

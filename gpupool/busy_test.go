@@ -3,6 +3,7 @@ package gpupool
 import (
 	"fmt"
 	"maps"
+	"math"
 	"testing"
 	"time"
 
@@ -115,3 +116,29 @@ type utilErrProbe struct {
 }
 
 func (p *utilErrProbe) Utilization(int) (uint32, error) { return 0, p.err }
+
+// MeasureBusy, for work timed outside a pool, averages the readings
+// between its start and its stop.
+func TestMeasureBusy(t *testing.T) {
+	probe := newFakeProbe(&fakeGPU{total: 80 << 30, util: 30})
+	dev := Device{Kind: CUDA, Index: 0}
+	stop := MeasureBusy(probe, dev, time.Millisecond)
+	time.Sleep(30 * time.Millisecond)
+	b := stop()
+	if r, ok := b.Ratio(); !ok || r != 0.3 || b.Device != dev {
+		t.Errorf("MeasureBusy = %+v (ratio %v, ok %v), want 0.3 of %s", b, r, ok, dev.Label())
+	}
+	// Two GPUs together pool their readings; an unread one adds nothing.
+	if r, ok := MeanBusy([]GPUBusy{b, {Samples: 1, Percent: 90}, {Unsupported: true}}); !ok ||
+		math.Abs(r-(float64(b.Percent)+90)/float64(b.Samples+1)/100) > 1e-12 {
+		t.Errorf("MeanBusy = %v, %v", r, ok)
+	}
+	if _, ok := MeanBusy([]GPUBusy{{Unsupported: true}}); ok {
+		t.Error("MeanBusy without a reading has a ratio")
+	}
+	stop = MeasureBusy(&utilErrProbe{fakeProbe: probe, err: fmt.Errorf("fake: %w", ErrNotSupported)}, dev, time.Millisecond)
+	time.Sleep(10 * time.Millisecond)
+	if b := stop(); !b.Unsupported || b.Samples != 0 {
+		t.Errorf("MeasureBusy on an unreadable GPU = %+v, want Unsupported, no readings", b)
+	}
+}

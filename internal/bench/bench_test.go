@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -108,5 +109,30 @@ func TestSplitTime(t *testing.T) {
 	want := timeSplit{LeadInMs: 10, EngineMs: 50, IdleGapsMs: 10, TailMs: 30}
 	if got != want {
 		t.Fatalf("split = %+v, want %+v", got, want)
+	}
+}
+
+// The pipeline table has a GPU busy row only when a model ran on a GPU:
+// a CPU-only report has none, and a CPU model beside a GPU one reads n/a.
+func TestPrintTableGPUBusy(t *testing.T) {
+	all := func(string) bool { return true }
+	cpu := modelReport{Model: "cpu-model", Throughput: throughputResult{Pairs: 10, PipelinePairsPerSec: 5}}
+	var b strings.Builder
+	printTable(&b, &benchReport{Models: []modelReport{cpu}}, all)
+	if strings.Contains(b.String(), "GPU busy") {
+		t.Errorf("a CPU-only report speaks of GPU busy:\n%s", b.String())
+	}
+	busy := 0.874
+	gpu := modelReport{Model: "gpu-model", Throughput: throughputResult{Pairs: 10, PipelinePairsPerSec: 5, GPUBusy: &busy}}
+	b.Reset()
+	printTable(&b, &benchReport{Models: []modelReport{gpu, cpu}}, all)
+	var line string
+	for _, l := range strings.Split(b.String(), "\n") {
+		if strings.HasPrefix(l, "GPU busy") {
+			line = l
+		}
+	}
+	if f := strings.Fields(line); len(f) < 2 || f[len(f)-2] != "0.874" || f[len(f)-1] != "n/a" {
+		t.Errorf("GPU busy row = %q, want 0.874 then n/a:\n%s", line, b.String())
 	}
 }

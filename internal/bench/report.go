@@ -101,6 +101,9 @@ type throughputResult struct {
 	// EngineBusyShare is the pipeline's summed engine time over its wall
 	// time: how busy the device was (above 1 with several workers).
 	EngineBusyShare float64 `json:"engine_busy_share"`
+	// GPUBusy is NVML's utilization over the pipeline's pool (the share of
+	// time a GPU ran a kernel, gpupool.GPUBusy); absent on the CPU.
+	GPUBusy *float64 `json:"gpu_busy_ratio,omitempty"`
 	// PipelineCPUSeconds and RawCPUSeconds are process CPU time (all
 	// threads) over each run; CPURatio compares pairs per CPU-second, which
 	// other tenants of a shared machine disturb much less than wall time.
@@ -201,6 +204,15 @@ func printTable(w io.Writer, r *benchReport, want func(section string) bool) {
 		row("pipeline / raw", pipelineRatioTarget.String(), func(mr *modelReport) string { return ratio(mr.Throughput.Ratio, mr.Throughput.OK) })
 		row("pipeline / raw, pairs per CPU-second", "", func(mr *modelReport) string { return fmt.Sprintf("%.3f", mr.Throughput.CPURatio) })
 		row("engine busy: worker-seconds / wall seconds", "", func(mr *modelReport) string { return fmt.Sprintf("%.3f", mr.Throughput.EngineBusyShare) })
+		if slices.ContainsFunc(r.Models, func(m modelReport) bool { return m.Throughput.GPUBusy != nil }) {
+			// Only a GPU run has the row; a CPU model in the same report reads "n/a", not 0.
+			row("GPU busy (NVML utilization over the pipeline)", "", func(mr *modelReport) string {
+				if mr.Throughput.GPUBusy == nil {
+					return "n/a"
+				}
+				return fmt.Sprintf("%.3f", *mr.Throughput.GPUBusy)
+			})
+		}
 		row("pipeline wall: lead-in / engine / idle gaps / tail (ms)", "", func(mr *modelReport) string {
 			t := mr.Throughput.Split
 			return fmt.Sprintf("%.0f / %.0f / %.0f / %.0f", t.LeadInMs, t.EngineMs, t.IdleGapsMs, t.TailMs)

@@ -46,6 +46,9 @@ func benchPipeline(ctx context.Context, b *benchRun, f *folder) error {
 		engine += rb.dur
 	}
 	tp.EngineBusyShare = engine.Seconds() / run.wall.Seconds()
+	if r, ok := gpupool.MeanBusy(run.stats.GPUBusy); ok {
+		tp.GPUBusy = &r
+	}
 	tp.Split = splitTime(run)
 	tp.PipelineCPUSeconds, tp.RawCPUSeconds = run.cpu.Seconds(), rawCPU.Seconds()
 	tp.CPURatio = (float64(run.pairs) / run.cpu.Seconds()) / (float64(rawPairs) / rawCPU.Seconds())

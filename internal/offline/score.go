@@ -22,6 +22,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/rs/zerolog"
+	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/scoring"
@@ -127,8 +128,13 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 		err = fmt.Errorf("score: %w", cli.ErrInterrupted)
 	}
 	err = f.finish(err, snk, part, outFile, log)
-	log.Info().Int64("transcripts", sj.done.Load()).Int64("skipped", sj.skipped.Load()).Int64("pairs", sj.pairs.Load()).
-		Int64("bad_records", sj.bad.Load()).Dur("elapsed", time.Since(sj.started)).Msg("score finished")
+	ev := log.Info().Int64("transcripts", sj.done.Load()).Int64("skipped", sj.skipped.Load()).Int64("pairs", sj.pairs.Load()).
+		Int64("bad_records", sj.bad.Load()).Dur("elapsed", time.Since(sj.started))
+	if busy := stack.Pool.Stats().GPUBusy; len(busy) > 0 {
+		// Only a GPU run gets the field: a CPU run has no GPU to be idle.
+		ev = ev.Str("gpu_busy", busyText(busy))
+	}
+	ev.Msg("score finished")
 	return err
 }
 
@@ -439,6 +445,9 @@ func (j *scoreJob) drawProgress(final bool) {
 	if bad := j.bad.Load(); bad > 0 {
 		line += fmt.Sprintf(", %d bad records", bad)
 	}
+	if len(stats.GPUBusy) > 0 {
+		line += ", GPU busy " + busyText(stats.GPUBusy)
+	}
 	j.stderrMu.Lock()
 	defer j.stderrMu.Unlock()
 	fmt.Fprintf(j.stderr, "%s\x1b[K", line)
@@ -450,4 +459,24 @@ func (j *scoreJob) drawProgress(final bool) {
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// busyText says how busy each GPU was over the run, "cuda:0 87%", so a run
+// shows how much of its time the GPU sat idle (tokenising, copies, waiting
+// for a batch). A GPU with no reading yet, or one NVML cannot read (MIG),
+// says so rather than 0%.
+func busyText(busy []gpupool.GPUBusy) string {
+	parts := make([]string, len(busy))
+	for i, b := range busy {
+		r, ok := b.Ratio()
+		switch {
+		case ok:
+			parts[i] = fmt.Sprintf("%s %.0f%%", b.Device.Label(), 100*r)
+		case b.Unsupported:
+			parts[i] = b.Device.Label() + " not readable (NVML)"
+		default:
+			parts[i] = b.Device.Label() + " not sampled yet"
+		}
+	}
+	return strings.Join(parts, ", ")
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/testenv"
 	"github.com/scorer/scorer/internal/testenv/sharedmodel"
@@ -497,4 +498,37 @@ func TestScoreExternalDataModel(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The summary says how busy each GPU was, and on a CPU run says nothing
+// of a GPU: neither "score finished"'s log nor the progress line mentions
+// one, so a CPU run never reads as an idle GPU.
+func TestScoreSummaryGPUBusy(t *testing.T) {
+	t.Run("GPU run", func(t *testing.T) {
+		gpu0 := gpupool.Device{Kind: gpupool.CUDA, Index: 0}
+		gpu1 := gpupool.Device{Kind: gpupool.CUDA, Index: 1}
+		got := busyText([]gpupool.GPUBusy{{Device: gpu0, Samples: 4, Percent: 350}, {Device: gpu1, Unsupported: true}})
+		if want := "cuda:0 88%, cuda:1 not readable (NVML)"; got != want {
+			t.Errorf("busyText = %q, want %q", got, want)
+		}
+		if got, want := busyText([]gpupool.GPUBusy{{Device: gpu0}}), "cuda:0 not sampled yet"; got != want {
+			t.Errorf("busyText without a reading = %q, want %q", got, want)
+		}
+	})
+	t.Run("CPU run", func(t *testing.T) {
+		shareModels(t)
+		_, lines := repeatShortest(t, 2)
+		env := testenv.ScorerEnv(t)
+		out := filepath.Join(t.TempDir(), "out.jsonl")
+		_, stderr, err := runCLI(t, env, lines, "score", "--in", "-", "--out", out, "--progress", "on")
+		if err != nil {
+			t.Fatalf("%v\n%s", err, stderr)
+		}
+		if !strings.Contains(stderr, "score finished") || !strings.Contains(stderr, "pairs/s") {
+			t.Fatalf("no summary on stderr: %q", testenv.Tail(stderr, 800))
+		}
+		if strings.Contains(stderr, "gpu_busy") || strings.Contains(stderr, "GPU busy") {
+			t.Errorf("a CPU run speaks of GPU busy: %q", testenv.Tail(stderr, 800))
+		}
+	})
 }

@@ -108,8 +108,12 @@ type Shape struct {
 	// (FLOPsPerPair), and PeakShare that against the GPU's dense fp16 peak.
 	TFLOPS    float64 `json:"tflops"`
 	PeakShare float64 `json:"fp16_peak_share,omitempty"`
-	OOM       bool    `json:"oom,omitempty"`
-	Error     string  `json:"error,omitempty"`
+	// GPUBusy is NVML's utilization over the shape's timed runs (the
+	// share of time a kernel ran); absent where NVML cannot read it. Below
+	// 1 at a fixed shape is host time between runs: binding, copies.
+	GPUBusy *float64 `json:"gpu_busy_ratio,omitempty"`
+	OOM     bool     `json:"oom,omitempty"`
+	Error   string   `json:"error,omitempty"`
 }
 
 // Bench is one model's measurements on one GPU.
@@ -336,7 +340,11 @@ func benchCommand(ctx context.Context, e cli.Env, args []string) error {
 			if err := s.ReleaseArena(ctx); err != nil {
 				return fmt.Errorf("gpu-proof: %w", err)
 			}
+			stopBusy := gpupool.MeasureBusy(probe, dev, 0)
 			sh.PairsPerSecond, sh.MsPerBatch, err = timeShape(ctx, run, rows, l, f.seconds)
+			if r, ok := stopBusy().Ratio(); ok {
+				sh.GPUBusy = &r
+			}
 			guard.RestoreChanged()
 			if err != nil {
 				sh.OOM = errors.Is(err, model.ErrOutOfMemory)
@@ -349,7 +357,11 @@ func benchCommand(ctx context.Context, e cli.Env, args []string) error {
 					sh.PeakShare = sh.TFLOPS / b.FP16PeakTFLOPS
 				}
 			}
-			fmt.Fprintf(e.Stderr, "gpu-proof bench %s: %4d×%-3d %8.0f pairs/s %7.1f ms/batch %6.0f MiB\n", m.Name, rows, l, sh.PairsPerSecond, sh.MsPerBatch, float64(sh.PeakBytes)/(1<<20))
+			busy := "busy n/a"
+			if sh.GPUBusy != nil {
+				busy = fmt.Sprintf("busy %3.0f%%", 100**sh.GPUBusy)
+			}
+			fmt.Fprintf(e.Stderr, "gpu-proof bench %s: %4d×%-3d %8.0f pairs/s %7.1f ms/batch %6.0f MiB %s\n", m.Name, rows, l, sh.PairsPerSecond, sh.MsPerBatch, float64(sh.PeakBytes)/(1<<20), busy)
 			b.Shapes = append(b.Shapes, sh)
 		}
 	}

@@ -303,14 +303,19 @@ func (r Report) Markdown() string {
 	}
 	for _, bn := range r.Benches {
 		fmt.Fprintf(&b, "\n## %s, %s%s on %s\n\n", bn.Model, bn.Precision, map[bool]string{true: " (TF32)"}[bn.TF32], bn.GPU)
-		b.WriteString("| rows × len | pairs/s | ms/batch | peak MiB | activations MiB | predicted MiB | TFLOP/s | fp16 peak |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+		b.WriteString("| rows × len | pairs/s | ms/batch | peak MiB | activations MiB | predicted MiB | TFLOP/s | fp16 peak | GPU busy |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, s := range bn.Shapes {
 			if s.Error != "" {
-				fmt.Fprintf(&b, "| %d × %d | %s | | | | | | |\n", s.Rows, s.Len, firstWords(s.Error))
+				fmt.Fprintf(&b, "| %d × %d | %s | | | | | | | |\n", s.Rows, s.Len, firstWords(s.Error))
 				continue
 			}
-			fmt.Fprintf(&b, "| %d × %d | %.0f | %.1f | %.0f | %.0f | %.0f | %.1f | %.1f%% |\n", s.Rows, s.Len, s.PairsPerSecond, s.MsPerBatch,
-				float64(s.PeakBytes)/(1<<20), float64(s.ActivationBytes)/(1<<20), s.PredictedBytes/(1<<20), s.TFLOPS, 100*s.PeakShare)
+			// Files from before issue 46 have no busy reading: a blank, not 0%.
+			busy := ""
+			if s.GPUBusy != nil {
+				busy = fmt.Sprintf("%.0f%%", 100**s.GPUBusy)
+			}
+			fmt.Fprintf(&b, "| %d × %d | %.0f | %.1f | %.0f | %.0f | %.0f | %.1f | %.1f%% | %s |\n", s.Rows, s.Len, s.PairsPerSecond, s.MsPerBatch,
+				float64(s.PeakBytes)/(1<<20), float64(s.ActivationBytes)/(1<<20), s.PredictedBytes/(1<<20), s.TFLOPS, 100*s.PeakShare, busy)
 		}
 	}
 	if len(r.Shares) > 0 {

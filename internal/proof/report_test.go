@@ -94,3 +94,31 @@ func TestCollectFindings(t *testing.T) {
 		t.Errorf("markdown:\n%s", md)
 	}
 }
+
+// The shape table has a GPU busy column read from the bench JSON's
+// gpu_busy_ratio; a file from before it has none and shows a blank, not
+// 0%, so an old file never reads as an idle GPU.
+func TestMarkdownGPUBusy(t *testing.T) {
+	busy := 0.934
+	r := Report{Benches: []Bench{{Model: "m", Precision: "fp16", GPU: "H200", Shapes: []Shape{
+		{Rows: 512, Len: 48, PairsPerSecond: 11666, GPUBusy: &busy},
+		{Rows: 64, Len: 512, PairsPerSecond: 416},
+	}}}}
+	// Through JSON as gpu-proof bench writes it and report reads it.
+	data, err := json.Marshal(r.Benches[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(data), `"gpu_busy_ratio":0.934`) {
+		t.Fatalf("bench JSON lacks gpu_busy_ratio: %s", data)
+	}
+	r.Benches[0] = Bench{}
+	if err := json.Unmarshal(data, &r.Benches[0]); err != nil {
+		t.Fatal(err)
+	}
+	md := r.Markdown()
+	if !strings.Contains(md, "| fp16 peak | GPU busy |") || !strings.Contains(md, "| 512 × 48 | 11666 |") ||
+		!strings.Contains(md, "| 0.0% | 93% |") || !strings.Contains(md, "| 0.0% |  |") {
+		t.Errorf("markdown:\n%s", md)
+	}
+}
