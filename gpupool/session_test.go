@@ -418,9 +418,18 @@ func TestCPUCalibrationReadingRepeats(t *testing.T) {
 	}
 	reads = reads[1:] // the first run also plans the shape's memory pattern
 	lo, hi := slices.Min(reads), slices.Max(reads)
-	t.Logf("1×512 on %s: %.2f–%.2f MB over %d runs", m.Name, lo/1e6, hi/1e6, len(reads))
-	if hi < 1<<20 || lo < 0.8*hi {
-		t.Fatalf("the same shape's measured cost varies from %.2f to %.2f MB over %d runs: calibration readings depend on what earlier runs left resident (%.0f)", lo/1e6, hi/1e6, len(reads), reads)
+	sorted := slices.Sorted(slices.Values(reads))
+	median := sorted[len(sorted)/2]
+	t.Logf("1×512 on %s: %.2f–%.2f MB over %d runs, median %.2f", m.Name, lo/1e6, hi/1e6, len(reads), median/1e6)
+	// Low readings are the failure: they lose the fit's quadratic term and
+	// under-plan. They are measured against the median, not the largest: on
+	// a loaded machine a run now and then reads ~9 MB high (24 against 15
+	// MB, seen before and after the malloc settings moved to process
+	// start, 2 of 6 and 1 of 11 runs beside other builds), which calibration
+	// takes as the shape's cost (the maximum of its repeats): an over-estimate,
+	// safe, and no sign of the heap's history.
+	if median < 1<<20 || lo < 0.8*median {
+		t.Fatalf("the same shape's measured cost varies from %.2f to %.2f MB over %d runs (median %.2f): calibration readings depend on what earlier runs left resident (%.0f)", lo/1e6, hi/1e6, len(reads), median/1e6, reads)
 	}
 }
 
