@@ -33,7 +33,7 @@ import (
 // (B+1), key starts (B+1)], built once per run from the key-valid vector
 // the mask step already reduces. CUDA's memory-efficient (cutlass) kernel
 // takes a key mask in that form only (multihead_attention.cc,
-// ComputeInternal, in 1.29 and 1.30: any other mask sends it to the
+// ComputeInternal, on ORT's main branch: any other mask sends it to the
 // unfused path), and it skips the padded keys instead of adding −10⁴ to
 // them. The CPU kernel reads the first B entries as each row's end (its
 // PrepareMask treats every 1-D mask but 2B as key lengths), so one form
