@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
 
@@ -161,6 +164,9 @@ type mockGPU struct {
 	migMode bool
 	migs    []*mockGPU
 	pci     string // PCI bus id; default from the NVML index
+	// util and utilRet are DeviceGetUtilizationRates' answer.
+	util    uint32
+	utilRet nvml.Return
 }
 
 // mockNVML builds a probe over a mocked NVML with gpus (in NVML order),
@@ -255,8 +261,12 @@ func mockNVML(t *testing.T, v2 bool, env map[string]string, gpus ...*mockGPU) *n
 			}
 			return g.procs, nvml.SUCCESS
 		},
-		DeviceGetUtilizationRatesFunc: func(nvml.Device) (nvml.Utilization, nvml.Return) {
-			return nvml.Utilization{}, nvml.SUCCESS
+		DeviceGetUtilizationRatesFunc: func(d nvml.Device) (nvml.Utilization, nvml.Return) {
+			g := byHandle[d]
+			if g.utilRet != nvml.SUCCESS {
+				return nvml.Utilization{}, g.utilRet
+			}
+			return nvml.Utilization{Gpu: g.util, Memory: g.util / 2}, nvml.SUCCESS
 		},
 		DeviceGetCurrentClocksEventReasonsFunc: func(nvml.Device) (uint64, nvml.Return) { return 0, nvml.SUCCESS },
 	}
@@ -388,5 +398,39 @@ func TestNVMLProcessMemory(t *testing.T) {
 				t.Fatalf("ProcessMemory = %d, %v; want %d, %v", got, err, tc.want, tc.err)
 			}
 		})
+	}
+}
+
+// scorer_gpu_busy_ratio through the real NVML adapter: each GPU's
+// nvmlDeviceGetUtilizationRates (its Gpu field, not Memory) becomes that
+// GPU's gauge, and a GPU whose driver answers NOT_SUPPORTED (as a MIG
+// instance does) gets no series and no ratio instead of 0.
+func TestNVMLBusyRatio(t *testing.T) {
+	busy, noUtil := gpuN(0), gpuN(1)
+	busy.util = 64
+	noUtil.utilRet = nvml.ERROR_NOT_SUPPORTED
+	p := mockNVML(t, true, nil, busy, noUtil)
+	if _, err := p.Devices(); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	pool := newPool(t, newFakeFactory(nil), Mode(ModeCUDA), WithProbe(p), Registerer(reg), withBusyInterval(time.Millisecond),
+		Calibrate(Calibration{Disabled: true, FallbackBase: 1, FallbackPerToken: 1}), withHeadroom(1))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b := pool.Stats().GPUBusy
+		if len(b) == 2 && b[0].Samples > 0 && b[1].Unsupported {
+			if r, ok := b[0].Ratio(); !ok || r != 0.64 {
+				t.Errorf("cuda:0 ratio %v (ok %v), want 0.64", r, ok)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GPUBusy = %+v after 10 s", b)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if got, want := gathered(t, reg, "scorer_gpu_busy_ratio", "gpu"), map[string]float64{"cuda:0": 0.64}; !maps.Equal(got, want) {
+		t.Errorf("scorer_gpu_busy_ratio = %v, want %v", got, want)
 	}
 }
