@@ -2,7 +2,6 @@ package model
 
 import (
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,35 +22,9 @@ func writableModelDir(t *testing.T, src string) string {
 	return dir
 }
 
-// flipInPlace flips one bit of every byte in the second half of the file
-// at path, writing through an open descriptor: same inode, same size, as
-// `cp` over the file or a sync sidecar writing in place does.
-func flipInPlace(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	half := st.Size() / 2
-	b := make([]byte, st.Size()-half)
-	if _, err := f.ReadAt(b, half); err != nil && err != io.EOF {
-		t.Fatal(err)
-	}
-	for i := range b {
-		b[i] ^= 0x01
-	}
-	if _, err := f.WriteAt(b, half); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-}
+// flipInPlaceT is testenv.FlipInPlace with the *testing.T signature the
+// table's changes share.
+func flipInPlaceT(t *testing.T, path string) { testenv.FlipInPlace(t, path) }
 
 // replaceByRename writes changed bytes of the file at path to a new file
 // and renames it over path: a new inode, as `mv`, rsync or a volume's
@@ -101,7 +74,7 @@ func TestModelFileChanged(t *testing.T) {
 		change   func(t *testing.T, path string)
 		refused  bool
 	}{
-		{"in place", deberta, false, "model.onnx", flipInPlace, true},
+		{"in place", deberta, false, "model.onnx", flipInPlaceT, true},
 		{"shrunk", bert, false, "model.onnx", func(t *testing.T, path string) {
 			st, err := os.Stat(path)
 			if err != nil {
@@ -124,7 +97,7 @@ func TestModelFileChanged(t *testing.T) {
 			}
 			renameOver(t, path, func([]byte) {})
 		}, false},
-		{"external in place", bert, true, "model.onnx_data", flipInPlace, true},
+		{"external in place", bert, true, "model.onnx_data", flipInPlaceT, true},
 		{"external renamed over", bert, true, "model.onnx_data", replaceByRename, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -80,7 +80,7 @@ func TestHealthzFailsWhenModelFileChanges(t *testing.T) {
 		}
 	}
 
-	flipSecondHalf(t, graph)
+	testenv.FlipInPlace(t, graph)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		code, body := healthz()
@@ -97,34 +97,5 @@ func TestHealthzFailsWhenModelFileChanges(t *testing.T) {
 	}
 	if err := stop(); err != nil {
 		t.Errorf("scorer run: %v", err)
-	}
-}
-
-// flipSecondHalf flips one bit of every byte in the second half of the
-// file at path, through an open descriptor: same inode, same size.
-func flipSecondHalf(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	half := st.Size() / 2
-	b := make([]byte, st.Size()-half)
-	if _, err := f.ReadAt(b, half); err != nil && err != io.EOF {
-		t.Fatal(err)
-	}
-	for i := range b {
-		b[i] ^= 0x01
-	}
-	if _, err := f.WriteAt(b, half); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
 	}
 }
