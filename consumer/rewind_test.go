@@ -146,10 +146,18 @@ func truncatedAt50(t *testing.T, topic string) (cluster *kfake.Cluster, brokers 
 	})
 	// The log end, and the record a minute before the last one read
 	// (franz-go's default reset), are both 40 until the fetch at 40.
+	listedAt40(cluster, topic, func() bool { return truncated.Load() && !reread.Load() })
+	return cluster, brokers, armed, reread
+}
+
+// listedAt40 makes the cluster list topic's log end, and the record a
+// minute before the last one read (franz-go's default reset), at 40 while
+// cut is true: a log cut back to 40 (the log start stays 0).
+func listedAt40(cluster *kfake.Cluster, topic string, cut func() bool) {
 	cluster.ControlKey(kmsg.ListOffsets.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
 		cluster.KeepControl()
 		req := kreq.(*kmsg.ListOffsetsRequest)
-		if !truncated.Load() || reread.Load() || len(req.Topics) != 1 || req.Topics[0].Topic != topic {
+		if !cut() || len(req.Topics) != 1 || req.Topics[0].Topic != topic {
 			return nil, nil, false
 		}
 		resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
@@ -167,7 +175,6 @@ func truncatedAt50(t *testing.T, topic string) (cluster *kfake.Cluster, brokers 
 		resp.Topics = append(resp.Topics, st)
 		return resp, nil, true
 	})
-	return cluster, brokers, armed, reread
 }
 
 // holdReread is a fakeScorer whose call with old-40, once it is read again

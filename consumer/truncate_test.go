@@ -129,27 +129,7 @@ func truncatedIdleAt50(t *testing.T, topic string) (cluster *kfake.Cluster, brok
 	})
 	// The log end, and the record a minute before the last one read
 	// (franz-go's default reset), are both 40 until the log has grown.
-	cluster.ControlKey(kmsg.ListOffsets.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		cluster.KeepControl()
-		req := kreq.(*kmsg.ListOffsetsRequest)
-		if !truncated.Load() || isGrown() || len(req.Topics) != 1 || req.Topics[0].Topic != topic {
-			return nil, nil, false
-		}
-		resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
-		st := kmsg.NewListOffsetsResponseTopic()
-		st.Topic = topic
-		for _, rp := range req.Topics[0].Partitions {
-			sp := kmsg.NewListOffsetsResponseTopicPartition()
-			sp.Partition, sp.LeaderEpoch, sp.Timestamp = rp.Partition, -1, -1
-			sp.Offset = 40
-			if rp.Timestamp == -2 {
-				sp.Offset = 0
-			}
-			st.Partitions = append(st.Partitions, sp)
-		}
-		resp.Topics = append(resp.Topics, st)
-		return resp, nil, true
-	})
+	listedAt40(cluster, topic, func() bool { return truncated.Load() && !isGrown() })
 	return cluster, brokers, armed, grown
 }
 
