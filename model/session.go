@@ -37,6 +37,13 @@ type SessionOptions struct {
 	// value ("gpu:0", "cpu:0;gpu:0") used by ReleaseArena; empty means
 	// ReleaseArena is not supported.
 	ShrinkArenas string
+	// PadToMultipleOf rounds every batch's length up to a multiple of it
+	// (Hugging Face's pad_to_multiple_of), never past the model's maximum
+	// length; 0 and 1 pad to the longest pair only. ONNX Runtime's CUDA
+	// attention takes its fused kernels only at lengths that are multiples
+	// of 8 in fp16 and falls to an unfused path with 2·rows·heads·len² of
+	// scratch otherwise; the padded positions are masked like any pad.
+	PadToMultipleOf int
 }
 
 // Session runs a Model's graph on one device. It is safe for concurrent use:
@@ -331,6 +338,10 @@ func (s *Session) MemoryKey() string {
 	key := fmt.Sprintf("model=%s max_len=%d ort=%s intra_op=%d inter_op=%d mem_pattern=%t rewritten=%t",
 		s.m.SHA256, s.m.MaxLength, ort.GetVersion(), s.opts.IntraOpThreads, s.opts.InterOpThreads, !s.opts.DisableMemPattern,
 		s.m.relAttn)
+	if s.opts.PadToMultipleOf > 1 {
+		// Calibrated shapes run at padded lengths.
+		key += fmt.Sprintf(" pad_to=%d", s.opts.PadToMultipleOf)
+	}
 	if s.m.relAttn {
 		// Each rewrite changes what a batch allocates.
 		key += " rewrites=" + s.m.rewrites
@@ -362,6 +373,24 @@ func (s *Session) ReleaseArena(ctx context.Context) error {
 		return fmt.Errorf("model: releasing arena (%s): %w", s.opts.ShrinkArenas, err)
 	}
 	return nil
+}
+
+// PadLength is the length a batch whose longest pair has n tokens is run
+// at (SessionOptions.PadToMultipleOf): what gpupool plans, admits and
+// calibrates with, so its memory model sees the shapes that run.
+func (s *Session) PadLength(n int) int { return padLength(n, s.opts.PadToMultipleOf, s.m.MaxLength) }
+
+// padLength rounds n up to a multiple of k, but not past maxLen (position
+// embeddings end there) unless n is already beyond it.
+func padLength(n, k, maxLen int) int {
+	if k <= 1 || n <= 0 {
+		return n
+	}
+	p := (n + k - 1) / k * k
+	if maxLen > 0 && p > maxLen {
+		return max(n, maxLen)
+	}
+	return p
 }
 
 // Model is the model this session runs.
@@ -554,7 +583,7 @@ func (s *Session) runWith(ctx context.Context, inputs, outputs []ort.Value, rows
 	return nil
 }
 
-// buildInputs pads pairs to the longest and lays out the int64 feeds by input
+// buildInputs pads pairs to the longest (rounded up by PadLength) and lays out the int64 feeds by input
 // name. Pads get the tokenizer's pad id, mask 0 and type id 0, so they are
 // invisible to attention and the result matches scoring each pair alone.
 func (s *Session) buildInputs(pairs []Pair) (map[string][]int64, int, int, error) {
@@ -571,6 +600,7 @@ func (s *Session) buildInputs(pairs []Pair) (map[string][]int64, int, int, error
 		}
 		length = max(length, len(p.IDs))
 	}
+	length = s.PadLength(length)
 	pad := int64(s.m.Tokenizer.PadID())
 	ids := make([]int64, rows*length)
 	mask := make([]int64, rows*length)
