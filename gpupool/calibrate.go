@@ -20,7 +20,8 @@ import (
 // increasing size, so an engine that cannot release its arena between
 // shapes still reads each shape's own footprint as its growth. The first
 // GPU run's ladder measured short lengths only at 32 rows (50-100 MiB), and
-// the fit under-predicted the planner's 341×48 batches by 20-35%.
+// the fit under-predicted the planner's 341×48 batches by 20-35%. Three
+// more shapes are at lengths that are not multiples of 8 (see below).
 func defaultShapes(maxTokens, maxRows, maxLen int) []Shape {
 	rowsAt := func(l int) int { return max(1, min(maxRows, maxTokens/l)) }
 	var lens []int
@@ -36,6 +37,20 @@ func defaultShapes(maxTokens, maxRows, maxLen int) []Shape {
 	}
 	for _, l := range []int{lens[0], lens[len(lens)/2], maxLen} {
 		out = append(out, Shape{Rows: max(1, rowsAt(l)/4), Len: l})
+	}
+	// Full rows at lengths that are not multiples of 8, short, middle and
+	// long: ONNX Runtime's CUDA attention runs its fused kernels only at
+	// multiples of 8 (fp16) and an unfused path with 2·rows·heads·len² of
+	// scratch otherwise, which a ladder of multiples of 16 never measured.
+	// With PAD_TO_MULTIPLE_OF=8 they run padded (padShapes) and measure
+	// the padded shapes batches then run at.
+	for _, l := range []int{33, lens[len(lens)/2] + 1, maxLen - 1} {
+		for l%8 == 0 {
+			l--
+		}
+		if l > 0 && l < maxLen {
+			out = append(out, Shape{Rows: rowsAt(l), Len: l})
+		}
 	}
 	slices.SortStableFunc(out, func(a, b Shape) int {
 		if c := a.Rows*a.Len - b.Rows*b.Len; c != 0 {
@@ -117,6 +132,8 @@ func (p *Pool) calibrate(ctx context.Context, dev Device, eng Engine, usedBefore
 	if len(shapes) == 0 {
 		shapes = defaultShapes(p.cfg.maxBatchTokens, p.cfg.maxBatchRows, maxLen)
 	}
+	// Measured, fitted and kept at the lengths the engine runs them at.
+	shapes = padShapes(eng, shapes)
 	rel, canRelease := eng.(ArenaReleaser)
 	cache, miss := p.gpuFitCache(dev, eng, shapes, perProcess, canRelease)
 	var kept gpuFit

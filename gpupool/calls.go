@@ -79,7 +79,7 @@ func (p *Pool) ScorePairs(ctx context.Context, pairs []model.Pair) ([]float32, e
 	// budget in padding, of the shape the pool runs: it then cuts each
 	// call's length-sorted pairs into few, nearly unpadded batches.
 	overhead := max(1, p.cfg.maxBatchTokens/32)
-	for _, idx := range planBatches(pairs, p.cfg.maxBatchTokens, p.cfg.maxBatchRows, overhead, p.rowCapFunc()) {
+	for _, idx := range planBatches(pairs, p.cfg.maxBatchTokens, p.cfg.maxBatchRows, overhead, p.rowCapFunc(), p.padFunc()) {
 		if err := p.enqueue(req, &batch{req: req, idx: idx}); err != nil {
 			return nil, err
 		}

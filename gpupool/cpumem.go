@@ -143,6 +143,7 @@ func (p *Pool) calibrateCPU(ctx context.Context, eng Engine, mem processMemory, 
 	if adaptive {
 		shapes = defaultCPUShapes(refLen, maxLen)
 	}
+	shapes = padShapes(eng, shapes)
 	est := MemoryModel{}
 	cache := p.cpuFitCache(eng, shapes, adaptive, refLen)
 	fit, miss := loadFit[cpuFit](cache)

@@ -404,7 +404,7 @@ func workloadStaysInMemory(t *testing.T, mem transformerMem) {
 	}
 	var bestBatches, pairs int
 	for _, c := range calls {
-		bestBatches += len(planBatches(c, 32768, 256, 32768/32, truth))
+		bestBatches += len(planBatches(c, 32768, 256, 32768/32, truth, nil))
 		pairs += len(c)
 	}
 	best := float64(pairs) / float64(bestBatches)

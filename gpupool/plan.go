@@ -21,8 +21,12 @@ import (
 // last batches, those that leave workers idle once nothing else is queued,
 // are its cheapest (the longest-processing-time-first rule). On the
 // production-size model's typical input, the longest batch last kept one of
-// two CPU workers idle for about 3 s; first, the tail is under 1 s.
-func planBatches(pairs []model.Pair, maxTokens, maxRows, overhead int, rowCap func(length int) int) [][]int {
+// two CPU workers idle for about 3 s; first, the tail is under 1 s. pad,
+// when not nil, is the length a batch whose longest pair has the given
+// length runs at (PAD_TO_MULTIPLE_OF, LengthPadder): the budget, the row
+// cap and the cost all count padded tokens, since those are what a batch
+// allocates and computes.
+func planBatches(pairs []model.Pair, maxTokens, maxRows, overhead int, rowCap, pad func(length int) int) [][]int {
 	n := len(pairs)
 	if n == 0 {
 		return nil
@@ -32,11 +36,17 @@ func planBatches(pairs []model.Pair, maxTokens, maxRows, overhead int, rowCap fu
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return pairs[a].Len() - pairs[b].Len() })
-	length := func(k int) int { return max(pairs[order[k]].Len(), 1) }
+	length := func(k int) int {
+		l := max(pairs[order[k]].Len(), 1)
+		if pad != nil {
+			l = max(pad(l), l)
+		}
+		return l
+	}
 
 	// cost[j] is the cheapest plan for the first j sorted pairs; cut[j] is
 	// where its last batch starts. The last batch [i, j) is padded to the
-	// length of its longest, last pair.
+	// length of its longest, last pair (rounded up by pad).
 	cost := make([]int, n+1)
 	cut := make([]int, n+1)
 	for j := 1; j <= n; j++ {
@@ -72,4 +82,58 @@ func shape(pairs []model.Pair, idx []int) (rows, maxLen, real int) {
 		maxLen = max(maxLen, l)
 	}
 	return len(idx), maxLen, real
+}
+
+// LengthPadder is an optional Engine extension: PadLength is the length a
+// batch whose longest pair has n tokens runs at (model.Session rounds it up
+// to SessionOptions.PadToMultipleOf). The pool plans, admits and calibrates
+// at that length: a memory model fitted on unpadded lengths would count
+// 33 tokens for a batch that allocates 40.
+type LengthPadder interface {
+	PadLength(n int) int
+}
+
+// padLen is the length eng runs a batch of longest pair n at.
+func padLen(eng Engine, n int) int {
+	if p, ok := eng.(LengthPadder); ok {
+		return max(p.PadLength(n), n)
+	}
+	return n
+}
+
+// padShapes is shapes at the lengths eng runs them at, in the same order,
+// repeats left out: two shapes that pad to one are one measurement.
+func padShapes(eng Engine, shapes []Shape) []Shape {
+	out := make([]Shape, 0, len(shapes))
+	for _, s := range shapes {
+		s.Len = padLen(eng, s.Len)
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// padFunc is what planBatches pads lengths with: the longest any usable
+// device would run them at, so a batch planned within the token budget is
+// within it on whichever device takes it; nil when no engine pads.
+func (p *Pool) padFunc() func(int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var engs []Engine
+	for _, d := range p.devices {
+		if _, ok := d.engine.(LengthPadder); ok && !d.degraded {
+			engs = append(engs, d.engine)
+		}
+	}
+	if len(engs) == 0 {
+		return nil
+	}
+	return func(n int) int {
+		l := n
+		for _, e := range engs {
+			l = max(l, padLen(e, n))
+		}
+		return l
+	}
 }

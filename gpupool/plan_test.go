@@ -24,7 +24,7 @@ func TestPlanBatchesRespectsBudgetAndCoversEveryPair(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			pairs := makePairs(tc.lens)
-			batches := planBatches(pairs, tc.maxTokens, tc.maxRow, 64, nil)
+			batches := planBatches(pairs, tc.maxTokens, tc.maxRow, 64, nil, nil)
 			var seen []int
 			for _, b := range batches {
 				rows, maxLen, _ := shape(pairs, b)
@@ -91,7 +91,7 @@ func TestPlanBatchesPaddingEfficiency(t *testing.T) {
 			}
 			return float64(real) / float64(padded)
 		}
-		planned := planBatches(pairs, 16384, 256, 16384/32, nil)
+		planned := planBatches(pairs, 16384, 256, 16384/32, nil, nil)
 		// The naive plan: input order, fixed rows of 64.
 		var naive [][]int
 		for i := 0; i < n; i += 64 {
@@ -125,7 +125,7 @@ func TestPlanBatchesRowCap(t *testing.T) {
 		return 1 << 20
 	}
 	sawShortFull := false
-	for _, b := range planBatches(pairs, 16384, 256, 512, rowCap) {
+	for _, b := range planBatches(pairs, 16384, 256, 512, rowCap, nil) {
 		rows, maxLen, _ := shape(pairs, b)
 		if maxLen > 100 && rows > 7 {
 			t.Errorf("batch of %d rows at length %d, cap 7", rows, maxLen)
@@ -143,7 +143,7 @@ func TestPlanBatchesLongestFirst(t *testing.T) {
 	lens := []int{40, 300, 12, 90, 500, 7, 64, 200}
 	lens = slices.Repeat(lens, 20)
 	pairs := makePairs(lens)
-	batches := planBatches(pairs, 16384, 16, 512, nil)
+	batches := planBatches(pairs, 16384, 16, 512, nil, nil)
 	prev := 1 << 30
 	for i, b := range batches {
 		_, maxLen, _ := shape(pairs, b)

@@ -61,6 +61,10 @@ type SessionConfig struct {
 	// CUDAOptions are extra CUDA provider options, applied last (see ORT's
 	// CUDA execution provider documentation for keys).
 	CUDAOptions map[string]string
+	// PadToMultipleOf and CPUPadToMultipleOf are CUDA and CPU sessions'
+	// model.SessionOptions.PadToMultipleOf (PAD_TO_MULTIPLE_OF); 0 or 1
+	// pads to the longest pair only.
+	PadToMultipleOf, CPUPadToMultipleOf int
 }
 
 // SessionFactory returns an EngineFactory that opens one model.Session per
@@ -102,6 +106,7 @@ func sessionOptions(dev Device, cfg SessionConfig) (model.SessionOptions, error)
 		// CPU memory calibration (CPUMemory) empties the arena between
 		// shapes through this; runs never shrink it.
 		opts.ShrinkArenas = "cpu:0"
+		opts.PadToMultipleOf = cfg.CPUPadToMultipleOf
 	case CUDA:
 		cudaOpts := cudaProviderOptions(dev, cfg)
 		opts.Configure = func(so *ort.SessionOptions) error { return appendCUDA(so, cudaOpts) }
@@ -114,6 +119,7 @@ func sessionOptions(dev Device, cfg SessionConfig) (model.SessionOptions, error)
 		opts.DisableMemPattern = true
 		// Calibration empties the arena between shapes through this.
 		opts.ShrinkArenas = fmt.Sprintf("gpu:%d", dev.Index)
+		opts.PadToMultipleOf = cfg.PadToMultipleOf
 	default:
 		return model.SessionOptions{}, fmt.Errorf("gpupool: unknown device kind %v", dev.Kind)
 	}

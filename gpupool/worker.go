@@ -122,6 +122,8 @@ func (p *Pool) process(d *device, b *batch) {
 		pairs[i] = b.req.pairs[j]
 	}
 	rows, maxLen, real := shape(b.req.pairs, b.idx)
+	// Admission reserves for the length the engine runs the batch at.
+	maxLen = padLen(d.engine, maxLen)
 
 	var reserved float64 // admitted memory estimate, returned after the run
 	if d.dev.Kind == CUDA {
