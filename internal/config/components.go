@@ -3,6 +3,8 @@ package config
 import (
 	"fmt"
 	"runtime"
+	"strconv"
+	"strings"
 
 	"github.com/segmentio/kafka-go"
 
@@ -70,8 +72,34 @@ func (c *Config) CPUPlan(h Host) (workers, threads int) {
 func (c *Config) SessionConfig(h Host) gpupool.SessionConfig {
 	_, threads := c.CPUPlan(h)
 	budget, _ := gpupool.ParseMemLimit(c.GPUMemLimit) // Validate refuses a bad value
+	cpuPad, cudaPad, _ := c.PadMultiples()            // likewise
 	return gpupool.SessionConfig{IntraOpThreads: threads, GPUMemFraction: c.GPUMemFraction,
-		GPUMemMargin: gpupool.DefaultGPUMemMargin, GPUMemBudget: budget, TF32: c.GPUTF32}
+		GPUMemMargin: gpupool.DefaultGPUMemMargin, GPUMemBudget: budget, TF32: c.GPUTF32,
+		PadToMultipleOf: cudaPad, CPUPadToMultipleOf: cpuPad}
+}
+
+// AutoPadCUDA and AutoPadCPU are PAD_TO_MULTIPLE_OF=auto's values. On a
+// GPU, ONNX Runtime's CUDA attention runs its fused kernels only at
+// lengths that are multiples of 8 in fp16 (4·sizeof(T)), and cuBLAS takes
+// align1 GEMM kernels at odd lengths (14.3% of kernel time at ~500 tokens
+// on an H200). On the CPU, padding is only more tokens to compute: see
+// docs/gpu.md (Batch lengths) for the A/B.
+const (
+	AutoPadCUDA = 8
+	AutoPadCPU  = 1
+)
+
+// PadMultiples is PAD_TO_MULTIPLE_OF for CPU and CUDA sessions: auto is
+// AutoPadCPU and AutoPadCUDA, a number is both.
+func (c *Config) PadMultiples() (cpu, cuda int, err error) {
+	if c.PadToMultipleOf == "auto" {
+		return AutoPadCPU, AutoPadCUDA, nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(c.PadToMultipleOf))
+	if err != nil || n < 1 {
+		return 0, 0, fmt.Errorf("PAD_TO_MULTIPLE_OF must be auto or a whole number of at least 1, got %q", c.PadToMultipleOf)
+	}
+	return n, n, nil
 }
 
 // PoolOptions is how the pool is built: DEVICE, GPU_IDS, GPU_MEM_FRACTION,

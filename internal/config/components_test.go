@@ -262,3 +262,34 @@ func TestStartOffsetSetting(t *testing.T) {
 		t.Errorf("KAFKA_START_OFFSET=none: err = %v, want it refused", err)
 	}
 }
+
+// TestPadToMultipleOfSetting: PAD_TO_MULTIPLE_OF=auto pads CUDA sessions'
+// batches to multiples of 8 and leaves CPU sessions' at their longest
+// pair; a number is both; zero, negatives and anything else are refused.
+func TestPadToMultipleOfSetting(t *testing.T) {
+	for env, want := range map[string][2]int{"": {1, 8}, "auto": {1, 8}, "1": {1, 1}, "16": {16, 16}} {
+		vars := map[string]string{}
+		if env != "" {
+			vars["PAD_TO_MULTIPLE_OF"] = env
+		}
+		cfg, err := parseConfig(t, vars)
+		if err != nil {
+			t.Fatalf("PAD_TO_MULTIPLE_OF=%q: %v", env, err)
+		}
+		sc := cfg.SessionConfig(Host{})
+		for i, kind := range []gpupool.DeviceKind{gpupool.CPU, gpupool.CUDA} {
+			opts, err := gpupool.ModelSessionOptions(gpupool.Device{Kind: kind}, sc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if opts.PadToMultipleOf != want[i] {
+				t.Errorf("PAD_TO_MULTIPLE_OF=%q: %v session pads to %d, want %d", env, kind, opts.PadToMultipleOf, want[i])
+			}
+		}
+	}
+	for _, v := range []string{"0", "-8", "eight", "8.5", "auto8"} {
+		if _, err := parseConfig(t, map[string]string{"PAD_TO_MULTIPLE_OF": v}); err == nil || !strings.Contains(err.Error(), "PAD_TO_MULTIPLE_OF") {
+			t.Errorf("PAD_TO_MULTIPLE_OF=%s: err = %v, want it refused", v, err)
+		}
+	}
+}

@@ -73,10 +73,11 @@ type Config struct {
 	MaxSentences     int `env:"MAX_SENTENCES" envDefault:"100000" group:"limits" min:"1" help:"sentences per transcript (all sections); more goes to the DLQ"`
 	MaxSentenceBytes int `env:"MAX_SENTENCE_BYTES" envDefault:"1048576" group:"limits" min:"1" unit:"bytes" help:"bytes per sentence; longer goes to the DLQ (the model truncates to its max length anyway)"`
 
-	MaxBatchTokens    int `env:"MAX_BATCH_TOKENS" envDefault:"16384" group:"batches" min:"1" unit:"tokens" help:"rows × padded length per inference batch"`
-	MaxBatchRows      int `env:"MAX_BATCH_ROWS" envDefault:"256" group:"batches" min:"1" help:"rows per inference batch"`
-	CPUMaxBatchTokens int `env:"CPU_MAX_BATCH_TOKENS" envDefault:"16384" group:"batches" min:"1" unit:"tokens" help:"on CPU-only pools, MAX_BATCH_TOKENS is capped at this (measured: make bench, CPU batch shapes)"`
-	CPUMaxBatchRows   int `env:"CPU_MAX_BATCH_ROWS" envDefault:"16" group:"batches" min:"1" help:"on CPU-only pools, MAX_BATCH_ROWS is capped at this: small batches stay in the CPU's caches (measured: make bench, CPU batch shapes)"`
+	MaxBatchTokens    int    `env:"MAX_BATCH_TOKENS" envDefault:"16384" group:"batches" min:"1" unit:"tokens" help:"rows × padded length per inference batch"`
+	MaxBatchRows      int    `env:"MAX_BATCH_ROWS" envDefault:"256" group:"batches" min:"1" help:"rows per inference batch"`
+	CPUMaxBatchTokens int    `env:"CPU_MAX_BATCH_TOKENS" envDefault:"16384" group:"batches" min:"1" unit:"tokens" help:"on CPU-only pools, MAX_BATCH_TOKENS is capped at this (measured: make bench, CPU batch shapes)"`
+	CPUMaxBatchRows   int    `env:"CPU_MAX_BATCH_ROWS" envDefault:"16" group:"batches" min:"1" help:"on CPU-only pools, MAX_BATCH_ROWS is capped at this: small batches stay in the CPU's caches (measured: make bench, CPU batch shapes)"`
+	PadToMultipleOf   string `env:"PAD_TO_MULTIPLE_OF" envDefault:"auto" group:"batches" values:"auto or 1..N" help:"each inference batch's length is rounded up to a multiple of this (Hugging Face's pad_to_multiple_of; never past the model's max length), the padded positions masked: ONNX Runtime's fused CUDA attention needs multiples of 8 in fp16. The planner, MAX_BATCH_TOKENS and the memory model count padded lengths. auto = 8 on a GPU, 1 (the longest pair) on the CPU (docs/gpu.md)"`
 
 	ModelDir          string `env:"MODEL_DIR" envDefault:"../shared/models/nli-unigram-small" group:"model" values:"folder" help:"model folder: config.json, tokenizer.json, ONNX file (its weights inline, or in external data files such as model.onnx_data at locations inside the folder)"`
 	ModelFile         string `env:"MODEL_FILE" group:"model" values:"path inside MODEL_DIR" help:"ONNX file relative to MODEL_DIR and inside it (no leading /, no ..); empty = model.onnx or the single onnx/model*.onnx"`
@@ -169,6 +170,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := gpupool.ParseMemLimit(c.GPUMemLimit); err != nil {
 		errs = append(errs, fmt.Errorf("GPU_MEM_LIMIT: %w", err))
+	}
+	if _, _, err := c.PadMultiples(); err != nil {
+		errs = append(errs, err)
 	}
 	check(c.ScoreCacheBytes == 0 || c.ScoreCacheBytes >= scorecache.MinBytes, "SCORE_CACHE_BYTES must be 0 (off) or at least %d", scorecache.MinBytes)
 	check(c.GPUMemFraction > 0 && c.GPUMemFraction <= 1, "GPU_MEM_FRACTION must be in (0, 1]")
