@@ -92,6 +92,11 @@ type Consumer struct {
 	// whether or not it got partitions.
 	member   atomic.Bool
 	brokerOK atomic.Bool
+	// topicMissing is true from a look that found the input topic gone
+	// until it is found again; missingStep is the backoff of the last
+	// rejoin held back meanwhile (see holdIfTopicMissing).
+	topicMissing atomic.Bool
+	missingStep  atomic.Int64
 
 	messagesIn                         atomic.Uint64
 	inflight, inflightPeak             atomic.Int64
@@ -157,9 +162,12 @@ func New(cfg Config, scorer Scorer, sink Sink, log zerolog.Logger, reg prometheu
 // during a rolling update's surge) is ready but idle: were it not ready, a
 // rollout whose new pod drew the empty share could never finish, and idle
 // pods would block node drains under a PodDisruptionBudget.
-// scorer_assigned_partitions shows idle members.
+// scorer_assigned_partitions shows idle members. A member whose input
+// topic does not exist is not ready: it can do nothing until the topic is
+// back, and a rollout with a mistyped KAFKA_TOPIC stops at its first pod
+// instead of replacing members that work.
 func (c *Consumer) Ready() bool {
-	return c.member.Load() && c.brokerOK.Load()
+	return c.member.Load() && c.brokerOK.Load() && !c.topicMissing.Load()
 }
 
 // Stats returns a snapshot of the counters.
@@ -219,7 +227,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return errors.New("consumer: Run called twice")
 	}
-	leave := &groupCloser{done: make(chan struct{}), brokers: len(c.cfg.Brokers)}
+	leave := &groupCloser{done: make(chan struct{}), stopping: make(chan struct{}), brokers: len(c.cfg.Brokers)}
 	cg, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                c.cfg.GroupID,
 		Brokers:           c.cfg.Brokers,
@@ -306,6 +314,13 @@ type groupCloser struct {
 	once sync.Once
 	cg   *kafka.ConsumerGroup
 	done chan struct{} // closed when Close returned
+	// stopping is closed when closing starts: a join held back then
+	// (holdRejoin) is refused, and a dial after it, the leave's, is not
+	// held (see waitRejoin).
+	stopping chan struct{}
+	// rejoinAt is when the group's next dial may go (Unix nanoseconds; see
+	// holdRejoin).
+	rejoinAt atomic.Int64
 	// brokers is the length of the bootstrap list kafka-go dials through.
 	brokers int
 	// refusals is how many of the group's next dials fail (see
@@ -328,6 +343,9 @@ func (g *groupCloser) dialer(d *kafka.Dialer) *kafka.Dialer {
 	gd.DialFunc = func(ctx context.Context, network, address string) (net.Conn, error) {
 		if g.takeRefusal() {
 			return nil, errNoRejoin
+		}
+		if err := g.waitRejoin(ctx); err != nil {
+			return nil, err
 		}
 		return next(ctx, network, address)
 	}
@@ -377,6 +395,9 @@ func (g *groupCloser) refuseRejoin() {
 // start begins closing the group; later calls do nothing.
 func (g *groupCloser) start() {
 	g.once.Do(func() {
+		if g.stopping != nil {
+			close(g.stopping)
+		}
 		go func() {
 			_ = g.cg.Close()
 			close(g.done)

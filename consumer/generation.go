@@ -50,6 +50,9 @@ func (c *Consumer) runGeneration(ctx, workCtx context.Context, gen *kafka.Genera
 		ids = append(ids, pa.ID)
 	}
 	c.generations.Add(1)
+	if len(ids) > 0 {
+		c.topicFound()
+	}
 	c.cur.Store(g)
 	c.assigned.Store(int32(len(ids)))
 	c.member.Store(true)
@@ -206,6 +209,14 @@ loop:
 		if !c.commitBy(ctx, m, &committing, false, time.Now().Add(budget), c.cfg.ShutdownTimeout) {
 			c.log.Warn().Int32("generation", g.id).Dur("budget", budget).Msg("final commit did not finish within the rebalance's commit budget or by the shutdown deadline")
 		}
+	}
+	// Only a generation without partitions can have been ended by a
+	// missing topic (see holdIfTopicMissing); the look costs an idle
+	// member's ordinary rebalance one metadata request. It runs before this
+	// function returns, so that kafka-go, when it waits for it (held), sees
+	// the hold before it dials for the next join.
+	if why == "rebalance" && len(g.parts) == 0 && ctx.Err() == nil {
+		c.holdIfTopicMissing(ctx, m.leave, g.id)
 	}
 	// A shutdown leaves the group whenever it began, also during a
 	// rebalance's drain (a rolling update stopping the member whose

@@ -31,8 +31,9 @@ type metrics struct {
 	offsetResets  *prometheus.CounterVec
 	// fetchErrors counts a partition's fetch failures, which readiness
 	// does not follow: one failing partition must not flip /readyz.
-	fetchErrors *prometheus.CounterVec
-	collections []prometheus.Collector
+	fetchErrors  *prometheus.CounterVec
+	topicMissing prometheus.Gauge
+	collections  []prometheus.Collector
 }
 
 // newMetrics builds the collectors and registers them on reg (nil: none).
@@ -103,9 +104,13 @@ func newMetrics(reg prometheus.Registerer, inflight func() float64) (*metrics, e
 		commitErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "scorer_commit_errors_total", Help: "Offset commits that failed (retried by the next commit).",
 		}),
+		topicMissing: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "scorer_input_topic_missing",
+			Help: "1 while the input topic does not exist (the member waits, with backoff, before each rejoin of the group).",
+		}),
 	}
 	m.collections = []prometheus.Collector{m.messagesIn, m.inflight, m.batchSize, m.endToEnd, m.commitTime, m.lag, m.dlq, m.assigned,
-		m.dlqErrors, m.outages, m.committedLag, m.oldestUnacked, m.paused, m.commitErrors, m.tombstones, m.offsetResets, m.fetchErrors}
+		m.dlqErrors, m.outages, m.committedLag, m.oldestUnacked, m.paused, m.commitErrors, m.tombstones, m.offsetResets, m.fetchErrors, m.topicMissing}
 	if reg == nil {
 		return m, nil
 	}
