@@ -14,9 +14,10 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/scorer/scorer/internal/kafkatest"
 )
 
 // silentBroker accepts TCP connections and never answers, like a broker
@@ -261,40 +262,6 @@ func TestPrepareTopicsReportsMaxMessageBytes(t *testing.T) {
 	}
 }
 
-// replicas is the replica count of each partition of topic, as the
-// cluster's metadata lists them; none when the topic does not exist.
-func replicas(t *testing.T, c *kfake.Cluster, topic string) []int {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	req := kmsg.NewPtrMetadataRequest()
-	rt := kmsg.NewMetadataRequestTopic()
-	rt.Topic = kmsg.StringPtr(topic)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(t.Context(), cl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []int
-	for _, mt := range resp.Topics {
-		if mt.Topic == nil || *mt.Topic != topic {
-			continue
-		}
-		if err := kerr.ErrorForCode(mt.ErrorCode); errors.Is(err, kerr.UnknownTopicOrPartition) {
-			return nil
-		} else if err != nil {
-			t.Fatalf("metadata of %s: %v", topic, err)
-		}
-		for _, p := range mt.Partitions {
-			out = append(out, len(p.Replicas))
-		}
-	}
-	return out
-}
-
 // TestCreatedTopicTakesBrokerDefaultReplication: a topic created without a
 // replication factor gets the cluster's default (CreateTopics asks with
 // -1), not one replica: on a cluster with min.insync.replicas=2 a topic of
@@ -311,7 +278,7 @@ func TestCreatedTopicTakesBrokerDefaultReplication(t *testing.T) {
 		t.Fatal(err)
 	}
 	for topic, want := range map[string]int{"default.rf": 3, "two.rf": 2} {
-		got := replicas(t, c, topic)
+		got := kafkatest.Replicas(t, c.ListenAddrs(), topic)
 		if len(got) != 2 {
 			t.Errorf("%s: %d partitions, want 2", topic, len(got))
 		}
@@ -337,13 +304,13 @@ func TestBrokerDefaultReplicationOnOldBroker(t *testing.T) {
 	if !errors.Is(err, ErrBrokerDefaultUnsupported) || !errors.As(err, &se) || !strings.Contains(err.Error(), "default.rf") {
 		t.Fatalf("broker default on a Kafka 2.3 controller: err = %v, want a *SetupError wrapping ErrBrokerDefaultUnsupported naming default.rf", err)
 	}
-	if got := replicas(t, c, "default.rf"); len(got) != 0 {
+	if got := kafkatest.Replicas(t, c.ListenAddrs(), "default.rf"); len(got) != 0 {
 		t.Errorf("default.rf created with %v replicas after the refusal", got)
 	}
 	if err := EnsureTopics(ctx, c.ListenAddrs(), nil, TopicSpec{Name: "one.rf", ReplicationFactor: 1}); err != nil {
 		t.Errorf("explicit replication factor on a Kafka 2.3 controller: %v", err)
 	}
-	if got := replicas(t, c, "one.rf"); len(got) != 1 || got[0] != 1 {
+	if got := kafkatest.Replicas(t, c.ListenAddrs(), "one.rf"); len(got) != 1 || got[0] != 1 {
 		t.Errorf("one.rf replicas %v, want [1]", got)
 	}
 }

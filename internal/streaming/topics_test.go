@@ -10,13 +10,11 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/kafkatest"
 	"github.com/scorer/scorer/producer"
 )
 
@@ -99,7 +97,11 @@ func TestPrepareTopicsReplicationDefault(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, topic := range []string{cfg.InputTopic, cfg.OutputTopic, cfg.DLQTopic} {
-				for p, n := range replicas(t, c, topic) {
+				got := kafkatest.Replicas(t, c.ListenAddrs(), topic)
+				if len(got) == 0 {
+					t.Fatalf("%s: not in the cluster's metadata", topic)
+				}
+				for p, n := range got {
 					if n != tc.replica {
 						t.Errorf("%s partition %d: %d replicas, want %d", topic, p, n, tc.replica)
 					}
@@ -110,36 +112,4 @@ func TestPrepareTopicsReplicationDefault(t *testing.T) {
 	if _, err := parseConfig(t, map[string]string{"KAFKA_TOPIC_REPLICATION_FACTOR": "0"}); err == nil || !strings.Contains(err.Error(), "KAFKA_TOPIC_REPLICATION_FACTOR") {
 		t.Errorf("KAFKA_TOPIC_REPLICATION_FACTOR=0: err = %v, want it refused", err)
 	}
-}
-
-// replicas is the replica count of each partition of topic, as the
-// cluster's metadata lists them; a topic missing fails the test.
-func replicas(t *testing.T, c *kfake.Cluster, topic string) []int {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	req := kmsg.NewPtrMetadataRequest()
-	rt := kmsg.NewMetadataRequestTopic()
-	rt.Topic = kmsg.StringPtr(topic)
-	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(t.Context(), cl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []int
-	for _, mt := range resp.Topics {
-		if err := kerr.ErrorForCode(mt.ErrorCode); err != nil {
-			t.Fatalf("metadata of %s: %v", topic, err)
-		}
-		for _, p := range mt.Partitions {
-			out = append(out, len(p.Replicas))
-		}
-	}
-	if len(out) == 0 {
-		t.Fatalf("%s has no partitions", topic)
-	}
-	return out
 }
