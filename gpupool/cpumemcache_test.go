@@ -189,14 +189,7 @@ func previousCPUCacheFile(t *testing.T, dir, memKey string, shapes []Shape, adap
 	key := fmt.Sprintf("v=%d %s", 1, memKey) +
 		fmt.Sprintf(" shapes=%v adaptive=%t ref_len=%d token_id=%d", shapes, adaptive, refLen, tokenID) +
 		fmt.Sprintf(" os=%s/%s cpu=%q thp=%q", runtime.GOOS, runtime.GOARCH, cpuIdentity(), firstLine("/sys/kernel/mm/transparent_hugepage/enabled"))
-	sum := sha256.Sum256([]byte(key))
-	path := filepath.Join(dir, "cpu-"+hex.EncodeToString(sum[:12])+".json")
-	quotedKey, err := json.Marshal(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := `{
-  "key": ` + string(quotedKey) + `,
+	return writePreviousCacheFile(t, dir, "cpu", key, `
   "fit": {
     "base_bytes": 3145728,
     "bytes_per_token": 46000,
@@ -216,11 +209,25 @@ func previousCPUCacheFile(t *testing.T, dir, memKey string, shapes []Shape, adap
   ],
   "calibrated": "2026-11-20T10:00:00Z"
 }
-`
+`)
+}
+
+// writePreviousCacheFile writes a calibration cache file of kind ("cpu",
+// "gpu") as the releases before issue 44 did: named by the first 12 bytes
+// of key's SHA-256 in hex, the key first, then rest (the JSON after the
+// key's comma), mode 0600. It returns the file's path.
+func writePreviousCacheFile(t *testing.T, dir, kind, key, rest string) string {
+	t.Helper()
+	sum := sha256.Sum256([]byte(key))
+	path := filepath.Join(dir, kind+"-"+hex.EncodeToString(sum[:12])+".json")
+	quotedKey, err := json.Marshal(key)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte("{\n  \"key\": "+string(quotedKey)+","+rest), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path

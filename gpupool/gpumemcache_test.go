@@ -3,9 +3,6 @@ package gpupool
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -410,14 +407,7 @@ func TestGPUCalibrationCacheOfUncheckedDeviceReadingNotReused(t *testing.T) {
 	// length 512, token 1, an engine that empties its arena.
 	key := fmt.Sprintf("v=%d %s gpu=%s name=%q total=%d shapes=%v token_id=%d reading=%s emptied=%t",
 		1, cacheKeyA, "GPU-a", "Fake GPU", uint64(80<<30), defaultShapes(16384, 256, 512), 1, "device", true)
-	sum := sha256.Sum256([]byte(key))
-	path := filepath.Join(dir, "gpu-"+hex.EncodeToString(sum[:12])+".json")
-	quotedKey, err := json.Marshal(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	file := `{
-  "key": ` + string(quotedKey) + `,
+	path := writePreviousCacheFile(t, dir, "gpu", key, `
   "fit": {
     "base_bytes": 67108864,
     "bytes_per_row": 2726297.6,
@@ -434,10 +424,7 @@ func TestGPUCalibrationCacheOfUncheckedDeviceReadingNotReused(t *testing.T) {
   ],
   "calibrated": "2026-11-20T10:00:00Z"
 }
-`
-	if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`)
 	s := startGPU(t, cacheKeyA, "GPU-a", dir)
 	if !strings.Contains(s.logs, `"memory_reading":"device"`) {
 		t.Fatalf("did not read device-wide:\n%s", s.logs)
