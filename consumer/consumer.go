@@ -467,15 +467,3 @@ func waitUntil(wg *sync.WaitGroup, deadline time.Time) bool {
 	}()
 	return waitChan(done, deadline)
 }
-
-// sleepCtx sleeps d or until ctx ends; it reports whether it slept fully.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}

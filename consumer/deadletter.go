@@ -8,6 +8,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/scorer/scorer/internal/retry"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -39,7 +40,7 @@ const dlqLogInterval = 5 * time.Second
 // at error level, at most once per dlqLogInterval. It reports false if it
 // stopped before every dead letter was acknowledged.
 func (pr *processor) deadLetter(ctx context.Context, g *genState, dead []deadRecord) bool {
-	backoff := pr.cfg.RetryBackoff
+	backoff := retry.New(pr.cfg.RetryBackoff, pr.cfg.RetryBackoffMax)
 	var lastLog time.Time
 	failures := 0
 	for len(dead) > 0 {
@@ -100,12 +101,11 @@ func (pr *processor) deadLetter(ctx context.Context, g *genState, dead []deadRec
 			}
 			pr.log.Error().Err(fmt.Errorf("consumer: dead letter: %w", err)).Str("kind", kind).
 				Int("partition", dead[0].r.msg.Partition).Ints64("offsets", offsets).Int("failures", failures).
-				Dur("retry_in", backoff).Msg("DLQ write failed; retrying (commits of the partition wait for it)")
+				Dur("retry_in", backoff.Pause()).Msg("DLQ write failed; retrying (commits of the partition wait for it)")
 		}
-		if !sleepCtx(ctx, backoff) {
+		if !backoff.Wait(ctx) {
 			return false
 		}
-		backoff = min(backoff*2, pr.cfg.RetryBackoffMax)
 	}
 	return true
 }

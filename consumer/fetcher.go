@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/scorer/scorer/internal/retry"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -93,7 +94,7 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 	// while cl keeps the old one, and that ID kept would never differ
 	// from the broker's.
 	id := c.topicID(ctx, cl)
-	backoff := c.cfg.RetryBackoff
+	backoff := retry.New(c.cfg.RetryBackoff, c.cfg.RetryBackoffMax)
 	for {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil || fs.IsClientClosed() {
@@ -143,18 +144,18 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 					<-ctx.Done()
 					return
 				}
-				id, next, backoff = now, -1, c.cfg.RetryBackoff
+				id, next = now, -1
+				backoff.Reset()
 				continue
 			}
 		}
 		if failed {
-			if !sleepCtx(ctx, backoff) {
+			if !backoff.Wait(ctx) {
 				return
 			}
-			backoff = min(backoff*2, c.cfg.RetryBackoffMax)
 			continue
 		}
-		backoff = c.cfg.RetryBackoff
+		backoff.Reset()
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/scorer/scorer/internal/retry"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -218,7 +219,7 @@ func (c *Consumer) waitSpan(ctx context.Context, ps *partState) bool {
 			default:
 			}
 		}
-		if !sleepCtx(ctx, spanPoll) {
+		if !retry.Sleep(ctx, spanPoll) {
 			return false
 		}
 	}

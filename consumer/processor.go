@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"github.com/scorer/scorer/internal/retry"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -231,7 +232,7 @@ func (pr *processor) prepareGen(g *genState, batch []*record) (p prepared, ok bo
 // before every write: once revoked, the partition belongs to another
 // member, which writes these records itself.
 func (pr *processor) write(ctx context.Context, g *genState, run []outItem) {
-	backoff := pr.cfg.RetryBackoff
+	backoff := retry.New(pr.cfg.RetryBackoff, pr.cfg.RetryBackoffMax)
 	for !g.revoked.Load() {
 		err := pr.send(ctx, run)
 		if err == nil {
@@ -252,10 +253,9 @@ func (pr *processor) write(ctx context.Context, g *genState, run []outItem) {
 			what = "tombstone write"
 		}
 		pr.log.Warn().Err(fmt.Errorf("consumer: %s: %w", what, err)).Int("records", len(run)).Msg(what + " failed; retrying")
-		if !sleepCtx(ctx, backoff) {
+		if !backoff.Wait(ctx) {
 			return
 		}
-		backoff = min(backoff*2, pr.cfg.RetryBackoffMax)
 	}
 }
 

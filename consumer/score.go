@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime/debug"
 
+	"github.com/scorer/scorer/internal/retry"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -29,7 +30,7 @@ func (pr *processor) score(ctx context.Context, events []schema.TranscriptEvent)
 	for i := range todo {
 		todo[i] = i
 	}
-	backoff := pr.cfg.RetryBackoff
+	backoff := retry.New(pr.cfg.RetryBackoff, pr.cfg.OutageBackoffMax)
 	for round := 1; ; round++ {
 		batch := make([]schema.TranscriptEvent, len(todo))
 		for k, i := range todo {
@@ -96,12 +97,11 @@ func (pr *processor) score(ctx context.Context, events []schema.TranscriptEvent)
 			lastErr = err
 		}
 		pr.m.outages.Inc()
-		pr.log.Error().Err(lastErr).Int("events", len(todo)).Int("round", round).Dur("retry_in", backoff).
+		pr.log.Error().Err(lastErr).Int("events", len(todo)).Int("round", round).Dur("retry_in", backoff.Pause()).
 			Msg("scorer fails for every event; keeping the batch and retrying (nothing is dead-lettered during an outage)")
-		if !sleepCtx(ctx, backoff) {
+		if !backoff.Wait(ctx) {
 			return nil, nil, false
 		}
-		backoff = min(backoff*2, pr.cfg.OutageBackoffMax)
 	}
 }
 
@@ -128,35 +128,31 @@ func (pr *processor) probe(ctx context.Context) bool {
 // early on a permanent error. On success it keeps the call's smallest event
 // as the canary.
 func (pr *processor) scoreWithRetry(ctx context.Context, events []schema.TranscriptEvent) ([]schema.ScoredTranscript, error) {
-	backoff := pr.cfg.RetryBackoff
-	var err error
-	for attempt := range pr.cfg.ScoreAttempts {
-		if attempt > 0 && !sleepCtx(ctx, backoff) {
-			return nil, ctx.Err()
-		}
-		backoff = min(backoff*2, pr.cfg.RetryBackoffMax)
-		var res []schema.ScoredTranscript
+	// The first pause is twice RetryBackoff: the loop this replaced doubled
+	// its pause before the first wait, and the schedule is kept as it was.
+	backoff := retry.New(min(2*pr.cfg.RetryBackoff, pr.cfg.RetryBackoffMax), pr.cfg.RetryBackoffMax)
+	var res []schema.ScoredTranscript
+	err := retry.Do(ctx, backoff, pr.cfg.ScoreAttempts, permanentScoreError, nil, func() error {
+		var err error
 		res, err = pr.scoreGuarded(ctx, events)
 		if err == nil && len(res) != len(events) {
 			err = fmt.Errorf("scorer returned %d results for %d events", len(res), len(events))
 		}
-		if err == nil {
-			small := 0
-			for i := range events {
-				if events[i].SentenceCount() < events[small].SentenceCount() {
-					small = i
-				}
+		return err
+	})
+	if err == nil {
+		small := 0
+		for i := range events {
+			if events[i].SentenceCount() < events[small].SentenceCount() {
+				small = i
 			}
-			ev := events[small]
-			pr.canary.Store(&ev)
-			return res, nil
 		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if permanentScoreError(err) {
-			break
-		}
+		ev := events[small]
+		pr.canary.Store(&ev)
+		return res, nil
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
 	}
 	return nil, fmt.Errorf("consumer: score %d events: %w", len(events), err)
 }

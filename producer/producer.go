@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/scorer/scorer/internal/retry"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -53,7 +53,7 @@ const (
 	maxIDInError      = 64   // dead letter key shown in a PermanentError
 )
 
-// Retry backoff bounds for the Producer's own retry loop.
+// Retry backoff bounds for the Producer's own retry loop (write).
 const (
 	retryBackoffMin = 50 * time.Millisecond
 	retryBackoffMax = 2 * time.Second
@@ -406,7 +406,8 @@ func (p *Producer) enter() bool {
 // resent alone and 10 follows, never the other way round (two versions of
 // a call share a key, and so a partition).
 func (p *Producer) write(ctx context.Context, msgs []outMsg, perm *permanent, callID func(int) string) error {
-	backoff := retryBackoffMin
+	// Jittered: many scorer replicas then do not retry in lockstep.
+	backoff := retry.Jittered(retryBackoffMin, retryBackoffMax)
 	for attempt := 1; len(msgs) > 0; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("producer: write: %w", err)
@@ -423,17 +424,10 @@ func (p *Producer) write(ctx context.Context, msgs []outMsg, perm *permanent, ca
 			continue // only resends that need no backoff
 		}
 		p.log.Warn().Err(transient).Int("attempt", attempt).Int("messages", len(msgs)).
-			Dur("backoff", backoff).Msg("transient produce failure; retrying")
-		// Full jitter keeps many scorer replicas from retrying in lockstep.
-		sleep := time.Duration(rand.Int64N(int64(backoff))) + backoff/2
-		t := time.NewTimer(sleep)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+			Dur("backoff", backoff.Pause()).Msg("transient produce failure; retrying")
+		if !backoff.Wait(ctx) {
 			return fmt.Errorf("producer: write: %w (last error: %v)", ctx.Err(), transient)
-		case <-t.C:
 		}
-		backoff = min(backoff*2, retryBackoffMax)
 	}
 	return nil
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/scorer/scorer/consumer"
 	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/retry"
 	"github.com/scorer/scorer/producer"
 )
 
@@ -98,25 +99,23 @@ func NewConsumer(cfg config.Config, t Topics, scorer consumer.Scorer, sink consu
 // factor, missing permissions, a failed authentication, a missing topic
 // with creation off): retrying those would only hide them.
 func prepareTopicsRetry(ctx context.Context, brokers []string, d *kafka.Dialer, create bool, topics []producer.TopicSpec, log zerolog.Logger) (map[string]int64, error) {
-	backoff := 500 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		limits, err := producer.PrepareTopics(ctx, brokers, d, create, topics...)
-		if err == nil {
-			return limits, nil
-		}
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("waiting for Kafka: %w", ctx.Err())
-		}
-		if consumer.IsPermanent(err) {
-			return nil, fmt.Errorf("kafka: topics cannot be set up, and retrying will not help: %w", err)
-		}
-		log.Warn().Err(err).Strs("brokers", brokers).Int("attempt", attempt).Dur("retry_in", backoff).
-			Msg("Kafka not reachable yet; retrying")
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("waiting for Kafka: %w", ctx.Err())
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 15*time.Second)
+	backoff := retry.New(500*time.Millisecond, 15*time.Second)
+	var limits map[string]int64
+	err := retry.Do(ctx, backoff, 0, consumer.IsPermanent,
+		func(attempt int, err error) {
+			log.Warn().Err(err).Strs("brokers", brokers).Int("attempt", attempt).Dur("retry_in", backoff.Pause()).
+				Msg("Kafka not reachable yet; retrying")
+		},
+		func() (err error) {
+			limits, err = producer.PrepareTopics(ctx, brokers, d, create, topics...)
+			return err
+		})
+	switch {
+	case err == nil:
+		return limits, nil
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("waiting for Kafka: %w", ctx.Err())
+	default:
+		return nil, fmt.Errorf("kafka: topics cannot be set up, and retrying will not help: %w", err)
 	}
 }
