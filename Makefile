@@ -38,7 +38,7 @@ STATICCHECK_VERSION := v0.8.2
 STATICCHECK := $(abspath $(DEPS)/bin/staticcheck)
 FUZZTIME    ?= 15s
 
-.PHONY: build ort cuda-ort kcat helm promtool duckdb staticcheck test test-short test-times fuzz soak vet fmt lint docs run bench bench-profile rawloop golden image image-cuda image-test dist gpu-proof onnxpb clean
+.PHONY: build ort cuda-ort kcat helm promtool duckdb staticcheck test test-short test-times fuzz soak vet fmt lint docs run bench bench-profile rawloop golden tiny-models image image-cuda image-test dist gpu-proof onnxpb clean
 
 build: $(BIN) ort
 
@@ -219,6 +219,19 @@ $(RAWLOOP_DIR)/node_modules/.package-lock.json: $(RAWLOOP_DIR)/package-lock.json
 # Regenerates the golden token IDs and scores from the Hugging Face reference implementations (npm).
 golden:
 	cd tools/golden && npm install --ignore-scripts --no-audit --no-fund >/dev/null && node generate.mjs
+
+# Regenerates testdata/models/nli-{roberta,bart}-bpe-tiny: the byte-level BPE tokenizer, the random-weight
+# RoBERTa and BART classifiers and their torch references (tools/tiny-models; torch 1.13 and onnx 1.12 under
+# /usr/bin/python3, HF tokenizers and onnxruntime-node from npm). Not part of `make test`: the folders are
+# committed, and the same inputs give the same bytes.
+TINY_NODE := $(DEPS)/tiny-models
+tiny-models:
+	mkdir -p $(TINY_NODE)
+	scripts/retry.sh 3 npm install --prefix $(TINY_NODE) --ignore-scripts --no-audit --no-fund --no-save tokenizers@0.23.2 onnxruntime-node@1.30.0 >/dev/null
+	/usr/bin/python3 tools/tiny-models/train_bpe.py $(TRANSCRIPTS) roberta=testdata/models/nli-roberta-bpe-tiny bart=testdata/models/nli-bart-bpe-tiny
+	HF_TOKENIZERS=$(abspath $(TINY_NODE))/node_modules/tokenizers node tools/tiny-models/encode_pairs.mjs testdata/models/nli-roberta-bpe-tiny/tokenizer.json $(TRANSCRIPTS) > $(TINY_NODE)/pairs.json
+	/usr/bin/python3 tools/tiny-models/make_models.py $(TINY_NODE)/pairs.json testdata/models
+	ORT_NODE=$(abspath $(TINY_NODE))/node_modules/onnxruntime-node node tools/tiny-models/check_onnx.mjs testdata/models/nli-roberta-bpe-tiny testdata/models/nli-bart-bpe-tiny
 
 # Container images: docker when a Docker engine answers, else podman (see docs/operating.md, "Images").
 # LOCAL_BASES=1 (podman) builds FROM base images made on this machine, for hosts that reach no registry.
