@@ -115,6 +115,37 @@ func parsePostProcessor(raw json.RawMessage) (templates, error) {
 		return templates{}, fmt.Errorf("tokenizer: bad post_processor: %w", err)
 	}
 	switch t.Type {
+	case "ByteLevel":
+		// It only trims offsets; ids and type ids are the default's.
+		return defaultTemplates(), nil
+	case "Sequence":
+		// Recent byte-level exports chain ByteLevel (offsets) with the
+		// template; at most one member may add tokens.
+		var c struct {
+			Processors []json.RawMessage `json:"processors"`
+		}
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return templates{}, fmt.Errorf("tokenizer: bad Sequence post_processor: %w", err)
+		}
+		out, found := defaultTemplates(), ""
+		for i, sub := range c.Processors {
+			var st typed
+			if err := json.Unmarshal(sub, &st); err != nil {
+				return templates{}, fmt.Errorf("tokenizer: bad post_processor %d of Sequence: %w", i, err)
+			}
+			tm, err := parsePostProcessor(sub)
+			if err != nil {
+				return templates{}, fmt.Errorf("tokenizer: post_processor %d of Sequence: %w", i, err)
+			}
+			if st.Type == "ByteLevel" {
+				continue
+			}
+			if found != "" {
+				return templates{}, fmt.Errorf("tokenizer: unsupported post_processor Sequence of %s and %s (only ByteLevel may join one other)", found, st.Type)
+			}
+			out, found = tm, st.Type
+		}
+		return out, nil
 	case "TemplateProcessing":
 		var c struct {
 			Single        []templatePieceConfig `json:"single"`
@@ -163,5 +194,5 @@ func parsePostProcessor(raw json.RawMessage) (templates, error) {
 			{seq: 1}, {special: []int32{sep}, seq: -1},
 		}}, nil
 	}
-	return templates{}, fmt.Errorf("tokenizer: unsupported post_processor type %q", t.Type)
+	return templates{}, fmt.Errorf("tokenizer: unsupported post_processor type %q (supported: TemplateProcessing, RobertaProcessing, BertProcessing, ByteLevel, Sequence)", t.Type)
 }

@@ -234,6 +234,53 @@ func parsePreTokenizer(raw json.RawMessage) (preTokenizer, error) {
 			m.prepend = prependNever
 		}
 		return m, nil
+	case "ByteLevel":
+		var c struct {
+			AddPrefixSpace *bool `json:"add_prefix_space"`
+			UseRegex       *bool `json:"use_regex"`
+		}
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return nil, fmt.Errorf("tokenizer: bad ByteLevel pre_tokenizer: %w", err)
+		}
+		p := byteLevel{addPrefixSpace: true, useRegex: true}
+		if c.AddPrefixSpace != nil {
+			p.addPrefixSpace = *c.AddPrefixSpace
+		}
+		if c.UseRegex != nil {
+			p.useRegex = *c.UseRegex
+		}
+		return p, nil
+	case "Split":
+		var c struct {
+			Pattern  json.RawMessage `json:"pattern"`
+			Behavior string          `json:"behavior"`
+			Invert   bool            `json:"invert"`
+		}
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return nil, fmt.Errorf("tokenizer: bad Split pre_tokenizer: %w", err)
+		}
+		behavior, ok := splitBehaviors[c.Behavior]
+		if !ok {
+			return nil, fmt.Errorf("tokenizer: unsupported Split behavior %q", c.Behavior)
+		}
+		var p struct {
+			String *string `json:"String"`
+			Regex  *string `json:"Regex"`
+		}
+		if err := json.Unmarshal(c.Pattern, &p); err != nil {
+			return nil, fmt.Errorf("tokenizer: bad Split pattern %s: %w", c.Pattern, err)
+		}
+		switch {
+		case p.String != nil:
+			return splitPre{m: literalMatcher(*p.String), behavior: behavior, invert: c.Invert}, nil
+		case p.Regex != nil:
+			m, err := translateRegex(*p.Regex)
+			if err != nil {
+				return nil, fmt.Errorf("tokenizer: unsupported Split regex %q: %w", *p.Regex, err)
+			}
+			return splitPre{m: m, behavior: behavior, invert: c.Invert}, nil
+		}
+		return nil, fmt.Errorf("tokenizer: Split pattern %s has neither String nor Regex", c.Pattern)
 	case "BertPreTokenizer":
 		return bertPreTokenizer{}, nil
 	case "WhitespaceSplit":
@@ -241,5 +288,7 @@ func parsePreTokenizer(raw json.RawMessage) (preTokenizer, error) {
 	case "Whitespace":
 		return whitespacePre{}, nil
 	}
-	return nil, fmt.Errorf("tokenizer: unsupported pre_tokenizer type %q", t.Type)
+	return nil, fmt.Errorf("tokenizer: unsupported pre_tokenizer type %q (supported: %s)", t.Type, supportedPreTokenizers)
 }
+
+const supportedPreTokenizers = "ByteLevel, Split, Sequence, Metaspace, BertPreTokenizer, Whitespace, WhitespaceSplit"

@@ -1,8 +1,9 @@
 // Package tokenizer turns text into model input ids exactly as the Hugging
 // Face tokenizers library (0.22) does for a tokenizer.json, because a model
 // only scores correctly on the ids it was trained and exported with. It
-// covers the components NLI cross-encoders use (SentencePiece Unigram and
-// BERT WordPiece pipelines); anything else fails at Load, naming the type.
+// covers the components NLI cross-encoders use (SentencePiece Unigram,
+// BERT WordPiece and byte-level BPE pipelines: DeBERTa-v3, XLM-R, BERT,
+// RoBERTa, BART, ModernBERT); anything else fails at Load, naming the type.
 package tokenizer
 
 import (
@@ -77,8 +78,14 @@ func parse(data []byte) (*Tokenizer, error) {
 			return nil, err
 		}
 		t.model = w
+	case "BPE":
+		b, err := newBPE(cfg.Model)
+		if err != nil {
+			return nil, err
+		}
+		t.model = b
 	default:
-		return nil, fmt.Errorf("tokenizer: unsupported model type %q (supported: Unigram, WordPiece)", mtype)
+		return nil, fmt.Errorf("tokenizer: unsupported model type %q (supported: BPE, Unigram, WordPiece)", mtype)
 	}
 	t.vocabSize = t.model.vocabSize()
 	if !isNull(cfg.Normalizer) {

@@ -24,6 +24,8 @@ type scratch struct {
 	nodes []viterbiNode
 	ends  []int
 	buf   []byte
+	syms  []bpeSymbol
+	heap  []bpeCandidate
 }
 
 // trie is a byte trie over the vocabulary. Children of a node are a sorted
