@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -28,21 +27,12 @@ func loadCorpus(path string, lim schema.Limits) ([]corpusLine, error) {
 	}
 	defer f.Close()
 	var out []corpusLine
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for sc.Scan() {
-		if len(sc.Bytes()) == 0 {
-			continue
-		}
-		raw := slices.Clone(sc.Bytes())
-		ev, err := schema.DecodeEvent(raw, lim)
-		if err != nil {
-			return nil, fmt.Errorf("bench: %s line %d: %w", path, len(out)+1, err)
-		}
+	err = schema.ReadEvents(f, lim, 64<<20, func(ev schema.TranscriptEvent, raw []byte) bool {
 		out = append(out, corpusLine{raw: raw, ev: ev, sentences: ev.SentenceCount()})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("bench: reading %s: %w", path, err)
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bench: %s %w", path, err)
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("bench: %s holds no transcripts", path)

@@ -8,8 +8,6 @@
 package compare
 
 import (
-	"bufio"
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -71,25 +69,13 @@ func Score(ctx context.Context, name string, s Scorer, events []schema.Transcrip
 // transcripts (0 = all). A bad line is an error: a comparison over a
 // silently shortened sample would mislead.
 func ReadEvents(r io.Reader, lim schema.Limits, limit int) ([]schema.TranscriptEvent, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), max(lim.MaxMessageBytes, 1<<20)+1)
 	var out []schema.TranscriptEvent
-	for line := 1; sc.Scan(); line++ {
-		b := bytes.TrimSpace(sc.Bytes())
-		if len(b) == 0 {
-			continue
-		}
-		ev, err := schema.DecodeEvent(b, lim)
-		if err != nil {
-			return nil, fmt.Errorf("compare: line %d: %w", line, err)
-		}
+	err := schema.ReadEvents(r, lim, max(lim.MaxMessageBytes, 1<<20), func(ev schema.TranscriptEvent, _ []byte) bool {
 		out = append(out, ev)
-		if limit > 0 && len(out) >= limit {
-			break
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("compare: reading input: %w", err)
+		return limit <= 0 || len(out) < limit
+	})
+	if err != nil {
+		return nil, fmt.Errorf("compare: %w", err)
 	}
 	if len(out) == 0 {
 		return nil, errors.New("compare: the input holds no transcripts")

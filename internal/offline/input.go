@@ -1,7 +1,6 @@
 package offline
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -9,7 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
+
+	"github.com/scorer/scorer/schema"
 )
 
 // record is one input transcript before decoding: its JSON, where it came
@@ -49,52 +49,44 @@ func openSource(path string, stdin io.Reader) (source, error) {
 		return openParquetSource(path)
 	}
 	if path == "-" {
-		return &jsonlSource{r: bufio.NewReaderSize(stdin, 1<<20), closer: func() error { return nil }}, nil
+		return &jsonlSource{lines: schema.NewJSONLines(stdin, 0), closer: func() error { return nil }}, nil
 	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	s := &jsonlSource{r: bufio.NewReaderSize(f, 1<<20), closer: f.Close}
+	s := &jsonlSource{lines: schema.NewJSONLines(f, 0), closer: f.Close}
 	if st, err := f.Stat(); err == nil {
 		s.size = st.Size()
 	}
 	return s, nil
 }
 
-// jsonlSource reads TranscriptEvent JSON lines; blank lines are skipped.
+// jsonlSource reads TranscriptEvent JSON lines (schema.JSONLines: blank
+// lines skipped, no bound on a line's length: the decoder's MaxMessageBytes
+// makes a long line a bad record, not the end of the run).
 type jsonlSource struct {
-	r      *bufio.Reader
+	lines  *schema.JSONLines
 	closer func() error
 	size   int64 // 0 when unknown
-	read   atomic.Int64
-	line   int
-	eof    bool
 }
 
 func (s *jsonlSource) next() (record, error) {
-	for !s.eof {
-		s.line++
-		line, err := s.r.ReadBytes('\n')
-		s.read.Add(int64(len(line)))
-		switch {
-		case errors.Is(err, io.EOF):
-			s.eof = true
-		case err != nil:
-			return record{}, fmt.Errorf("read line %d: %w", s.line, err)
-		}
-		if trimmed := bytes.TrimSpace(line); len(trimmed) > 0 {
-			return record{data: trimmed, where: fmt.Sprintf("line %d", s.line), report: map[string]any{"line": s.line}}, nil
-		}
+	line, n, err := s.lines.Next()
+	if errors.Is(err, io.EOF) {
+		return record{}, io.EOF
 	}
-	return record{}, io.EOF
+	if err != nil {
+		return record{}, fmt.Errorf("read %w", err)
+	}
+	return record{data: bytes.TrimSpace(line), where: fmt.Sprintf("line %d", n), report: map[string]any{"line": n}}, nil
 }
 
 func (s *jsonlSource) progress() float64 {
 	if s.size <= 0 {
 		return -1
 	}
-	return min(float64(s.read.Load())/float64(s.size), 1)
+	return min(float64(s.lines.Consumed())/float64(s.size), 1)
 }
 
 func (s *jsonlSource) close() error { return s.closer() }

@@ -1,7 +1,6 @@
 package produce
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -58,17 +57,22 @@ func demo(ctx context.Context, o demoOptions, log zerolog.Logger) error {
 	// results carry scores by position, and text only for matches.
 	var sample bytes.Buffer
 	texts := map[string]map[string][]string{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for sc.Scan() && (o.limit <= 0 || len(texts) < o.limit) {
-		if ev, err := schema.DecodeEvent(sc.Bytes(), o.stack.Limits); err == nil {
+	lines := schema.NewJSONLines(f, 64<<20)
+	for o.limit <= 0 || len(texts) < o.limit {
+		line, _, err := lines.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("demo: reading %s: %w", o.file, err)
+		}
+		// A line that does not decode still goes out: the scorer
+		// dead-letters it, as it would any bad input.
+		if ev, err := schema.DecodeEvent(line, o.stack.Limits); err == nil {
 			texts[ev.CallID] = ev.Sections
 		}
-		sample.Write(sc.Bytes())
+		sample.Write(line)
 		sample.WriteByte('\n')
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("demo: reading %s: %w", o.file, err)
 	}
 	start := time.Now()
 	n, err := ProduceLines(ctx, w, &sample, 0, 0)

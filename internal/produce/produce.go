@@ -1,8 +1,6 @@
 package produce
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/schema"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -100,7 +99,7 @@ func NewInputWriter(brokers []string, topic string, transport *kafka.Transport) 
 // call_id when the line has one. Lines go out unvalidated on purpose: the
 // scorer, not the loader, decides what is bad input.
 func ProduceLines(ctx context.Context, w *kafka.Writer, in io.Reader, limit int, rate float64) (int, error) {
-	r := bufio.NewReaderSize(in, 1<<20)
+	lines := schema.NewJSONLines(in, 0)
 	const chunk = 64
 	var batch []kafka.Message
 	n := 0
@@ -121,34 +120,27 @@ func ProduceLines(ctx context.Context, w *kafka.Writer, in io.Reader, limit int,
 		return nil
 	}
 	for limit <= 0 || n+len(batch) < limit {
-		line, err := r.ReadBytes('\n')
-		if len(bytes.TrimSpace(line)) > 0 {
-			value := bytes.TrimRight(line, "\r\n")
-			if tick != nil {
-				// Wait first, so the record's timestamp is when it is sent and
-				// end-to-end latency measured from it is not inflated by pacing.
-				select {
-				case <-ctx.Done():
-					return n, ctx.Err()
-				case <-tick.C:
-				}
-			}
-			batch = append(batch, kafka.Message{Key: EventKey(value), Value: value, Time: time.Now()})
-			if tick != nil {
-				if ferr := flush(); ferr != nil {
-					return n, ferr
-				}
-			} else if len(batch) >= chunk {
-				if ferr := flush(); ferr != nil {
-					return n, ferr
-				}
-			}
-		}
+		value, _, err := lines.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
 			return n, fmt.Errorf("produce: read: %w", err)
+		}
+		if tick != nil {
+			// Wait first, so the record's timestamp is when it is sent and
+			// end-to-end latency measured from it is not inflated by pacing.
+			select {
+			case <-ctx.Done():
+				return n, ctx.Err()
+			case <-tick.C:
+			}
+		}
+		batch = append(batch, kafka.Message{Key: EventKey(value), Value: value, Time: time.Now()})
+		if tick != nil || len(batch) >= chunk {
+			if ferr := flush(); ferr != nil {
+				return n, ferr
+			}
 		}
 	}
 	return n, flush()

@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -84,16 +83,14 @@ func readCorpus(path string) ([]corpusLine, error) {
 	}
 	defer f.Close()
 	var lines []corpusLine
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	for sc.Scan() {
-		ev, err := schema.DecodeEvent(sc.Bytes(), schema.DefaultLimits())
-		if err != nil {
-			return nil, fmt.Errorf("corpus line %d: %w", len(lines)+1, err)
-		}
-		lines = append(lines, corpusLine{raw: bytes.Clone(sc.Bytes()), ev: ev, count: ev.SentenceCount()})
+	err = schema.ReadEvents(f, schema.DefaultLimits(), 64<<20, func(ev schema.TranscriptEvent, raw []byte) bool {
+		lines = append(lines, corpusLine{raw: raw, ev: ev, count: ev.SentenceCount()})
+		return true
+	})
+	if err != nil {
+		return nil, fmt.Errorf("corpus %w", err)
 	}
-	return lines, sc.Err()
+	return lines, nil
 }
 
 // ShortestTranscripts writes the n shortest real transcripts (whole, as they
