@@ -138,6 +138,9 @@ type Model struct {
 	// and rewrites the attention rewrites asked for after it.
 	relAttn  bool
 	rewrites string
+	// eosHead is the eos token id a BART-style classification head reads
+	// (eoshead.go), -1 for other heads.
+	eosHead int32
 }
 
 // Files are the files that hold the graph and its weights: the graph file
@@ -252,6 +255,9 @@ func (l *Loading) Wait() (*Model, error) {
 			return
 		}
 		m.SHA256, m.Tokenizer = l.sha, l.tok
+		if err := m.checkEOSHead(); err != nil {
+			m.Tokenizer, l.waitErr = nil, err
+		}
 	})
 	if l.waitErr != nil {
 		return nil, l.waitErr
@@ -288,7 +294,7 @@ func loadGraph(opts LoadOptions) (*Model, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	m.ID2Label = cfg.labels
+	m.ID2Label, m.eosHead = cfg.labels, cfg.eosHead
 	if err := m.pickIndices(opts, mode); err != nil {
 		return nil, 0, err
 	}
@@ -346,8 +352,9 @@ func (m *Model) prepareGraph(keep bool, steps onnxgraph.Steps) error {
 // modelConfig is the part of config.json Load needs.
 type modelConfig struct {
 	labels       []string
-	maxPositions int // 0 when absent
-	heads        int // num_attention_heads, 0 when absent
+	maxPositions int   // 0 when absent
+	heads        int   // num_attention_heads, 0 when absent
+	eosHead      int32 // eosHeadID: the eos id a BART-style head reads, else -1
 }
 
 func readConfig(path string) (modelConfig, error) {
@@ -359,6 +366,8 @@ func readConfig(path string) (modelConfig, error) {
 		ID2Label              map[string]string `json:"id2label"`
 		MaxPositionEmbeddings int               `json:"max_position_embeddings"`
 		NumAttentionHeads     int               `json:"num_attention_heads"`
+		Architectures         []string          `json:"architectures"`
+		EOSTokenID            *int              `json:"eos_token_id"`
 	}
 	if err := json.Unmarshal(data, &raw); err != nil {
 		return modelConfig{}, fmt.Errorf("model: parsing %s: %w", path, err)
@@ -367,7 +376,11 @@ func readConfig(path string) (modelConfig, error) {
 	if err != nil {
 		return modelConfig{}, fmt.Errorf("model: %s: %w", path, err)
 	}
-	return modelConfig{labels: labels, maxPositions: raw.MaxPositionEmbeddings, heads: raw.NumAttentionHeads}, nil
+	eos, err := eosHeadID(raw.Architectures, raw.EOSTokenID)
+	if err != nil {
+		return modelConfig{}, fmt.Errorf("model: %s: %w", path, err)
+	}
+	return modelConfig{labels: labels, maxPositions: raw.MaxPositionEmbeddings, heads: raw.NumAttentionHeads, eosHead: eos}, nil
 }
 
 // labelsFromID2Label turns config.json's string-keyed id2label into a slice,

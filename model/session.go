@@ -450,6 +450,10 @@ func (s *Session) logits(ctx context.Context, pairs []Pair, entries map[string]s
 	if len(pairs) == 0 {
 		return [][]float32{}, nil
 	}
+	pairs, groups := s.m.eosRows(pairs)
+	if groups != nil {
+		return s.logitsGrouped(ctx, pairs, groups, entries)
+	}
 	feeds, rows, length, err := s.buildInputs(pairs)
 	if err != nil {
 		return nil, err

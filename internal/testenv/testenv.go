@@ -34,29 +34,39 @@ func SharedDir(t testing.TB) string {
 	return dir
 }
 
-// ModelDirs lists every model folder under shared/models: those with a
-// config.json. A folder holding only a tokenizer (deberta-v3-tokenizer) is
-// not a model; TokenizerDirs lists it.
+// ModelDirs lists every model folder under shared/models and the
+// repository's testdata/models (the tiny byte-level BPE models made by
+// tools/tiny-models): those with a config.json. A folder holding only a
+// tokenizer (deberta-v3-tokenizer) is not a model; TokenizerDirs lists it.
 func ModelDirs(t testing.TB) []string {
 	t.Helper()
 	return globDirs(t, "config.json")
 }
 
-// TokenizerDirs lists every folder under shared/models with a
-// tokenizer.json: the model folders and tokenizer-only ones.
+// TokenizerDirs lists every folder under shared/models and testdata/models
+// with a tokenizer.json: the model folders and tokenizer-only ones.
 func TokenizerDirs(t testing.TB) []string {
 	t.Helper()
 	return globDirs(t, "tokenizer.json")
 }
 
+// RepoModelsDir is the repository's own model folders, committed with the
+// scripts that made them.
+func RepoModelsDir() string {
+	return filepath.Join(RepoRoot(), "testdata", "models")
+}
+
 func globDirs(t testing.TB, file string) []string {
 	t.Helper()
-	dirs, err := filepath.Glob(filepath.Join(SharedDir(t), "models", "*", file))
-	if err != nil || len(dirs) == 0 {
-		t.Fatalf("no folders with a %s under %s/models", file, SharedDir(t))
-	}
-	for i, d := range dirs {
-		dirs[i] = filepath.Dir(d)
+	var dirs []string
+	for _, root := range []string{filepath.Join(SharedDir(t), "models"), RepoModelsDir()} {
+		found, err := filepath.Glob(filepath.Join(root, "*", file))
+		if err != nil || len(found) == 0 {
+			t.Fatalf("no folders with a %s under %s", file, root)
+		}
+		for _, f := range found {
+			dirs = append(dirs, filepath.Dir(f))
+		}
 	}
 	return dirs
 }
@@ -67,7 +77,7 @@ func globDirs(t testing.TB, file string) []string {
 const ProductionArch = "nli-deberta-v3-tiny"
 
 // ScorerModelDir is the model folder every in-test scorer runs (ScorerEnv):
-// $TEST_MODEL_DIR when set, a path or a folder name under shared/models, to
+// $TEST_MODEL_DIR when set, a path or a folder name (ModelDir), to
 // run the system tests on another model; else ProductionArch.
 func ScorerModelDir(t testing.TB) string {
 	t.Helper()
@@ -84,14 +94,19 @@ func ScorerModelDir(t testing.TB) string {
 	return dir
 }
 
-// ModelDir is one named model folder under shared/models.
+// ModelDir is one named model folder under shared/models or, for the
+// repository's own, testdata/models.
 func ModelDir(t testing.TB, name string) string {
 	t.Helper()
 	dir := filepath.Join(SharedDir(t), "models", name)
-	if _, err := os.Stat(filepath.Join(dir, "config.json")); err != nil {
-		t.Fatalf("model %s: %v", name, err)
+	if _, err := os.Stat(filepath.Join(dir, "config.json")); err == nil {
+		return dir
 	}
-	return dir
+	own := filepath.Join(RepoModelsDir(), name)
+	if _, err := os.Stat(filepath.Join(own, "config.json")); err != nil {
+		t.Fatalf("model %s: in neither %s nor %s", name, filepath.Dir(dir), RepoModelsDir())
+	}
+	return own
 }
 
 // Transcripts is the path of the real transcript corpus.
