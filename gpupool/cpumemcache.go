@@ -1,13 +1,12 @@
 package gpupool
 
 import (
-	"bufio"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"runtime"
 	"strings"
+
+	"github.com/scorer/scorer/model"
 )
 
 // cpuFit is a CPU engine's calibrated memory per batch: bytes ≈ Base +
@@ -81,32 +80,9 @@ func mallocEnv() string {
 }
 
 // cpuIdentity is the CPU's model name and a hash of its feature flags
-// (Linux's /proc/cpuinfo): ONNX Runtime picks its kernels, and their
-// scratch memory, by what the CPU supports. Empty where it cannot be read.
-func cpuIdentity() string {
-	f, err := os.Open("/proc/cpuinfo")
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	var name, flags string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() && (name == "" || flags == "") {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		switch strings.TrimSpace(k) {
-		case "model name":
-			name = strings.TrimSpace(v)
-		case "flags", "Features": // x86, arm64
-			sum := sha256.Sum256([]byte(strings.TrimSpace(v)))
-			flags = hex.EncodeToString(sum[:8])
-		}
-	}
-	return name + " flags " + flags
-}
+// (model.CPUIdentity): ONNX Runtime picks its kernels, and their scratch
+// memory, by what the CPU supports.
+func cpuIdentity() string { return model.CPUIdentity() }
 
 // firstLine is a file's first line, or "" where it cannot be read.
 func firstLine(path string) string {

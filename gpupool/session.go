@@ -65,6 +65,11 @@ type SessionConfig struct {
 	// model.SessionOptions.PadToMultipleOf (PAD_TO_MULTIPLE_OF); 0 or 1
 	// pads to the longest pair only.
 	PadToMultipleOf, CPUPadToMultipleOf int
+	// GraphCache is the CPU session's model.SessionOptions.GraphCache
+	// (GRAPH_CACHE): where ONNX Runtime's optimised graph with its
+	// prepacked weights is kept between starts; "" keeps none. CUDA
+	// sessions have none.
+	GraphCache string
 }
 
 // SessionFactory returns an EngineFactory that opens one model.Session per
@@ -107,6 +112,7 @@ func sessionOptions(dev Device, cfg SessionConfig) (model.SessionOptions, error)
 		// shapes through this; runs never shrink it.
 		opts.ShrinkArenas = "cpu:0"
 		opts.PadToMultipleOf = cfg.CPUPadToMultipleOf
+		opts.GraphCache = cfg.GraphCache
 	case CUDA:
 		cudaOpts := cudaProviderOptions(dev, cfg)
 		opts.Configure = func(so *ort.SessionOptions) error { return appendCUDA(so, cudaOpts) }

@@ -134,6 +134,10 @@ type Model struct {
 	hashed        string
 	refused       error
 	refusedStates []fileState
+	// hashDone is closed once Start's hash has ended, with hashed set or
+	// not: a session from the graph cache waits for it to check the
+	// version its entry was written for (newCachedSession).
+	hashDone chan struct{}
 	// relAttn is whether the relative-attention rewrite changed the graph,
 	// and rewrites the attention rewrites asked for after it.
 	relAttn  bool
@@ -206,6 +210,7 @@ func Start(opts LoadOptions) (*Loading, error) {
 		return nil, err
 	}
 	l := &Loading{m: m, done: make(chan struct{})}
+	m.hashDone = make(chan struct{})
 	tokPath := filepath.Join(opts.Dir, "tokenizer.json")
 	go func() {
 		defer close(l.done)
@@ -222,6 +227,7 @@ func Start(opts LoadOptions) (*Loading, error) {
 		if hashErr == nil {
 			hashErr = m.hashedAs(sha)
 		}
+		close(m.hashDone)
 		wg.Wait()
 		l.sha, l.loadErr = sha, cmp.Or(tokErr, hashErr)
 	}()

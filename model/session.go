@@ -44,6 +44,14 @@ type SessionOptions struct {
 	// of 8 in fp16 and falls to an unfused path with 2·rows·heads·len² of
 	// scratch otherwise; the padded positions are masked like any pad.
 	PadToMultipleOf int
+	// GraphCache, when set, is the folder where ONNX Runtime's optimised
+	// graph of this session, with its prepacked weights, is kept between
+	// starts (optcache.go): NewSession loads it from there when an entry
+	// for this model version, these options, ONNX Runtime release and
+	// CPU was written and checks out, and Session.BuildGraphCache writes
+	// one. Ignored with Configure (execution providers' graphs are the
+	// device's).
+	GraphCache string
 }
 
 // Session runs a Model's graph on one device. It is safe for concurrent use:
@@ -59,6 +67,9 @@ type Session struct {
 	// for calls in flight and no call starts on a destroyed session.
 	mu     sync.RWMutex
 	closed bool
+
+	// cache is what NewSession made of opts.GraphCache.
+	cache GraphCacheResult
 }
 
 // externalFolderKey is ORT's session option (onnxruntime_session_options_
@@ -83,26 +94,48 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 	if err := m.checkFiles(); err != nil {
 		return nil, err
 	}
-	so, err := ort.NewSessionOptions()
+	var sess *ort.DynamicAdvancedSession
+	var cache GraphCacheResult
+	if key := sessionOpts(opts).graphCacheKey(m); opts.GraphCache != "" && key != "" {
+		so, err := m.sessionOptions(opts)
+		if err != nil {
+			return nil, err
+		}
+		sess, cache = m.newCachedSession(opts.GraphCache, key, so)
+		so.Destroy()
+	}
+	if sess == nil {
+		var err error
+		if sess, err = m.newPlainSession(opts); err != nil {
+			return nil, err
+		}
+	}
+	// A write while ORT read the files may have given it some of the new
+	// bytes.
+	m.filesMu.Lock()
+	i, is, err := m.changedFile()
+	if err == nil && i >= 0 {
+		err = m.changed(i, is, "while a session was created from it")
+	}
+	m.filesMu.Unlock()
 	if err != nil {
-		return nil, fmt.Errorf("model: creating session options: %w", err)
+		sess.Destroy()
+		return nil, err
+	}
+	// Loading held the file's protobuf beside the weights; that memory is
+	// free now but stays resident until trimmed.
+	trimMalloc()
+	return &Session{m: m, sess: sess, opts: opts, cache: cache}, nil
+}
+
+// newPlainSession creates the session from the model's graph, as ORT
+// optimises it.
+func (m *Model) newPlainSession(opts SessionOptions) (*ort.DynamicAdvancedSession, error) {
+	so, err := m.sessionOptions(opts)
+	if err != nil {
+		return nil, err
 	}
 	defer so.Destroy()
-	if opts.IntraOpThreads > 0 {
-		if err := so.SetIntraOpNumThreads(opts.IntraOpThreads); err != nil {
-			return nil, fmt.Errorf("model: setting intra-op threads to %d: %w", opts.IntraOpThreads, err)
-		}
-	}
-	if opts.InterOpThreads > 0 {
-		if err := so.SetInterOpNumThreads(opts.InterOpThreads); err != nil {
-			return nil, fmt.Errorf("model: setting inter-op threads to %d: %w", opts.InterOpThreads, err)
-		}
-	}
-	if opts.DisableMemPattern {
-		if err := so.SetMemPattern(false); err != nil {
-			return nil, fmt.Errorf("model: disabling memory patterns: %w", err)
-		}
-	}
 	// The graph is loaded from memory (Model.graph), its weights mapped
 	// from the files it references; ORT resolves those against this folder,
 	// as it would against a graph file's own.
@@ -121,23 +154,40 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 		}
 		return nil, fmt.Errorf("model: creating session for %s: %w", m.ONNXPath, err)
 	}
-	// A write while ORT read the files may have given it some of the new
-	// bytes.
-	m.filesMu.Lock()
-	i, is, err := m.changedFile()
-	if err == nil && i >= 0 {
-		err = m.changed(i, is, "while a session was created from it")
-	}
-	m.filesMu.Unlock()
-	if err != nil {
-		sess.Destroy()
-		return nil, err
-	}
-	// Loading held the file's protobuf beside the weights; that memory is
-	// free now but stays resident until trimmed.
-	trimMalloc()
-	return &Session{m: m, sess: sess, opts: opts}, nil
+	return sess, nil
 }
+
+// sessionOptions is ORT's options for a session with opts, less where its
+// graph comes from (the external data folder, Configure's providers).
+func (m *Model) sessionOptions(opts SessionOptions) (*ort.SessionOptions, error) {
+	so, err := ort.NewSessionOptions()
+	if err != nil {
+		return nil, fmt.Errorf("model: creating session options: %w", err)
+	}
+	if opts.IntraOpThreads > 0 {
+		if err := so.SetIntraOpNumThreads(opts.IntraOpThreads); err != nil {
+			so.Destroy()
+			return nil, fmt.Errorf("model: setting intra-op threads to %d: %w", opts.IntraOpThreads, err)
+		}
+	}
+	if opts.InterOpThreads > 0 {
+		if err := so.SetInterOpNumThreads(opts.InterOpThreads); err != nil {
+			so.Destroy()
+			return nil, fmt.Errorf("model: setting inter-op threads to %d: %w", opts.InterOpThreads, err)
+		}
+	}
+	if opts.DisableMemPattern {
+		if err := so.SetMemPattern(false); err != nil {
+			so.Destroy()
+			return nil, fmt.Errorf("model: disabling memory patterns: %w", err)
+		}
+	}
+	return so, nil
+}
+
+// GraphCache says whether the session was loaded from
+// SessionOptions.GraphCache, and if not, why.
+func (s *Session) GraphCache() GraphCacheResult { return s.cache }
 
 // fileState is a held file as it is now: the stamp of what its
 // descriptor reads, and whether the path ORT opens (heldFile.real) still

@@ -62,7 +62,8 @@ func (c *Config) CPUPlan(h Host) (workers, threads int) {
 }
 
 // SessionConfig is how the pool's sessions are built: CPU_THREADS (after
-// CPUPlan), GPU_MEM_FRACTION, GPU_MEM_LIMIT and GPU_TF32. The CUDA arena's
+// CPUPlan), GPU_MEM_FRACTION, GPU_MEM_LIMIT, GPU_TF32 and GRAPH_CACHE (the
+// CPU session's). The CUDA arena's
 // gpu_mem_limit sits gpupool.DefaultGPUMemMargin below GPU_MEM_FRACTION ×
 // total, the pool's admission limit: NVML's used memory also counts the
 // CUDA context and cuBLAS/cuDNN workspaces, and an arena allowed to reach
@@ -75,7 +76,7 @@ func (c *Config) SessionConfig(h Host) gpupool.SessionConfig {
 	cpuPad, cudaPad, _ := c.PadMultiples()            // likewise
 	return gpupool.SessionConfig{IntraOpThreads: threads, GPUMemFraction: c.GPUMemFraction,
 		GPUMemMargin: gpupool.DefaultGPUMemMargin, GPUMemBudget: budget, TF32: c.GPUTF32,
-		PadToMultipleOf: cudaPad, CPUPadToMultipleOf: cpuPad}
+		PadToMultipleOf: cudaPad, CPUPadToMultipleOf: cpuPad, GraphCache: calibrationCache(c.GraphCache, "graph-cache")}
 }
 
 // AutoPadCUDA and AutoPadCPU are PAD_TO_MULTIPLE_OF=auto's values. On a

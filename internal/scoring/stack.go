@@ -33,6 +33,8 @@ type Stack struct {
 	// loading is the model while its hash and tokenizer load (openModel
 	// to awaitModel); nil when WithModel gave it loaded.
 	loading *model.Loading
+	// graph is the CPU session's GRAPH_CACHE.
+	graph graphCache
 }
 
 // Open starts the stack in dependency order, one step per component, each
@@ -56,6 +58,19 @@ func Open(ctx context.Context, cfg config.Config, log zerolog.Logger, reg promet
 			_ = s.Close(context.Background())
 			return nil, err
 		}
+	}
+	if s.loading != nil {
+		// A stack that loaded its model is a scorer's own (run, score),
+		// ready now: the graph cache is written for its next start.
+		// Commands that open stacks on a model they loaded (bench,
+		// doctor, compare) only read it.
+		s.graph.start(cfg, log)
+		s.closers = append(s.closers, func(ctx context.Context) error {
+			if !s.graph.finish(ctx, cfg.GraphCacheWait, log) {
+				s.rt.buildUnfinished()
+			}
+			return nil
+		})
 	}
 	return s, nil
 }
@@ -110,7 +125,7 @@ func (s *Stack) openPool(ctx context.Context, cfg config.Config, log zerolog.Log
 	if err != nil {
 		return err
 	}
-	factory := SessionFactory(cfg, m)
+	factory := s.graph.watch(SessionFactory(cfg, m), log)
 	if s.loading != nil {
 		factory = afterLoad(s.loading, factory)
 	}

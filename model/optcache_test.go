@@ -1,0 +1,291 @@
+package model
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/scorer/scorer/internal/testenv"
+	"github.com/scorer/scorer/model/onnxpb"
+)
+
+// graphCacheModel loads a copy of the tiny DeBERTa-v3 whose graph file is
+// a file of the test's own (the other files are links), so a test may
+// change it.
+func graphCacheModel(t *testing.T) (*Model, string) {
+	t.Helper()
+	src := testenv.ModelDir(t, "nli-deberta-v3-tiny")
+	dir := copyModelDir(t, src, nil, "model.onnx")
+	b, err := os.ReadFile(filepath.Join(src, "model.onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "model.onnx"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return loadModel(t, LoadOptions{Dir: dir}), dir
+}
+
+// cacheSession is a session of m with one intra-op thread (threads more
+// when said) and the graph cache in dir.
+func cacheSession(t *testing.T, m *Model, dir string, threads ...int) *Session {
+	t.Helper()
+	n := 1
+	if len(threads) > 0 {
+		n = threads[0]
+	}
+	s, err := m.NewSession(SessionOptions{IntraOpThreads: n, GraphCache: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// maxLogitDiff is the largest difference between a's and b's logits on
+// pairs.
+func maxLogitDiff(t *testing.T, a, b *Session, pairs []Pair) float64 {
+	t.Helper()
+	la, err := a.Logits(context.Background(), pairs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := b.Logits(context.Background(), pairs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := 0.0
+	for i := range la {
+		for j := range la[i] {
+			d = max(d, math.Abs(float64(la[i][j]-lb[i][j])))
+		}
+	}
+	return d
+}
+
+// buildCache writes s's graph cache entry or fails the test.
+func buildCache(t *testing.T, s *Session) string {
+	t.Helper()
+	entry, err := s.BuildGraphCache(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return entry
+}
+
+// A session loaded from the graph cache runs ONNX Runtime's optimised
+// graph with its prepacked weights as written by an earlier session, and
+// scores as a session created without the cache does; creating a session
+// writes nothing (the entry is written by BuildGraphCache, after start).
+func TestGraphCacheSameLogits(t *testing.T) {
+	m, _ := graphCacheModel(t)
+	dir := filepath.Join(t.TempDir(), "graph-cache")
+	plain := cacheSession(t, m, "")
+	if r := plain.GraphCache(); r.Path != "" || r.Hit() {
+		t.Errorf("session without GraphCache: %+v, want no cache", r)
+	}
+	first := cacheSession(t, m, dir)
+	if r := first.GraphCache(); r.Hit() || r.Miss != "none kept" {
+		t.Fatalf("first session: %+v, want a miss, none kept", r)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("creating a session wrote the cache folder (%v): it is written after start, by BuildGraphCache", err)
+	}
+	entry := buildCache(t, first)
+	for _, f := range []string{graphCacheGraph, graphCacheData, graphCacheManifest} {
+		if _, err := os.Stat(filepath.Join(entry, f)); err != nil {
+			t.Errorf("entry lacks %s: %v", f, err)
+		}
+	}
+	cached := cacheSession(t, m, dir)
+	if r := cached.GraphCache(); !r.Hit() || r.Path != entry {
+		t.Fatalf("second session: %+v, want loaded from %s", r, entry)
+	}
+	if d := maxLogitDiff(t, plain, cached, externalPairs(t, m)); d > 1e-6 {
+		t.Errorf("logits from the cached graph differ from the plain session's by %g, want <= 1e-6", d)
+	}
+}
+
+// An entry that is damaged (cut short, bytes changed), whose manifest is
+// not JSON, or that was written under another key is refused with the
+// reason, before ONNX Runtime reads it: the session is created from the
+// model as without a cache, and scores as such. Writing the cache again
+// replaces the entry, which the next session loads.
+func TestGraphCacheRefusesDamagedEntries(t *testing.T) {
+	m, _ := graphCacheModel(t)
+	plain := cacheSession(t, m, "")
+	pairs := externalPairs(t, m)
+	for _, tc := range []struct {
+		name   string
+		damage func(t *testing.T, dir, entry string)
+		miss   string
+	}{
+		{"data changed in place", func(t *testing.T, _, entry string) {
+			testenv.FlipInPlace(t, filepath.Join(entry, graphCacheData))
+		}, "data file is damaged"},
+		{"data cut short", func(t *testing.T, _, entry string) {
+			p := filepath.Join(entry, graphCacheData)
+			st, err := os.Stat(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(p, st.Size()/2); err != nil {
+				t.Fatal(err)
+			}
+		}, "the manifest says"},
+		{"graph changed in place", func(t *testing.T, _, entry string) {
+			testenv.FlipInPlace(t, filepath.Join(entry, graphCacheGraph))
+		}, "graph file is damaged"},
+		{"manifest not JSON", func(t *testing.T, _, entry string) {
+			if err := os.WriteFile(filepath.Join(entry, graphCacheManifest), []byte("{\"format\":"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}, "corrupt manifest"},
+		{"entry of another key", func(t *testing.T, dir, entry string) {
+			// The entry of sessions with two threads, put where the
+			// one-thread sessions' entry is.
+			other := buildCache(t, cacheSession(t, m, dir, 2))
+			if err := os.RemoveAll(entry); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(other, entry); err != nil {
+				t.Fatal(err)
+			}
+		}, "kept for another key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			entry := buildCache(t, cacheSession(t, m, dir))
+			tc.damage(t, dir, entry)
+			s := cacheSession(t, m, dir)
+			if r := s.GraphCache(); r.Hit() || !strings.Contains(r.Miss, tc.miss) {
+				t.Fatalf("session on the damaged entry: %+v, want a miss saying %q", r, tc.miss)
+			}
+			if d := maxLogitDiff(t, plain, s, pairs); d > 1e-6 {
+				t.Errorf("session after the refused entry differs from the plain one by %g", d)
+			}
+			if again := buildCache(t, s); again != entry {
+				t.Fatalf("rebuilt at %s, want %s", again, entry)
+			}
+			if r := cacheSession(t, m, dir).GraphCache(); !r.Hit() {
+				t.Errorf("session after the rebuild: %+v, want loaded from the cache", r)
+			}
+		})
+	}
+}
+
+// An entry is the model version's it was written from: a model file
+// touched since (another modification time) is not loaded, and one whose
+// bytes changed while its size and modification time did not (written
+// and its time set back) is found by the version check once the model's
+// hash is known, and the session loaded from the entry is dropped.
+func TestGraphCacheOtherModelVersion(t *testing.T) {
+	m, modelDir := graphCacheModel(t)
+	dir := t.TempDir()
+	buildCache(t, cacheSession(t, m, dir))
+	path := filepath.Join(modelDir, "model.onnx")
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	later := st.ModTime().Add(time.Second)
+	if err := os.Chtimes(path, later, later); err != nil {
+		t.Fatal(err)
+	}
+	touched := loadModel(t, LoadOptions{Dir: modelDir})
+	if r := cacheSession(t, touched, dir).GraphCache(); r.Hit() || !strings.Contains(r.Miss, "files changed") {
+		t.Errorf("model file touched: %+v, want a miss saying its files changed", r)
+	}
+
+	// One weight's bytes changed, in place, and the time set back.
+	var g onnxpb.ModelProto
+	if err := proto.Unmarshal(m.graph, &g); err != nil {
+		t.Fatal(err)
+	}
+	var off, n int64 = -1, 0
+	for _, init := range g.GetGraph().GetInitializer() {
+		if init.GetDataLocation() == onnxpb.TensorProto_EXTERNAL {
+			_, off, n, _ = externalRef(init)
+			break
+		}
+	}
+	if off < 0 || n < 8 {
+		t.Fatal("the tiny model has no weight stored apart from its graph")
+	}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0x7f, 0x7f, 0x7f, 0x7f}, off+n/2&^3); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	changed := loadModel(t, LoadOptions{Dir: modelDir})
+	if changed.SHA256 == m.SHA256 {
+		t.Fatal("the changed model hashes as the original")
+	}
+	if r := cacheSession(t, changed, dir).GraphCache(); r.Hit() || !strings.Contains(r.Miss, "another version") {
+		t.Errorf("model bytes changed under the same size and time: %+v, want a miss naming another version", r)
+	}
+}
+
+// A model file has one entry: writing the entry of other settings removes
+// the earlier one, and a write removes temporary folders a writer that
+// died left, once old, but not one being written now.
+func TestGraphCacheOneEntryPerModelFile(t *testing.T) {
+	m, _ := graphCacheModel(t)
+	dir := t.TempDir()
+	one := buildCache(t, cacheSession(t, m, dir, 1))
+	stale := filepath.Join(dir, ".graph-dead-1.tmp")
+	fresh := filepath.Join(dir, ".graph-live-2.tmp")
+	for _, p := range []string{stale, fresh} {
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-2 * staleGraphTemp)
+	if err := os.Chtimes(stale, old, old); err != nil {
+		t.Fatal(err)
+	}
+	two := buildCache(t, cacheSession(t, m, dir, 2))
+	if one == two {
+		t.Fatal("two thread counts gave one entry")
+	}
+	var left []string
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	want := []string{filepath.Base(fresh), filepath.Base(two)}
+	if strings.Join(left, " ") != strings.Join(want, " ") {
+		t.Errorf("cache folder holds %v, want %v", left, want)
+	}
+	b, err := os.ReadFile(filepath.Join(two, graphCacheManifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var man graphManifest
+	if err := json.Unmarshal(b, &man); err != nil {
+		t.Fatal(err)
+	}
+	if man.ModelSHA256 != m.SHA256 || !strings.Contains(man.Key, "intra_op="+strconv.Itoa(2)) {
+		t.Errorf("manifest: version %s, key %q; want %s and two threads", man.ModelSHA256, man.Key, m.SHA256)
+	}
+}
