@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/scorer/scorer/internal/measure"
 )
 
 // sectionRun is when one section ran and how busy the machine was
@@ -96,7 +98,7 @@ func machineBusySeconds() float64 {
 func ownCPUSeconds() float64 {
 	var children syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children)
-	return cpuTime().Seconds() + time.Duration(children.Utime.Nano()+children.Stime.Nano()).Seconds()
+	return measure.CPUTime().Seconds() + time.Duration(children.Utime.Nano()+children.Stime.Nano()).Seconds()
 }
 
 // ranSections lists, in order, the sections with figures in r: those the

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +17,7 @@ import (
 	"github.com/scorer/scorer/consumer"
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/measure"
 	"github.com/scorer/scorer/internal/produce"
 	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/internal/streaming"
@@ -305,7 +305,7 @@ func runPipeline(ctx context.Context, rt *scoring.Runtime, cfg config.Config, m 
 		}
 		defer pprof.StopCPUProfile() // also on error paths; a second Stop is a no-op
 	}
-	cpu0 := cpuTime()
+	cpu0 := measure.CPUTime()
 	sent, err := produceTimed(ctx, w, o.records, o.keys, o.rate)
 	if err != nil {
 		return nil, err
@@ -318,7 +318,7 @@ func runPipeline(ctx context.Context, rt *scoring.Runtime, cfg config.Config, m 
 		consDone <- err
 		return nil, fmt.Errorf("bench: consumer stopped: %v", err)
 	}
-	cpu1 := cpuTime()
+	cpu1 := measure.CPUTime()
 	if o.profile != "" {
 		pprof.StopCPUProfile()
 	}
@@ -399,15 +399,6 @@ func produceTimed(ctx context.Context, w *kafka.Writer, recs [][]byte, keys []st
 		i += n
 	}
 	return sent, nil
-}
-
-// cpuTime is this process's user+system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // timeSplit divides a pipeline run's wall time into the lead-in before the

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/measure"
 	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
@@ -129,7 +130,7 @@ func replayRaw(ctx context.Context, f gpupool.EngineFactory, dev gpupool.Device,
 	// session as the pool's workers do: the raw limit of the same hardware.
 	var next atomic.Int64
 	errs := make(chan error, max(workers, 1))
-	t0, c0 := time.Now(), cpuTime()
+	t0, c0 := time.Now(), measure.CPUTime()
 	var wg sync.WaitGroup
 	for range max(workers, 1) {
 		wg.Add(1)
@@ -148,7 +149,7 @@ func replayRaw(ctx context.Context, f gpupool.EngineFactory, dev gpupool.Device,
 		}()
 	}
 	wg.Wait()
-	wall, cpu = time.Since(t0), cpuTime()-c0
+	wall, cpu = time.Since(t0), measure.CPUTime()-c0
 	close(errs)
 	if err := <-errs; err != nil {
 		return 0, 0, 0, err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/measure"
 	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/model/scorecache"
@@ -141,18 +142,17 @@ func runRevision(ctx context.Context, rt *scoring.Runtime, cfg config.Config, m 
 			return 0, 0, 0, err
 		}
 		before := cs.pool.Stats().Pairs
-		t0, cpu0 := time.Now(), cpuTime()
 		for _, v := range work {
-			for lo := 0; lo < len(v); lo += chunk {
-				if _, err := cs.ts.Score(ctx, v[lo:min(lo+chunk, len(v))]); err != nil {
-					return 0, 0, 0, err
-				}
+			run, err := measure.Chunks(ctx, v, measure.Every(chunk), cs.ts.Score)
+			if err != nil {
+				return 0, 0, 0, err
 			}
+			wall, cpu = wall+run.Wall, cpu+run.CPU
 			if after != nil {
 				after()
 			}
 		}
-		return cs.pool.Stats().Pairs - before, time.Since(t0), cpuTime() - cpu0, nil
+		return cs.pool.Stats().Pairs - before, wall, cpu, nil
 	}
 	r.Rounds = rounds
 	for round := range rounds {

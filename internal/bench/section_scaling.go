@@ -3,9 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/measure"
 	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
@@ -58,11 +58,9 @@ func runScaling(ctx context.Context, rt *scoring.Runtime, cfg config.Config, m *
 				// Warm-up on the smallest event, so first-run allocation
 				// in ORT is not charged to one setting.
 				_, err = ts.Score(ctx, evs[:1])
-				var d time.Duration
+				var run measure.Run[schema.ScoredTranscript]
 				if err == nil {
-					t0 := time.Now()
-					_, err = ts.Score(ctx, evs[1:])
-					d = time.Since(t0)
+					run, err = measure.Chunks(ctx, evs[1:], measure.Every(len(evs)-1), ts.Score)
 				}
 				cs.close()
 				if err != nil {
@@ -72,7 +70,7 @@ func runScaling(ctx context.Context, rt *scoring.Runtime, cfg config.Config, m *
 				for i := range evs[1:] {
 					pairs += ts.PairCount(&evs[1+i])
 				}
-				pt := scalingPoint{Threads: t, Workers: w, Pairs: pairs, PairsPerSec: float64(pairs) / d.Seconds()}
+				pt := scalingPoint{Threads: t, Workers: w, Pairs: pairs, PairsPerSec: float64(pairs) / run.Wall.Seconds()}
 				if round == 0 {
 					out = append(out, pt)
 				} else if pt.PairsPerSec > out[i].PairsPerSec {

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/measure"
 	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
@@ -81,17 +81,16 @@ func timeShape(ctx context.Context, rt *scoring.Runtime, cfg config.Config, m *m
 	if err := cs.warm(ctx, evs[0]); err != nil {
 		return shapePoint{}, err
 	}
-	t0, cpu0 := time.Now(), cpuTime()
-	if _, err := cs.ts.Score(ctx, evs[1:]); err != nil {
+	run, err := measure.Chunks(ctx, evs[1:], measure.Every(len(evs)-1), cs.ts.Score)
+	if err != nil {
 		return shapePoint{}, err
 	}
-	d, cpu := time.Since(t0), cpuTime()-cpu0
 	pairs := 0
 	for i := range evs[1:] {
 		pairs += cs.ts.PairCount(&evs[1+i])
 	}
-	return shapePoint{cpuShape: s, Pairs: pairs, PairsPerSec: float64(pairs) / d.Seconds(),
-		PairsPerCPUSec: float64(pairs) / cpu.Seconds()}, nil
+	return shapePoint{cpuShape: s, Pairs: pairs, PairsPerSec: float64(pairs) / run.Wall.Seconds(),
+		PairsPerCPUSec: float64(pairs) / run.CPU.Seconds()}, nil
 }
 
 // parsePlans reads "WORKERSxTHREADS,…", e.g. "2x1,1x2".

@@ -16,8 +16,8 @@ import (
 	"math"
 	"slices"
 	"strings"
-	"time"
 
+	"github.com/scorer/scorer/internal/measure"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -47,16 +47,11 @@ func Score(ctx context.Context, name string, s Scorer, events []schema.Transcrip
 	if chunk <= 0 {
 		return Run{}, fmt.Errorf("compare: chunk %d must be > 0", chunk)
 	}
-	r := Run{Name: name}
-	t0 := time.Now()
-	for lo := 0; lo < len(events); lo += chunk {
-		out, err := s.Score(ctx, events[lo:min(lo+chunk, len(events))])
-		if err != nil {
-			return Run{}, fmt.Errorf("compare: %s: %w", name, err)
-		}
-		r.Results = append(r.Results, out...)
+	run, err := measure.Chunks(ctx, events, measure.Every(chunk), s.Score)
+	if err != nil {
+		return Run{}, fmt.Errorf("compare: %s: %w", name, err)
 	}
-	r.Seconds = time.Since(t0).Seconds()
+	r := Run{Name: name, Results: run.Results, Seconds: run.Wall.Seconds()}
 	for _, st := range r.Results {
 		for _, sec := range st.Sections {
 			r.Pairs += sec.Sentences * len(st.Labels)
@@ -166,10 +161,10 @@ func Compare(a, b Run, opts Options) (Report, error) {
 		return Report{}, fmt.Errorf("compare: %s scored %d transcripts, %s %d", a.Name, len(a.Results), b.Name, len(b.Results))
 	}
 	rep := Report{A: side(a), B: side(b), Transcripts: len(a.Results), Threshold: opts.Threshold, MinAgreement: opts.MinAgreement}
-	byLabel := map[string]*LabelAgreement{}
-	var diffs []float64
+	all := measure.Tally{Threshold: opts.Threshold, KeepDiffs: true}
+	byLabel := map[string]*measure.Tally{}
+	var labels []string // in the order first met
 	var flips []Flip
-	sum := 0.0
 	for i := range a.Results {
 		ra, rb := &a.Results[i], &b.Results[i]
 		if ra.CallID != rb.CallID {
@@ -196,27 +191,15 @@ func Compare(a, b Run, opts Options) (Report, error) {
 				if len(la) != sa.Sentences || len(lb) != sa.Sentences {
 					return Report{}, fmt.Errorf("compare: %s section %q label %q: %d and %d scores for %d sentences", ra.CallID, name, label, len(la), len(lb), sa.Sentences)
 				}
-				ag := byLabel[label]
-				if ag == nil {
-					ag = &LabelAgreement{Label: label}
-					byLabel[label] = ag
-					rep.Labels = append(rep.Labels, LabelAgreement{Label: label})
+				lt := byLabel[label]
+				if lt == nil {
+					lt = &measure.Tally{Threshold: opts.Threshold}
+					byLabel[label] = lt
+					labels = append(labels, label)
 				}
 				for j := range la {
-					d := math.Abs(float64(la[j]) - float64(lb[j]))
-					diffs = append(diffs, d)
-					sum += d
-					da, db := float64(la[j]) > opts.Threshold, float64(lb[j]) > opts.Threshold
-					ag.Pairs++
-					switch {
-					case da == db:
-						ag.Agree++
-					case da:
-						ag.OnlyA++
-					default:
-						ag.OnlyB++
-					}
-					if da != db {
+					all.Add(la[j], lb[j])
+					if lt.Add(la[j], lb[j]) {
 						text := ""
 						if j < len(sa.Text) {
 							text = truncate(sa.Text[j], maxFlipText)
@@ -227,27 +210,26 @@ func Compare(a, b Run, opts Options) (Report, error) {
 			}
 		}
 	}
-	if len(diffs) == 0 {
+	if all.Pairs == 0 {
 		return Report{}, errors.New("compare: the sample has no sentences to compare")
 	}
-	rep.Pairs = len(diffs)
+	rep.Pairs = all.Pairs
+	diffs := all.Diffs
 	slices.Sort(diffs)
 	rep.MaxAbsDiff = diffs[len(diffs)-1]
-	rep.P50AbsDiff = quantile(diffs, 0.50)
-	rep.P99AbsDiff = quantile(diffs, 0.99)
-	rep.MeanAbsDiff = sum / float64(len(diffs))
-	agree := 0
+	rep.P50AbsDiff = measure.Quantile(diffs, 0.50)
+	rep.P99AbsDiff = measure.Quantile(diffs, 0.99)
+	rep.MeanAbsDiff = all.SumAbsDiff / float64(all.Pairs)
+	rep.Agreement = all.Agreement()
 	rep.Pass = true
-	for i := range rep.Labels {
-		ag := byLabel[rep.Labels[i].Label]
-		ag.Agreement = float64(ag.Agree) / float64(ag.Pairs)
-		rep.Labels[i] = *ag
-		agree += ag.Agree
+	for _, label := range labels {
+		lt := byLabel[label]
+		ag := LabelAgreement{Label: label, Pairs: lt.Pairs, Agree: lt.Agree, Agreement: lt.Agreement(), OnlyA: lt.OnlyA, OnlyB: lt.OnlyB}
+		rep.Labels = append(rep.Labels, ag)
 		if ag.Agreement < opts.MinAgreement {
 			rep.Pass = false
 		}
 	}
-	rep.Agreement = float64(agree) / float64(rep.Pairs)
 	rep.FlipCount = len(flips)
 	slices.SortStableFunc(flips, func(x, y Flip) int {
 		return cmp.Compare(math.Abs(float64(y.A-y.B)), math.Abs(float64(x.A-x.B)))
@@ -265,12 +247,6 @@ func side(r Run) Side {
 		s.PairsPerSec = float64(r.Pairs) / r.Seconds
 	}
 	return s
-}
-
-// quantile is the nearest-rank q-quantile of sorted xs.
-func quantile(sorted []float64, q float64) float64 {
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
 // truncate cuts s to at most n runes, marking the cut.

@@ -26,6 +26,7 @@ import (
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/gpupool/hostcheck"
 	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/measure"
 	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
 )
@@ -379,22 +380,21 @@ func chunkPairs(o Options) int { return max(1, len(o.Config.LabelConfig().Hypoth
 // returns the scores of the pairs it got to and the time per pair.
 func scoreSample(ctx context.Context, score func(context.Context, []model.Pair) ([]float32, error), pairs []model.Pair, chunk int,
 	left func() time.Duration) ([]float32, time.Duration, error) {
-	start := time.Now()
-	var scores []float32
-	for len(scores) < len(pairs) {
-		n := min(chunk, len(pairs)-len(scores))
-		if len(scores) == 0 {
-			n = 1
-		} else if time.Since(start)/time.Duration(len(scores))*time.Duration(n) > left() {
-			break
+	next := func(done int, elapsed time.Duration) int {
+		if done == 0 {
+			return 1
 		}
-		s, err := score(ctx, pairs[len(scores):len(scores)+n])
-		if err != nil {
-			return scores, 0, err
+		n := min(chunk, len(pairs)-done)
+		if elapsed/time.Duration(done)*time.Duration(n) > left() {
+			return 0
 		}
-		scores = append(scores, s...)
+		return n
 	}
-	return scores, time.Since(start) / time.Duration(max(1, len(scores))), nil
+	run, err := measure.Chunks(ctx, pairs, next, score)
+	if err != nil {
+		return run.Results, 0, err
+	}
+	return run.Results, run.Wall / time.Duration(max(1, len(run.Results))), nil
 }
 
 // parity compares a GPU's sample scores (and its TF32 alternative's) with
@@ -525,24 +525,22 @@ func throughput(ctx context.Context, pool *gpupool.Pool, pairs []model.Pair, chu
 	run, cancel := context.WithTimeout(ctx, stop)
 	defer cancel()
 	before := pool.Stats()
-	start := time.Now()
-	n := 0
-	for time.Since(start) < d && run.Err() == nil {
-		if _, err := pool.ScorePairs(run, call); err != nil {
-			if run.Err() != nil && ctx.Err() == nil {
-				break // the run's time is up mid-call
-			}
-			c.OK, c.Problem = false, problemOf(fmt.Errorf("throughput run: %w", err))
-			return
-		}
-		n += len(call)
+	calls, elapsed, err := measure.Repeat(run, d, 0, func(ctx context.Context) error {
+		_, err := pool.ScorePairs(ctx, call)
+		return err
+	})
+	// A call the run's time ended mid-way is not counted, and no problem.
+	if err != nil && (run.Err() == nil || ctx.Err() != nil) {
+		c.OK, c.Problem = false, problemOf(fmt.Errorf("throughput run: %w", err))
+		return
 	}
+	n := len(calls) * len(call)
 	if n == 0 {
 		b.skip("%s: throughput run: no call of %d pairs ended within %.1f s", c.Device, len(call), stop.Seconds())
 		return
 	}
 	after := pool.Stats()
-	c.PairsPerSecond = float64(n) / time.Since(start).Seconds()
+	c.PairsPerSecond = float64(n) / elapsed.Seconds()
 	c.Batches = after.Batches - before.Batches
 	if c.Batches > 0 {
 		c.MeanBatchRows = float64(after.Pairs-before.Pairs) / float64(c.Batches)
@@ -690,17 +688,9 @@ func checkGPU(ctx context.Context, rt *scoring.Runtime, m *model.Model, o Option
 // compare returns the largest |a−b| and the share of pairs on the same
 // side of threshold.
 func compare(a, b []float32, threshold float64) (maxDelta, agreement float64) {
-	same := 0
-	for i := range a {
-		maxDelta = math.Max(maxDelta, math.Abs(float64(a[i])-float64(b[i])))
-		if (float64(a[i]) > threshold) == (float64(b[i]) > threshold) {
-			same++
-		}
-	}
-	if len(a) == 0 {
-		return 0, 1
-	}
-	return maxDelta, float64(same) / float64(len(a))
+	t := measure.Tally{Threshold: threshold}
+	t.AddAll(a, b)
+	return t.MaxAbsDiff, t.Agreement()
 }
 
 // recommend suggests settings from what ran.

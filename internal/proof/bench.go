@@ -34,6 +34,7 @@ import (
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/measure"
 	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
 )
@@ -433,21 +434,19 @@ func timeShape(ctx context.Context, run func(rows, length int) error, rows, leng
 	if err := run(rows, length); err != nil {
 		return 0, 0, err
 	}
-	var times []float64
-	start := time.Now()
-	for time.Since(start) < d || len(times) < 3 {
-		t0 := time.Now()
-		if err := run(rows, length); err != nil {
-			return 0, 0, err
-		}
-		times = append(times, float64(time.Since(t0).Microseconds())/1000)
-		if ctx.Err() != nil {
-			return 0, 0, ctx.Err()
-		}
+	calls, elapsed, err := measure.Repeat(ctx, d, 3, func(context.Context) error { return run(rows, length) })
+	if err == nil {
+		err = ctx.Err()
 	}
-	elapsed := time.Since(start).Seconds()
+	if err != nil {
+		return 0, 0, err
+	}
+	times := make([]float64, len(calls))
+	for i, c := range calls {
+		times[i] = float64(c.Microseconds()) / 1000
+	}
 	slices.Sort(times)
-	return float64(rows*len(times)) / elapsed, times[len(times)/2], nil
+	return float64(rows*len(times)) / elapsed.Seconds(), times[len(times)/2], nil
 }
 
 // synthetic is rows pairs of length tokens: memory and time depend on the
