@@ -338,6 +338,11 @@ func (m *Model) buildGraphCache(ctx context.Context, dir, key string, opts Sessi
 	if err != nil {
 		return fail(err)
 	}
+	// Held until this build ends, or its process does: a build that
+	// finds the folder unlocked knows its writer is gone (sweepGraphTemp).
+	if lock, ok := lockDir(tmp); ok {
+		defer lock.Close()
+	}
 	keep := false
 	defer func() {
 		if !keep {
@@ -485,12 +490,18 @@ func removeOtherEntries(dir, keep, model string) {
 }
 
 // staleGraphTemp is how old a temporary folder of buildGraphCache must be
-// for a build to remove it: one is written for minutes at most (98 s on
-// the loaded 2 cores for the production stand-in); older ones were left
-// by a process that exited or died mid-write.
+// for a build to remove it where folders cannot be locked: one is written
+// for minutes (98 s on the loaded 2 cores for the production stand-in,
+// longer at nice 19 beside busy neighbours); older ones were left by a
+// process that exited or died mid-write.
 const staleGraphTemp = time.Hour
 
-// sweepGraphTemp removes temporary folders older than staleGraphTemp.
+// sweepGraphTemp removes the temporary folders of builds that ended
+// without removing them: a process that exited before its build was
+// written (a short `scorer score`) or died. On Linux a folder whose lock
+// (lockDir) nobody holds is such a one, whatever its age: its writer is
+// gone, and it may hold gigabytes. Elsewhere, folders older than
+// staleGraphTemp.
 func sweepGraphTemp(dir string) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -501,8 +512,12 @@ func sweepGraphTemp(dir string) {
 		if !strings.HasPrefix(name, "."+graphCachePrefix) || !strings.Contains(name, ".tmp") {
 			continue
 		}
-		if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > staleGraphTemp {
-			_ = os.RemoveAll(filepath.Join(dir, name))
+		p := filepath.Join(dir, name)
+		if lock, ok := lockDir(p); ok {
+			_ = os.RemoveAll(p)
+			lock.Close()
+		} else if fi, err := e.Info(); err == nil && runtime.GOOS != "linux" && time.Since(fi.ModTime()) > staleGraphTemp {
+			_ = os.RemoveAll(p)
 		}
 	}
 }

@@ -244,23 +244,28 @@ func TestGraphCacheOtherModelVersion(t *testing.T) {
 }
 
 // A model file has one entry: writing the entry of other settings removes
-// the earlier one, and a write removes temporary folders a writer that
-// died left, once old, but not one being written now.
+// the earlier one; and a write removes the temporary folders of writers
+// that are gone (a process that exited before its entry was written holds
+// no lock on its folder), but not one being written now.
 func TestGraphCacheOneEntryPerModelFile(t *testing.T) {
 	m, _ := graphCacheModel(t)
 	dir := t.TempDir()
 	one := buildCache(t, cacheSession(t, m, dir, 1))
-	stale := filepath.Join(dir, ".graph-dead-1.tmp")
-	fresh := filepath.Join(dir, ".graph-live-2.tmp")
-	for _, p := range []string{stale, fresh} {
+	gone := filepath.Join(dir, ".graph-gone-1.tmp")
+	live := filepath.Join(dir, ".graph-live-2.tmp")
+	for _, p := range []string{gone, live} {
 		if err := os.Mkdir(p, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	old := time.Now().Add(-2 * staleGraphTemp)
-	if err := os.Chtimes(stale, old, old); err != nil {
+	if err := os.WriteFile(filepath.Join(gone, graphCacheData), make([]byte, 4096), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	lock, ok := lockDir(live)
+	if !ok {
+		t.Fatal("cannot lock a fresh folder")
+	}
+	defer lock.Close()
 	two := buildCache(t, cacheSession(t, m, dir, 2))
 	if one == two {
 		t.Fatal("two thread counts gave one entry")
@@ -273,7 +278,7 @@ func TestGraphCacheOneEntryPerModelFile(t *testing.T) {
 	for _, e := range entries {
 		left = append(left, e.Name())
 	}
-	want := []string{filepath.Base(fresh), filepath.Base(two)}
+	want := []string{filepath.Base(live), filepath.Base(two)}
 	if strings.Join(left, " ") != strings.Join(want, " ") {
 		t.Errorf("cache folder holds %v, want %v", left, want)
 	}

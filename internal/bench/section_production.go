@@ -133,6 +133,10 @@ func productionChecks(model string, rows []wholeProcess, startups []startupPoint
 		if sp.Model == model && sp.Graph == "model.onnx" && sp.CachedSeconds > 0 {
 			// Issue 45, item 7: a pod ready in seconds, caches warm.
 			add("model.onnx: start-up, caches warm (scorer score, one sentence), s", atMost(startupTarget, ""), sp.CachedSeconds)
+			if sp.ReadySeconds > 0 {
+				add("model.onnx: scorer run until /readyz, caches warm, s", atMost(startupTarget, ""), sp.ReadySeconds)
+			}
+
 		}
 	}
 	for _, sp := range startups {

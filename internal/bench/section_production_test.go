@@ -15,8 +15,8 @@ func TestProductionChecks(t *testing.T) {
 			ScorerPeakRSSMiB: rss, RawSeconds: 24, ScorerSeconds: 24 / speed, SpeedRatio: speed, RSSRatio: rssRatio}
 	}
 	startups := []startupPoint{
-		{Model: "m", Graph: "model.onnx", Seconds: 6.2, CachedSeconds: 5.2, CachedPeakRSSMiB: 1000}, // typical: 24 / (24.74 + 1) = 0.93
-		{Model: "m", Graph: int8File, Seconds: 4, CachedSeconds: 3.5, CachedPeakRSSMiB: 1000},       // typical: 24 / (21.82 + 0.5) = 1.08
+		{Model: "m", Graph: "model.onnx", Seconds: 6.2, CachedSeconds: 5.2, CachedPeakRSSMiB: 1000, ReadySeconds: 8.5}, // typical: 24 / (24.74 + 1) = 0.93
+		{Model: "m", Graph: int8File, Seconds: 4, CachedSeconds: 3.5, CachedPeakRSSMiB: 1000},                          // typical: 24 / (21.82 + 0.5) = 1.08
 		{Model: "other", Graph: "model.onnx", Seconds: 100, CachedSeconds: 1},
 		// Issue 35: the same graphs with external data, start-up only.
 		{Model: "m-external", Graph: "model.onnx", Seconds: 6, CachedSeconds: 5, CachedPeakRSSMiB: 1040},
@@ -52,7 +52,8 @@ func TestProductionChecks(t *testing.T) {
 		"model.onnx typical: scorer peak RSS, GB":                                            false, // 2.10
 		int8File + " typical: scorer peak RSS, GB":                                           true,  // 0.94
 		int8File + " long: scorer peak RSS, GB":                                              true,
-		"model.onnx: start-up, caches warm (scorer score, one sentence), s":                  true, // 5.2 s
+		"model.onnx: start-up, caches warm (scorer score, one sentence), s":                  true,  // 5.2 s
+		"model.onnx: scorer run until /readyz, caches warm, s":                               false, // 8.5 s
 	}
 	// Issue 32's checks only where the rewrite A/B ran.
 	for name := range got {
