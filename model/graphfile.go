@@ -10,18 +10,11 @@ import (
 	"strconv"
 	"strings"
 
-	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/scorer/scorer/model/onnxgraph"
 	"github.com/scorer/scorer/model/onnxpb"
 )
-
-// smallInitializer is the largest initializer, in encoded bytes, that
-// reading a graph decodes; larger ones (the weights) are not read at all:
-// leanGraph references their bytes where they lie in the file, so a
-// 1.7 GB graph is held as its nodes and small constants (a few MB).
-const smallInitializer = 16 << 10
 
 // leanGraph is a graph file as sessions load it: the model with every large
 // initializer's data left on disk and referenced as ONNX external data
@@ -79,154 +72,6 @@ func stampOf(st os.FileInfo) fileStamp {
 func (lg *leanGraph) close() {
 	closeHeld(lg.held)
 	lg.held = nil
-}
-
-// readLeanGraph reads the graph file at path as a leanGraph and checks
-// every external data reference it holds: a location inside the folder, a
-// file that exists and holds the bytes referenced. It closes the files it
-// read (openLeanGraph keeps them open).
-func readLeanGraph(path string) (*leanGraph, error) {
-	lg, err := openLeanGraph(path)
-	if err != nil {
-		return nil, err
-	}
-	lg.close()
-	return lg, nil
-}
-
-// openLeanGraph is readLeanGraph with the files it read left open in lg
-// (held) until lg.close.
-func openLeanGraph(path string) (_ *leanGraph, err error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	lg := &leanGraph{held: []heldFile{{f: f, stamp: stampOf(st)}}}
-	defer func() {
-		if err != nil {
-			lg.close()
-		}
-	}()
-	self := filepath.Base(path)
-	r := &pbReader{r: f}
-	var skel []byte
-	// ModelProto: 7 is the graph; every other field is copied as it is.
-	err = r.fields(0, st.Size(), func(field int, m pbMsg) error {
-		if field == 7 {
-			graph, err := readLeanGraphProto(r, m, self)
-			if err != nil {
-				return err
-			}
-			skel = protowire.AppendTag(skel, 7, protowire.BytesType)
-			skel = protowire.AppendBytes(skel, graph)
-			return nil
-		}
-		var err error
-		skel, err = appendAny(r, skel, field, m)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	lg.m = &onnxpb.ModelProto{}
-	if err := proto.Unmarshal(skel, lg.m); err != nil {
-		return nil, err
-	}
-	if lg.m.GetGraph() == nil {
-		return nil, errors.New("no graph in the file")
-	}
-	if err := lg.locate(path); err != nil {
-		return nil, err
-	}
-	return lg, nil
-}
-
-// readLeanGraphProto returns the GraphProto's bytes with each large
-// initializer's inline data replaced by a reference to where it lies in
-// the graph file, named self in its folder.
-func readLeanGraphProto(r *pbReader, g pbMsg, self string) ([]byte, error) {
-	var out []byte
-	err := r.fields(g.off, g.end, func(field int, m pbMsg) error {
-		if field == 5 && m.end-m.off > smallInitializer {
-			t, err := leanTensor(r, m, self)
-			if err != nil {
-				return err
-			}
-			out = protowire.AppendTag(out, 5, protowire.BytesType)
-			out = protowire.AppendBytes(out, t)
-			return nil
-		}
-		var err error
-		out, err = appendAny(r, out, field, m)
-		return err
-	})
-	return out, err
-}
-
-// leanTensor returns the TensorProto m with its raw_data replaced by an
-// external data reference to the same bytes in the graph file. A tensor
-// whose data is in a typed field (float_data and the like: exporters write
-// raw_data) is copied whole.
-func leanTensor(r *pbReader, m pbMsg, self string) ([]byte, error) {
-	var out []byte
-	var raw *pbMsg
-	// TensorProto: 9 is raw_data, 13 external_data, 14 data_location.
-	err := r.fields(m.off, m.end, func(f int, v pbMsg) error {
-		switch f {
-		case 9:
-			raw = &v
-			return nil
-		case 13, 14:
-			return nil
-		}
-		var err error
-		out, err = appendAny(r, out, f, v)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	if raw == nil {
-		return appendAny(r, nil, 0, m) // the message as exported
-	}
-	for _, kv := range [][2]string{
-		{"location", self},
-		{"offset", strconv.FormatInt(raw.off, 10)},
-		{"length", strconv.FormatInt(raw.end-raw.off, 10)},
-	} {
-		var e []byte
-		e = protowire.AppendTag(e, 1, protowire.BytesType)
-		e = protowire.AppendString(e, kv[0])
-		e = protowire.AppendTag(e, 2, protowire.BytesType)
-		e = protowire.AppendString(e, kv[1])
-		out = protowire.AppendTag(out, 13, protowire.BytesType)
-		out = protowire.AppendBytes(out, e)
-	}
-	out = protowire.AppendTag(out, 14, protowire.VarintType)
-	return protowire.AppendVarint(out, uint64(onnxpb.TensorProto_EXTERNAL)), nil
-}
-
-// appendAny appends a varint or length-delimited field read from the file
-// to buf. Field 0 means m's bytes themselves, unframed.
-func appendAny(r *pbReader, buf []byte, field int, m pbMsg) ([]byte, error) {
-	if m.varint {
-		buf = protowire.AppendTag(buf, protowire.Number(field), protowire.VarintType)
-		return protowire.AppendVarint(buf, m.val), nil
-	}
-	b := make([]byte, m.end-m.off)
-	if _, err := r.r.ReadAt(b, m.off); err != nil {
-		return buf, err
-	}
-	if field == 0 {
-		return append(buf, b...), nil
-	}
-	buf = protowire.AppendTag(buf, protowire.Number(field), protowire.BytesType)
-	return protowire.AppendBytes(buf, b), nil
 }
 
 // ErrExternalData is the error of a graph whose external data cannot be
