@@ -66,7 +66,7 @@ func runInt8(ctx context.Context, rt *scoring.Runtime, cfg config.Config, dir st
 			err = cs.warm(ctx, evs[0])
 			var r compare.Run
 			if err == nil {
-				r, err = compare.Score(ctx, file, cs.ts, evs, 8)
+				r, err = compare.ScoreTranscripts(ctx, file, cs.ts, evs, 8)
 			}
 			cs.close()
 			if err != nil {

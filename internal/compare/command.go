@@ -195,7 +195,7 @@ func compareSide(ctx context.Context, rt *scoring.Runtime, cfg config.Config, lo
 		enc = fmt.Sprintf("%s %q", enc, m.PairSeparator)
 	}
 	name := fmt.Sprintf("%s/%s on %s (sha256 %.12s, %s encoding)", m.Name, rel, devs, m.SHA256, enc)
-	r, err := Score(ctx, name, ts, events, 8)
+	r, err := ScoreTranscripts(ctx, name, ts, events, 8)
 	r.GraphRewrite = m.GraphRewrite
 	return r, err
 }

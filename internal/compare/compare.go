@@ -21,8 +21,9 @@ import (
 	"github.com/scorer/scorer/schema"
 )
 
-// Scorer scores whole transcripts; model.TranscriptScorer implements it.
-type Scorer interface {
+// TranscriptScorer scores whole transcripts; model.TranscriptScorer
+// implements it.
+type TranscriptScorer interface {
 	Score(ctx context.Context, events []schema.TranscriptEvent) ([]schema.ScoredTranscript, error)
 }
 
@@ -41,9 +42,9 @@ type Run struct {
 	GraphRewrite string
 }
 
-// Score runs events through s chunk transcripts at a time, as `scorer
-// score` does, and times it.
-func Score(ctx context.Context, name string, s Scorer, events []schema.TranscriptEvent, chunk int) (Run, error) {
+// ScoreTranscripts runs events through s chunk transcripts at a time, as
+// `scorer score` does, and times it.
+func ScoreTranscripts(ctx context.Context, name string, s TranscriptScorer, events []schema.TranscriptEvent, chunk int) (Run, error) {
 	if chunk <= 0 {
 		return Run{}, fmt.Errorf("compare: chunk %d must be > 0", chunk)
 	}

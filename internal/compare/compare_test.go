@@ -117,7 +117,7 @@ func (f *fakeScorer) Score(_ context.Context, evs []schema.TranscriptEvent) ([]s
 	return out, nil
 }
 
-func TestScoreAndReadEvents(t *testing.T) {
+func TestScoreTranscriptsAndReadEvents(t *testing.T) {
 	in := `{"call_id":"a","sections":{"S":["one","two"]}}` + "\n\n" + `{"call_id":"b","sections":{"S":["three"]}}` + "\n" +
 		`{"call_id":"c","sections":{"S":["four"]}}` + "\n"
 	evs, err := ReadEvents(strings.NewReader(in), schema.DefaultLimits(), 2)
@@ -131,11 +131,11 @@ func TestScoreAndReadEvents(t *testing.T) {
 		t.Error("empty input accepted")
 	}
 	f := &fakeScorer{}
-	r, err := Score(t.Context(), "fake", f, evs, 1)
+	r, err := ScoreTranscripts(t.Context(), "fake", f, evs, 1)
 	if err != nil || r.Pairs != 6 || len(r.Results) != 2 || f.calls != 2 {
-		t.Errorf("Score: %v, %d pairs, %d results, %d calls", err, r.Pairs, len(r.Results), f.calls)
+		t.Errorf("ScoreTranscripts: %v, %d pairs, %d results, %d calls", err, r.Pairs, len(r.Results), f.calls)
 	}
-	if _, err := Score(t.Context(), "fake", f, evs, 1); err == nil || !strings.Contains(err.Error(), "fake") {
+	if _, err := ScoreTranscripts(t.Context(), "fake", f, evs, 1); err == nil || !strings.Contains(err.Error(), "fake") {
 		t.Errorf("a failing scorer: %v", err)
 	}
 }

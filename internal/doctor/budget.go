@@ -34,7 +34,7 @@ func chunkPairs(o Options) int { return max(1, len(o.Config.LabelConfig().Hypoth
 // the device works), then the rest a chunk at a time, each only while the
 // time per pair so far says it ends within the budget's share, left. It
 // returns the scores of the pairs it got to and the time per pair.
-func scoreSample(ctx context.Context, score func(context.Context, []model.Pair) ([]float32, error), pairs []model.Pair, chunk int,
+func scoreSample(ctx context.Context, scorePairs func(context.Context, []model.Pair) ([]float32, error), pairs []model.Pair, chunk int,
 	left func() time.Duration) ([]float32, time.Duration, error) {
 	next := func(done int, elapsed time.Duration) int {
 		if done == 0 {
@@ -46,7 +46,7 @@ func scoreSample(ctx context.Context, score func(context.Context, []model.Pair) 
 		}
 		return n
 	}
-	run, err := measure.Chunks(ctx, pairs, next, score)
+	run, err := measure.Chunks(ctx, pairs, next, scorePairs)
 	if err != nil {
 		return run.Results, 0, err
 	}
