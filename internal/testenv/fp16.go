@@ -13,7 +13,7 @@ import (
 const FP16File = "onnx/model_fp16.onnx"
 
 // FP16ModelDir makes a model folder for the test: src's files (linked) and
-// beside its float32 model.onnx the float16 twin at FP16File, written by
+// beside its float32 model.onnx (or onnx/model.onnx) the float16 twin at FP16File, written by
 // onnxfp16 with float16 logits (Optimum's --dtype fp16 form) or, with
 // keepIO, float32 logits around a float16 body. The folder has src's base
 // name, so results name the same model.
@@ -35,7 +35,11 @@ func FP16ModelDir(t testing.TB, src string, keepIO bool) string {
 			t.Fatal(err)
 		}
 	}
-	if _, err := onnxfp16.ConvertFile(filepath.Join(src, "model.onnx"), filepath.Join(dir, FP16File), onnxfp16.Options{KeepIOTypes: keepIO}); err != nil {
+	graph := filepath.Join(src, "model.onnx")
+	if _, err := os.Stat(graph); err != nil {
+		graph = filepath.Join(src, "onnx", "model.onnx") // testdata/models' export layout
+	}
+	if _, err := onnxfp16.ConvertFile(graph, filepath.Join(dir, FP16File), onnxfp16.Options{KeepIOTypes: keepIO}); err != nil {
 		t.Fatalf("making the float16 twin of %s: %v", src, err)
 	}
 	return dir
