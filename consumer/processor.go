@@ -199,7 +199,7 @@ func (pr *processor) prepareGen(g *genState, batch []*record) (p prepared, ok bo
 	}
 	res := map[*record]*schema.ScoredTranscript{}
 	if len(events) > 0 {
-		results, failed, ok := pr.score(ctx, events)
+		results, failed, ok := pr.scoreStage(ctx, events)
 		if !ok {
 			return p, false
 		}

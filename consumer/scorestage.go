@@ -10,9 +10,10 @@ import (
 	"github.com/scorer/scorer/schema"
 )
 
-// score scores the events and returns one result per event; failed[i] is
-// set for each event to dead-letter instead. ok is false if ctx ended
-// first.
+// scoreStage is the processor's scoring stage (schema.StageScore): it
+// scores the events through the Scorer and returns one result per event;
+// failed[i] is set for each event to dead-letter instead. ok is false if
+// ctx ended first.
 //
 // The batch is scored with ScoreAttempts tries; if it keeps failing, its
 // events are scored one by one. An event is dead-lettered only when its
@@ -23,7 +24,7 @@ import (
 // and retried in rounds with bounded exponential backoff, each round logged
 // at error level, for as long as ctx lives — an outage must not turn the
 // stream into dead letters.
-func (pr *processor) score(ctx context.Context, events []schema.TranscriptEvent) (results []schema.ScoredTranscript, failed map[int]error, ok bool) {
+func (pr *processor) scoreStage(ctx context.Context, events []schema.TranscriptEvent) (results []schema.ScoredTranscript, failed map[int]error, ok bool) {
 	results = make([]schema.ScoredTranscript, len(events))
 	failed = map[int]error{}
 	todo := make([]int, len(events)) // indexes of events still to score
