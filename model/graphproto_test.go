@@ -11,12 +11,12 @@ import (
 	"github.com/scorer/scorer/internal/testenv"
 )
 
-// TestReadGraphIOMatchesORT reads every ONNX file of every shared model
-// folder (the int8 exports included) and a hand-written graph whose input
-// list repeats an initializer, and checks that the protobuf walk finds
-// exactly what an ORT session reports: names, element types and shapes of
-// the inputs a session is fed and of the outputs.
-func TestReadGraphIOMatchesORT(t *testing.T) {
+// TestGraphIOMatchesORT reads every ONNX file of every shared model folder
+// (the int8 exports included) and a hand-written graph whose input list
+// repeats an initializer, and checks that the lean read finds exactly what
+// an ORT session reports: names, element types and shapes of the inputs a
+// session is fed and of the outputs.
+func TestGraphIOMatchesORT(t *testing.T) {
 	var files []string
 	for _, dir := range testenv.ModelDirs(t) {
 		found, _ := filepath.Glob(filepath.Join(dir, "*.onnx"))
@@ -35,10 +35,11 @@ func TestReadGraphIOMatchesORT(t *testing.T) {
 			name = f
 		}
 		t.Run(name, func(t *testing.T) {
-			ins, outs, err := readGraphIO(f)
+			lg, err := readLeanGraph(f)
 			if err != nil {
 				t.Fatal(err)
 			}
+			ins, outs := graphIO(lg.m.GetGraph())
 			wantIns, wantOuts, err := ort.GetInputOutputInfo(f)
 			if err != nil {
 				t.Fatal(err)
@@ -63,8 +64,8 @@ func TestReadGraphIOMatchesORT(t *testing.T) {
 		if err := os.WriteFile(f, bad, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := readGraphIO(f); err == nil {
-			t.Errorf("readGraphIO(%q) = nil error", bad)
+		if _, err := readLeanGraph(f); err == nil {
+			t.Errorf("readLeanGraph(%q) = nil error", bad)
 		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/scorer/scorer/model/onnxgraph"
+	"github.com/scorer/scorer/model/onnxpb"
 	"github.com/scorer/scorer/model/tokenizer"
 	"github.com/scorer/scorer/schema"
 )
@@ -307,30 +308,35 @@ func loadGraph(opts LoadOptions) (*Model, int, error) {
 	if m.ONNXPath, err = findONNX(opts.Dir, opts.ONNXFile); err != nil {
 		return nil, 0, err
 	}
-	if err := m.readGraph(); err != nil {
-		return nil, 0, err
-	}
 	steps, err := onnxgraph.ParseSteps(opts.AttentionRewrites)
 	if err != nil {
 		return nil, 0, fmt.Errorf("model: %w", err)
 	}
 	steps.Heads = cfg.heads
-	if err := m.prepareGraph(opts.KeepRelativeAttention, steps); err != nil {
+	// The graph is read once (openLeanGraph): its declarations, then what
+	// sessions load.
+	lg, err := openLeanGraph(m.ONNXPath)
+	if err != nil {
+		return nil, 0, fmt.Errorf("model: reading graph %s: %w", m.ONNXPath, err)
+	}
+	if err := m.readGraph(lg.m.GetGraph()); err != nil {
+		lg.close()
+		return nil, 0, err
+	}
+	if err := m.prepareGraph(lg, opts.KeepRelativeAttention, steps); err != nil {
 		return nil, 0, err
 	}
 	return m, cfg.maxPositions, nil
 }
 
-// prepareGraph reads the graph as sessions load it (leanGraph) and
-// rewrites the disentangled attention unless told to keep it. A graph the
-// rewrite does not recognise, or cannot rewrite, runs as exported: the
-// reason goes to GraphRewrite, never into an error. An error is a graph
-// that cannot be read or whose external data is not there.
-func (m *Model) prepareGraph(keep bool, steps onnxgraph.Steps) error {
-	lg, err := openLeanGraph(m.ONNXPath)
-	if err != nil {
-		return fmt.Errorf("model: reading %s: %w", m.ONNXPath, err)
-	}
+// prepareGraph takes the graph as sessions load it (lg, read from
+// m.ONNXPath) and rewrites the disentangled attention unless told to keep
+// it. A graph the rewrite does not recognise, or cannot rewrite, runs as
+// exported: the reason goes to GraphRewrite, never into an error. An error
+// is a graph that cannot be read again or encoded; lg's files are then
+// closed.
+func (m *Model) prepareGraph(lg *leanGraph, keep bool, steps onnxgraph.Steps) error {
+	var err error
 	if keep {
 		m.GraphRewrite = "graph as exported: relative-attention rewrite off"
 	} else if st, err := onnxgraph.RewriteAttention(lg.m, steps); err != nil {
@@ -556,15 +562,12 @@ func hashInto(h io.Writer, path string, f *os.File) error {
 	return nil
 }
 
-// readGraph fills InputNames and OutputName from the graph and checks that
-// every input is one we can feed. It reads the file's declarations only
-// (readGraphIO), so a malformed graph that declares them well still loads
-// here and fails at NewSession.
-func (m *Model) readGraph() error {
-	ins, outs, err := readGraphIO(m.ONNXPath)
-	if err != nil {
-		return fmt.Errorf("model: reading graph inputs and outputs of %s: %w", m.ONNXPath, err)
-	}
+// readGraph fills InputNames and OutputName from the graph's declarations
+// and checks that every input is one we can feed. It reads the
+// declarations only (graphIO), so a malformed graph that declares them well
+// still loads here and fails at NewSession.
+func (m *Model) readGraph(g *onnxpb.GraphProto) error {
+	ins, outs := graphIO(g)
 	have := map[string]bool{}
 	for _, in := range ins {
 		switch in.name {
