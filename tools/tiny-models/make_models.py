@@ -548,7 +548,7 @@ def write_source(out, name, c, params, winners, pairs):
     for rel in sorted(files):
         data = open(os.path.join(out, rel), "rb").read()
         lines.append("%s  %10d  %s" % (hashlib.sha256(data).hexdigest(), len(data), rel))
-    text = """%(name)s  --  TINY RANDOM-WEIGHT TEST MODEL, made here; it knows nothing about NLI
+    text = """%(name)s  --  tiny model with RANDOM weights, made here for tests; its scores are meaningless
 %(rule)s
 The weights are RANDOM (torch.manual_seed(%(seed)d); linear weights N(0, %(std)s), embeddings
 N(0, %(estd)s), out_proj weights N(0, %(hstd)s), its bias then set so the mean logit of each class
@@ -589,7 +589,7 @@ Files (sha256, bytes; SOURCE.txt itself is not listed)
 %(files)s
 """ % {
         "name": name,
-        "rule": "=" * (len(name) + 52),
+        "rule": "=" * (len(name) + 86),
         "seed": SEED,
         "std": INIT_STD,
         "estd": EMBED_STD,
