@@ -210,10 +210,17 @@ func (c *cachedGraph) unchanged() bool {
 	return err == nil && os.SameFile(named, st)
 }
 
-// crcOf is the CRC-32C of f's whole content, read from its start.
+// crcTable is CRC-32C's (Castagnoli), which Go computes with the CPU's
+// own instruction where it has one.
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// crcOf is the CRC-32C of f's whole content, read from its start in
+// blocks of 4 MiB. Read, not mapped: mapping the 3 GB data file of the
+// production stand-in and summing it took 8 s against 2.4 s read, on the
+// loaded 2 cores, in page faults.
 func crcOf(f *os.File) (uint32, error) {
-	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
-	if _, err := io.Copy(h, io.NewSectionReader(f, 0, 1<<62)); err != nil {
+	h := crc32.New(crcTable)
+	if _, err := io.CopyBuffer(h, io.NewSectionReader(f, 0, 1<<62), make([]byte, 4<<20)); err != nil {
 		return 0, err
 	}
 	return h.Sum32(), nil
@@ -286,6 +293,9 @@ func (m *Model) newCachedSession(dir, key string, so *ort.SessionOptions) (*ort.
 	}
 	return sess, res
 }
+
+// GraphCacheDir is SessionOptions.GraphCache of the session.
+func (s *Session) GraphCacheDir() string { return s.opts.GraphCache }
 
 // BuildGraphCache writes the entry that later sessions with the options s
 // was created with load instead of optimising the graph and packing its

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -60,6 +62,11 @@ func (g *graphCache) watch(factory gpupool.EngineFactory, log zerolog.Logger) gp
 // own, which includes the model's load (docs/benchmarks.md).
 const graphCacheHeadroom = 1.25
 
+// graphCacheDisk is the free disk space, as a multiple of the model's
+// files, a write needs: the entry (1.75 times the production stand-in)
+// and the entry it replaces, which is removed only after.
+const graphCacheDisk = 2.0
+
 // start writes the graph cache in the background when the CPU session did
 // not load from it, unless the CPU memory budget (CPU_MEM_LIMIT less the
 // reserve) leaves no room for the session that writes it beside the
@@ -85,6 +92,13 @@ func (g *graphCache) start(cfg config.Config, log zerolog.Logger) {
 				Uint64("needs_bytes", need).Msg("graph cache not written: writing it needs about this much memory beside the scorer, more than CPU_MEM_LIMIT leaves; the next start optimises the graph again")
 			return
 		}
+	}
+	// The entry is the weights and their packed copies: 1.75 times the
+	// production stand-in's 1.74 GB.
+	if free, ok := freeBytes(s.GraphCacheDir()); ok && free < uint64(graphCacheDisk*float64(size)) {
+		log.Info().Str("dir", s.GraphCacheDir()).Uint64("free_bytes", free).Uint64("needs_bytes", uint64(graphCacheDisk*float64(size))).
+			Msg("graph cache not written: not enough free disk space there; the next start optimises the graph again")
+		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g.cancel, g.done = cancel, make(chan struct{})
@@ -131,6 +145,22 @@ func (g *graphCache) finish(ctx context.Context, wait bool, log zerolog.Logger) 
 	default:
 		log.Info().Msg("graph cache not written: the process ends first; the next start writes it")
 		return false
+	}
+}
+
+// freeBytes is the disk space free to this process on the file system
+// that holds dir, or its nearest folder that exists.
+func freeBytes(dir string) (uint64, bool) {
+	for {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(dir, &st); err == nil {
+			return st.Bavail * uint64(st.Bsize), true
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return 0, false
+		}
+		dir = parent
 	}
 }
 
