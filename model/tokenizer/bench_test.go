@@ -72,6 +72,11 @@ func benchEncode(b *testing.B, model string) {
 // Metaspace, Viterbi) on real transcript sentences.
 func BenchmarkEncodeUnigram(b *testing.B) { benchEncode(b, "nli-unigram-small") }
 
+// BenchmarkEncodeBPE measures the byte-level BPE pipeline (GPT-2 split,
+// byte mapping, merges through the shared merge cache) of the tiny
+// RoBERTa/BART models on the same text.
+func BenchmarkEncodeBPE(b *testing.B) { benchEncode(b, "nli-roberta-bpe-tiny") }
+
 // BenchmarkEncodeWordPiece measures the BERT pipeline on the same text.
 func BenchmarkEncodeWordPiece(b *testing.B) { benchEncode(b, "nli-wordpiece-small") }
 

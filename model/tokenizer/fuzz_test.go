@@ -10,12 +10,13 @@ import (
 )
 
 // FuzzEncode feeds arbitrary bytes to the real tokenizers (our Unigram and
-// WordPiece, DeBERTa-v3's): valid UTF-8 must encode without error to
-// in-range ids, identically twice; anything else must be ErrInvalidUTF8,
+// WordPiece, DeBERTa-v3's, the tiny models' byte-level BPE): valid UTF-8
+// must encode without error to in-range ids, identically twice (the second
+// time through BPE's merge cache); anything else must be ErrInvalidUTF8,
 // never a panic.
 func FuzzEncode(f *testing.F) {
-	toks := []*Tokenizer{loadModel(f, "nli-unigram-small"), loadModel(f, "nli-wordpiece-small"), loadModel(f, testenv.ProductionArch)}
-	for _, s := range []string{"", "Revenue grew 12%.", "[MASK]x[CLS]", "\u2581\u2581", "a\x00b", "👨‍👩‍👧", "\xff"} {
+	toks := []*Tokenizer{loadModel(f, "nli-unigram-small"), loadModel(f, "nli-wordpiece-small"), loadModel(f, testenv.ProductionArch), loadModel(f, "nli-roberta-bpe-tiny")}
+	for _, s := range []string{"", "Revenue grew 12%.", "[MASK]x[CLS]", "\u2581\u2581", "a\x00b", "👨‍👩‍👧", "\xff", "it's  \n\t'll <mask> </s>"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -26,7 +26,9 @@ const joinedGallopStart = 64
 // runs of spaces or an added token can span a seam. A BERT pre-tokenizer
 // with a separator that starts and ends with punctuation ("</s></s>") does
 // split at both seams, and there the joined ids happen to equal the
-// pieces' ids joined; TestJoinedSeams pins both facts on the shared models.
+// pieces' ids joined; so do a byte-level BPE's (RoBERTa, BART), whose "</s>"
+// is an added token that cuts the text first. TestJoinedSeams pins these
+// facts on the models here.
 //
 // Over maxLen (> 0) the hypothesis and the separator are kept whole and
 // the premise is cut to a prefix of whole characters (Unicode code points):
