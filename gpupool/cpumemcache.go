@@ -30,7 +30,7 @@ func (f cpuFit) usable() bool {
 // measureCPU (the warm-up, the shapes, the repeats and which reading is
 // kept), fitMemory, procSelf's resident and peak readings, and what the
 // C heap does under ORT's runs, which the readings include: the malloc
-// settings the model package makes, and when (configureMalloc and the C
+// settings package model/ortenv makes, and when (configureMalloc and the C
 // constructor beside it, which since 2784c71 makes them before any thread
 // starts, so one arena serves every thread). Settings made from the
 // environment are in the key already (mallocEnv).

@@ -153,7 +153,7 @@ func startCPUCalibration(t *testing.T, eng Engine, fake *fakeEngine, rss uint64,
 }
 
 // A cache written by the release before glibc's mmap threshold was fixed
-// (model.InitRuntime) holds a fit measured another way: such fits could lose
+// (ortenv.InitRuntime) holds a fit measured another way: such fits could lose
 // their quadratic term, and long CPU batches planned on one run past
 // CPU_MEM_LIMIT. previousCPUCacheFile writes the file exactly as that release
 // did, under the key and name it used, with such a fit; a start with the

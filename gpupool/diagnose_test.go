@@ -10,7 +10,7 @@ import (
 
 	"github.com/scorer/scorer/gpupool/hostcheck"
 	"github.com/scorer/scorer/internal/testenv"
-	"github.com/scorer/scorer/model"
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // TestNVMLErrorDiagnosed: the probe's NVML errors carry what
@@ -28,7 +28,7 @@ func TestNVMLErrorDiagnosed(t *testing.T) {
 // core that `make ort` installs alone: ORT looks for its provider libraries
 // beside it, and the diagnosis names the missing file.
 func TestCheckCUDAWithoutProviderFiles(t *testing.T) {
-	shutdown, err := model.InitRuntime(testenv.ORTLib(t))
+	shutdown, err := ortenv.InitRuntime(testenv.ORTLib(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,7 +78,7 @@ type SessionConfig struct {
 // exactly what is requested (arena_extend_strategy=kSameAsRequested), so
 // device memory tracks real need and the pool's memory readings stay
 // meaningful; the default power-of-two growth would reserve memory no batch
-// uses. The ORT environment must already exist (model.InitRuntime).
+// uses. The ORT environment must already exist (ortenv.InitRuntime).
 func SessionFactory(m *model.Model, cfg SessionConfig) EngineFactory {
 	return func(dev Device) (Engine, error) {
 		opts, err := sessionOptions(dev, cfg)
@@ -155,7 +155,7 @@ func appendCUDA(so *ort.SessionOptions, opts map[string]string) error {
 // A nil error means ORT's CUDA provider loaded with its libraries, the CUDA
 // runtime and the driver; otherwise the error is a *hostcheck.CUDAProblem where the
 // cause is known (errors.As). The ORT environment must exist
-// (model.InitRuntime). Startup, `scorer doctor` and the packaging test use
+// (ortenv.InitRuntime). Startup, `scorer doctor` and the packaging test use
 // it to say why the GPU path cannot work. Loading the provider can load
 // CUDA, which may replace signal handlers; CheckCUDA restores any it
 // replaced before it returns.

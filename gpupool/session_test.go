@@ -18,6 +18,7 @@ import (
 
 	"github.com/scorer/scorer/internal/testenv"
 	"github.com/scorer/scorer/model"
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // startRuntime starts ONNX Runtime for the test, stopped at its end (after
@@ -27,7 +28,7 @@ func startRuntime(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real ONNX Runtime model test")
 	}
-	shutdown, err := model.InitRuntime(testenv.ORTLib(t))
+	shutdown, err := ortenv.InitRuntime(testenv.ORTLib(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,7 +386,7 @@ func peakWhile(t *testing.T, run func() error) (before, peak uint64) {
 // had left resident and read 2.3–8.7 MB against about 15 MB: a calibration
 // that caught such a reading on its longest shape lost the quadratic term
 // of its fit, and under-planned long batches (CI failed so twice in
-// TestCPUMemoryBoundsLongInputsOnRealModel). model.InitRuntime fixes the
+// TestCPUMemoryBoundsLongInputsOnRealModel). ortenv.InitRuntime fixes the
 // threshold (configureMalloc); this is the check that it holds.
 func TestCPUCalibrationReadingRepeats(t *testing.T) {
 	m := realModel(t, "nli-deberta-v3-tiny")

@@ -3,7 +3,7 @@
 // and output type) into a Model, which encodes (sentence, hypothesis) pairs
 // as the model was trained (PairEncoding) and turns logits into a score
 // (ScoreMode: P(entailment) by softmax, or entailment against
-// contradiction). A Session runs the graph on ONNX Runtime (InitRuntime
+// contradiction). A Session runs the graph on ONNX Runtime (ortenv.InitRuntime
 // starts the process's one environment) on the CPU or a CUDA device, and
 // is safe for concurrent ScorePairs calls. TranscriptScorer scores whole
 // TranscriptEvents against a LabelConfig through any PairScorer, the

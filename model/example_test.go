@@ -11,7 +11,7 @@ import (
 
 // Load reads a model folder: the classes from config.json's id2label (here
 // entailment is class 1), the tokenizer, and the ONNX graph's inputs. A
-// Session scores encoded pairs on ONNX Runtime, which InitRuntime must have
+// Session scores encoded pairs on ONNX Runtime, which ortenv.InitRuntime must have
 // started (this package's TestMain does).
 func ExampleLoad() {
 	dir := filepath.Join(testenv.RepoRoot(), "..", "shared", "models", "nli-wordpiece-small")

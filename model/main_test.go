@@ -9,6 +9,7 @@ import (
 	ort "github.com/yalue/onnxruntime_go"
 
 	"github.com/scorer/scorer/internal/testenv"
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // TestMain creates the one ORT environment for the package's tests: ORT's
@@ -20,7 +21,7 @@ func TestMain(m *testing.M) {
 	if lib == "" {
 		lib = testenv.DefaultORTLib()
 	}
-	shutdown, err := InitRuntime(lib)
+	shutdown, err := ortenv.InitRuntime(lib)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "model tests need the ONNX Runtime library (run `make ort` or set ORT_LIB): %v\n", err)
 		os.Exit(1)

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/scorer/scorer/internal/testenv"
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // arenaChild marks the fresh process TestMallocOneArenaForEveryThread runs
@@ -38,7 +39,7 @@ func TestMallocOneArenaForEveryThread(t *testing.T) {
 		mallocArenaChild(t)
 		return
 	}
-	if _, ok := mallocArenas(); !ok {
+	if _, ok := ortenv.MallocArenas(); !ok {
 		t.Skip("not glibc: no malloc arenas to count")
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestMallocOneArenaForEveryThread$", "-test.count=1", "-test.v")
@@ -100,7 +101,7 @@ func mallocArenaChild(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	arenas, _ := mallocArenas()
+	arenas, _ := ortenv.MallocArenas()
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
 		t.Fatal(err)

@@ -159,7 +159,7 @@ func (m *Model) Info() schema.ModelInfo {
 	return schema.ModelInfo{Name: m.Name, SHA256: m.SHA256}
 }
 
-// Load reads a model folder. The ORT environment must exist (InitRuntime),
+// Load reads a model folder. The ORT environment must exist (ortenv.InitRuntime),
 // because sessions made from the model run on it. Load is Start then Wait.
 func Load(opts LoadOptions) (*Model, error) {
 	l, err := Start(opts)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // SessionOptions tunes one ORT session.
@@ -127,6 +129,9 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 	trimMalloc()
 	return &Session{m: m, sess: sess, opts: opts, cache: cache}, nil
 }
+
+// trimMalloc hands the C heap's free pages back (ortenv.TrimMalloc).
+func trimMalloc() { ortenv.TrimMalloc() }
 
 // newPlainSession creates the session from the model's graph, as ORT
 // optimises it.

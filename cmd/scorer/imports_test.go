@@ -118,7 +118,7 @@ func hasPrefix(s string, prefixes []string) bool {
 
 // TestOneBuilder: scoring.Open is the only way from the settings to a pool
 // and a scorer, so no package but internal/scoring calls gpupool.New, opens
-// NVML (gpupool.NewNVMLProbe) or starts ONNX Runtime (model.InitRuntime);
+// NVML (gpupool.NewNVMLProbe) or starts ONNX Runtime (ortenv.InitRuntime);
 // gpupool and model themselves, and tests, aside. A command that built its
 // own pool would measure a scorer the service never runs (bench did: no
 // score cache, no topic sizing) and break the rule only scoring.Runtime
@@ -131,8 +131,8 @@ func TestOneBuilder(t *testing.T) {
 		t.Fatalf("go list: %v", err)
 	}
 	builders := map[string]map[string]bool{ // import path → its functions only internal/scoring calls
-		module + "gpupool": {"New": true, "NewNVMLProbe": true},
-		module + "model":   {"InitRuntime": true},
+		module + "gpupool":      {"New": true, "NewNVMLProbe": true},
+		module + "model/ortenv": {"InitRuntime": true},
 	}
 	fset := token.NewFileSet()
 	sc := bufio.NewScanner(bytes.NewReader(out))

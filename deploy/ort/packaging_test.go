@@ -13,7 +13,7 @@ import (
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/gpupool/hostcheck"
 	"github.com/scorer/scorer/internal/testenv"
-	"github.com/scorer/scorer/model"
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // pin is one row of pins.txt.
@@ -137,7 +137,7 @@ func TestCUDAPackaging(t *testing.T) {
 	})
 
 	t.Run("core lists CUDA", func(t *testing.T) {
-		info, err := model.ProbeRuntime(filepath.Join(dir, "libonnxruntime.so.1"))
+		info, err := ortenv.ProbeRuntime(filepath.Join(dir, "libonnxruntime.so.1"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,7 +150,7 @@ func TestCUDAPackaging(t *testing.T) {
 	})
 
 	t.Run("append CUDA", func(t *testing.T) {
-		shutdown, err := model.InitRuntime(filepath.Join(dir, "libonnxruntime.so.1"))
+		shutdown, err := ortenv.InitRuntime(filepath.Join(dir, "libonnxruntime.so.1"))
 		if err != nil {
 			t.Fatal(err)
 		}

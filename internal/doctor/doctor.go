@@ -23,6 +23,7 @@ import (
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // Options is what the doctor checks: the service's own configuration, from
@@ -115,7 +116,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	defer restore()
 
 	rep.ORT.Library = o.ORTLib
-	info, err := model.ProbeRuntime(o.ORTLib)
+	info, err := ortenv.ProbeRuntime(o.ORTLib)
 	if err != nil {
 		return rep, err
 	}

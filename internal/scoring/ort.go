@@ -6,6 +6,7 @@ import (
 
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/model"
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // InitORT resolves ORT_LIB as config.ResolvePath does and starts the one ONNX
@@ -19,7 +20,7 @@ func InitORT(ortLib string) (shutdown func() error, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("ORT_LIB: %w (run `make` to fetch ONNX Runtime, or point ORT_LIB at libonnxruntime.so.1)", err)
 	}
-	return model.InitRuntime(lib)
+	return ortenv.InitRuntime(lib)
 }
 
 // LoadModel loads MODEL_DIR with the scoring options from cfg.

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/scorer/scorer/internal/testenv"
-	"github.com/scorer/scorer/model"
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // TestMain creates the one ORT environment for the tests that run a
@@ -18,7 +18,7 @@ func TestMain(m *testing.M) {
 	if lib == "" {
 		lib = testenv.DefaultORTLib()
 	}
-	shutdown, err := model.InitRuntime(lib)
+	shutdown, err := ortenv.InitRuntime(lib)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "onnxgraph tests need the ONNX Runtime library (run `make ort` or set ORT_LIB): %v\n", err)
 		os.Exit(1)

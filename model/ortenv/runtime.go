@@ -1,4 +1,4 @@
-package model
+package ortenv
 
 import (
 	"errors"
@@ -27,33 +27,33 @@ import (
 // is a no-op.
 func InitRuntime(libPath string) (shutdown func() error, err error) {
 	if libPath == "" {
-		return nil, errors.New("model: ONNX Runtime library path is empty")
+		return nil, errors.New("ortenv: ONNX Runtime library path is empty")
 	}
 	// dlopen's message for a missing file is terse and names no remedy; a
 	// stat first lets the error say what is wrong in our words.
 	st, err := os.Stat(libPath)
 	if err != nil {
-		return nil, fmt.Errorf("model: ONNX Runtime library %s: %w", libPath, err)
+		return nil, fmt.Errorf("ortenv: ONNX Runtime library %s: %w", libPath, err)
 	}
 	if st.IsDir() {
-		return nil, fmt.Errorf("model: ONNX Runtime library %s is a directory, want the shared library file", libPath)
+		return nil, fmt.Errorf("ortenv: ONNX Runtime library %s is a directory, want the shared library file", libPath)
 	}
 	if ort.IsInitialized() {
-		return nil, errors.New("model: ONNX Runtime environment is already initialized in this process")
+		return nil, errors.New("ortenv: ONNX Runtime environment is already initialized in this process")
 	}
 	// The constructor made these settings before any thread; this checks
 	// and repeats them before ORT starts its own (see configureMalloc).
 	configureMalloc()
 	ort.SetSharedLibraryPath(libPath)
 	if err := ort.InitializeEnvironment(); err != nil {
-		return nil, fmt.Errorf("model: initializing ONNX Runtime from %s: %w", libPath, err)
+		return nil, fmt.Errorf("ortenv: initializing ONNX Runtime from %s: %w", libPath, err)
 	}
 	var once sync.Once
 	var shutdownErr error
 	return func() error {
 		once.Do(func() {
 			if err := ort.DestroyEnvironment(); err != nil {
-				shutdownErr = fmt.Errorf("model: destroying ONNX Runtime environment: %w", err)
+				shutdownErr = fmt.Errorf("ortenv: destroying ONNX Runtime environment: %w", err)
 			}
 		})
 		return shutdownErr

@@ -1,4 +1,4 @@
-package model
+package ortenv
 
 /*
 #cgo LDFLAGS: -ldl
@@ -99,7 +99,7 @@ func (r RuntimeInfo) HasProvider(name string) bool {
 // InitRuntime: a library already loaded is only referenced again.
 func ProbeRuntime(libPath string) (RuntimeInfo, error) {
 	if libPath == "" {
-		return RuntimeInfo{}, fmt.Errorf("model: probing ONNX Runtime: library path is empty")
+		return RuntimeInfo{}, fmt.Errorf("ortenv: probing ONNX Runtime: library path is empty")
 	}
 	cpath := C.CString(libPath)
 	defer C.free(unsafe.Pointer(cpath))
@@ -116,7 +116,7 @@ func ProbeRuntime(libPath string) (RuntimeInfo, error) {
 		if cerr != nil {
 			msg = C.GoString(cerr)
 		}
-		return info, fmt.Errorf("model: probing ONNX Runtime %s: %s", libPath, msg)
+		return info, fmt.Errorf("ortenv: probing ONNX Runtime %s: %s", libPath, msg)
 	}
 	defer C.free(unsafe.Pointer(out))
 	if s := C.GoString(out); s != "" {

@@ -1,4 +1,4 @@
-package model
+package ortenv
 
 import (
 	"os"
@@ -30,8 +30,8 @@ func TestInitRuntimeErrors(t *testing.T) {
 				shutdown()
 				t.Fatalf("InitRuntime(%q) succeeded, want error", tc.lib)
 			}
-			if !strings.HasPrefix(err.Error(), "model: ") || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("InitRuntime(%q) = %v, want a model: error mentioning %q", tc.lib, err, tc.want)
+			if !strings.HasPrefix(err.Error(), "ortenv: ") || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("InitRuntime(%q) = %v, want an ortenv: error mentioning %q", tc.lib, err, tc.want)
 			}
 		})
 	}
@@ -56,8 +56,8 @@ func TestProbeRuntime(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, lib := range []string{"", notORT, filepath.Join(t.TempDir(), "missing.so")} {
-		if _, err := ProbeRuntime(lib); err == nil || !strings.HasPrefix(err.Error(), "model: probing ONNX Runtime") {
-			t.Errorf("ProbeRuntime(%q) = %v, want a model: probing error", lib, err)
+		if _, err := ProbeRuntime(lib); err == nil || !strings.HasPrefix(err.Error(), "ortenv: probing ONNX Runtime") {
+			t.Errorf("ProbeRuntime(%q) = %v, want an ortenv: probing error", lib, err)
 		}
 	}
 }

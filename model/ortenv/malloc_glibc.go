@@ -1,6 +1,6 @@
 //go:build linux && cgo
 
-package model
+package ortenv
 
 /*
 #include <malloc.h>
@@ -122,13 +122,15 @@ func configureMalloc() bool {
 	return C.scorer_malloc_setup(1, 128<<10) == 1 && early
 }
 
-// trimMalloc returns the C heap's free pages to the kernel: after a session
+// TrimMalloc returns the C heap's free pages to the kernel: after a session
 // is created the protobuf copy of the model is free but still resident.
-func trimMalloc() { C.scorer_malloc_trim() }
+func TrimMalloc() { C.scorer_malloc_trim() }
 
-// mallocArenas is how many malloc arenas glibc has made in this process
-// (arenas are never freed), or false where it cannot tell.
-func mallocArenas() (int, bool) {
+// MallocArenas is how many malloc arenas glibc has made in this process
+// (arenas are never freed), or false where it cannot tell: one, with the
+// settings above, however many threads allocate (model's
+// TestMallocOneArenaForEveryThread).
+func MallocArenas() (int, bool) {
 	n := int(C.scorer_malloc_arenas())
 	return n, n >= 0
 }

@@ -1,7 +1,0 @@
-//go:build !linux || !cgo
-
-package model
-
-func configureMalloc() bool { return false }
-
-func trimMalloc() {}

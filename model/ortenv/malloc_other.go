@@ -1,0 +1,11 @@
+//go:build !linux || !cgo
+
+package ortenv
+
+func configureMalloc() bool { return false }
+
+// TrimMalloc does nothing where malloc is not glibc's.
+func TrimMalloc() {}
+
+// MallocArenas cannot tell where malloc is not glibc's.
+func MallocArenas() (int, bool) { return 0, false }
