@@ -1,5 +1,5 @@
 // Writes model/testdata/golden/<model>.json for every model folder under
-// ../shared/models: the reference tokenizer's ids (HF tokenizers 0.22 through
+// ../shared/models and the repository's testdata/models: the reference tokenizer's ids (HF tokenizers 0.22 through
 // @anush008/tokenizers) and the reference ONNX Runtime's logits for real
 // transcript sentences and hand-picked hard cases. It also writes
 // <model>.joined.json, the same for PAIR_ENCODING=joined: premise +
@@ -14,11 +14,15 @@ import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import tk from '@anush008/tokenizers';
 import ort from 'onnxruntime-node';
+import { encodeJoined } from './joined.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, '..', '..');
 const shared = process.env.SHARED_DIR ? path.resolve(process.env.SHARED_DIR) : path.resolve(repo, '..', 'shared');
 const modelsDir = path.join(shared, 'models');
+// The repository's own model folders (tools/tiny-models: the byte-level BPE
+// RoBERTa and BART), whose graph is onnx/model.onnx.
+const repoModelsDir = path.join(repo, 'testdata', 'models');
 const transcripts = path.join(shared, 'data', 'transcripts', 'transcripts.jsonl');
 const outDir = path.join(repo, 'model', 'testdata', 'golden');
 
@@ -72,40 +76,6 @@ const JOINED_SEAMS = [
   'Already joined</s></s>',
   'Revenue'.repeat(400),
 ];
-const JOINED_GALLOP_START = 64; // model/tokenizer/joined.go's joinedGallopStart
-
-// encodeJoined is the reference for tokenizer.EncodeJoined: HF's encode of
-// premise + sep + hypothesis with the single-sequence template, and over
-// maxLength the same search for the longest premise prefix (in code
-// points) that the Go code runs, each probe encoded by HF.
-async function encodeJoined(tok, premise, sep, hypothesis, maxLength) {
-  const enc = async (p) => tok.encode(p + sep + hypothesis, null, { addSpecialTokens: true });
-  const whole = await enc(premise);
-  if (whole.getIds().length <= maxLength) return { enc: whole, kept: null };
-  const cps = Array.from(premise);
-  const n = cps.length;
-  const fits = async (k) => {
-    const e = await enc(cps.slice(0, k).join(''));
-    return { e, ok: e.getIds().length <= maxLength };
-  };
-  let lo = 0;
-  let hi = Math.min(JOINED_GALLOP_START, n);
-  let best = null;
-  while (hi < n) {
-    const { e, ok } = await fits(hi);
-    if (!ok) break;
-    lo = hi; best = e;
-    hi = Math.min(2 * hi, n);
-  }
-  while (hi - lo > 1) {
-    const mid = lo + Math.floor((hi - lo) / 2);
-    const { e, ok } = await fits(mid);
-    if (ok) { lo = mid; best = e; } else hi = mid;
-  }
-  if (best === null) throw new Error(`joined: even an empty premise is over ${maxLength} tokens with ${JSON.stringify(hypothesis)}`);
-  return { enc: best, kept: lo };
-}
-
 async function readSentences() {
   const calls = [];
   const rl = readline.createInterface({ input: fs.createReadStream(transcripts), crlfDelay: Infinity });
@@ -145,17 +115,20 @@ function softmax(xs) {
   return e.map((x) => x / sum);
 }
 
-async function runOnnx(session, cases) {
+async function runOnnx(session, cases, eos) {
   // Batches of equal length need no padding, so every logit is exactly
-  // what an unpadded single run gives.
+  // what an unpadded single run gives. A model whose config names an
+  // eos_token_id also groups by its count: BART's head reads each row's
+  // last </s> through a reshape that needs the same count in every row.
   const byLen = new Map();
   cases.forEach((c, i) => {
-    const k = c.input_ids.length;
+    const k = typeof eos === 'number' ? `${c.input_ids.length}:${c.input_ids.filter((id) => id === eos).length}` : c.input_ids.length;
     if (!byLen.has(k)) byLen.set(k, []);
     byLen.get(k).push(i);
   });
   const names = session.inputNames;
-  for (const [len, idxs] of byLen) {
+  for (const idxs of byLen.values()) {
+    const len = cases[idxs[0]].input_ids.length;
     for (let b = 0; b < idxs.length; b += 64) {
       const batch = idxs.slice(b, b + 64);
       const mk = (f) => new ort.Tensor('int64', BigInt64Array.from(batch.flatMap((i) => f(cases[i]).map(BigInt))), [batch.length, len]);
@@ -182,7 +155,7 @@ async function crossCheck(name, dir, cases, maxLength) {
   try {
     const { AutoTokenizer, env } = await import('@huggingface/transformers');
     env.allowRemoteModels = false;
-    env.localModelPath = modelsDir + path.sep;
+    env.localModelPath = path.dirname(dir) + path.sep;
     const t = await AutoTokenizer.from_pretrained(name, { local_files_only: true });
     let same = 0;
     const diffs = [];
@@ -205,10 +178,12 @@ async function main() {
   fs.mkdirSync(outDir, { recursive: true });
   // A model folder has a graph and a config; a tokenizer-only folder (deberta-v3-tokenizer) is
   // covered by the model built on it (nli-deberta-v3-tiny uses the same tokenizer files).
-  const isModel = (d) => ['tokenizer.json', 'config.json', 'model.onnx'].every((f) => fs.existsSync(path.join(modelsDir, d, f)));
-  const folders = fs.readdirSync(modelsDir).filter(isModel).sort();
-  for (const name of folders) {
-    const dir = path.join(modelsDir, name);
+  const graphOf = (dir) => ['model.onnx', path.join('onnx', 'model.onnx')].map((f) => path.join(dir, f)).find((f) => fs.existsSync(f));
+  const isModel = (dir) => ['tokenizer.json', 'config.json'].every((f) => fs.existsSync(path.join(dir, f))) && graphOf(dir);
+  const inRoot = (root) => (fs.existsSync(root) ? fs.readdirSync(root).sort().map((d) => path.join(root, d)).filter(isModel) : []);
+  const folders = [...inRoot(modelsDir), ...inRoot(repoModelsDir)];
+  for (const dir of folders) {
+    const name = path.basename(dir);
     const tcfg = JSON.parse(fs.readFileSync(path.join(dir, 'tokenizer_config.json'), 'utf8'));
     const mcfg = JSON.parse(fs.readFileSync(path.join(dir, 'config.json'), 'utf8'));
     const maxLength = Math.min(Number(tcfg.model_max_length) || 512, 512);
@@ -235,8 +210,8 @@ async function main() {
         });
       }
     }
-    const session = await ort.InferenceSession.create(path.join(dir, 'model.onnx'), { intraOpNumThreads: 2 });
-    await runOnnx(session, cases);
+    const session = await ort.InferenceSession.create(graphOf(dir), { intraOpNumThreads: 2 });
+    await runOnnx(session, cases, mcfg.eos_token_id);
     const golden = {
       model: name,
       generator: 'tools/golden/generate.mjs',
@@ -276,7 +251,7 @@ async function main() {
         }
       }
     }
-    await runOnnx(session, joined);
+    await runOnnx(session, joined, mcfg.eos_token_id);
     const jfile = path.join(outDir, `${name}.joined.json`);
     fs.writeFileSync(jfile, JSON.stringify({ ...golden, pair_encoding: 'joined', cases: joined }) + '\n');
     const cut = joined.filter((c) => c.premise_chars_kept !== null).length;
