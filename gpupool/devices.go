@@ -11,6 +11,7 @@ import (
 
 	"github.com/scorer/scorer/gpupool/hostcheck"
 	"github.com/scorer/scorer/model"
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // deviceSet is the pool's devices, guarded by Pool.mu: the GPUs New
@@ -182,7 +183,7 @@ func (p *Pool) openGPUs(ctx context.Context) error {
 	if len(infos) == 0 {
 		return fmt.Errorf("gpupool: GPU_IDS %v selects no GPU: %w", p.cfg.gpuIDs, ErrNoGPU)
 	}
-	guard, gerr := saveSignals()
+	guard, gerr := ortenv.SaveSignals()
 	if gerr != nil {
 		p.log.Warn().Err(gerr).Msg("gpupool: cannot save signal handlers before CUDA init")
 	}
@@ -214,7 +215,7 @@ func (p *Pool) openGPUs(ctx context.Context) error {
 	// CUDA may have replaced SIGINT/SIGTERM handlers while initialising
 	// (onnxruntime_go #140); put Go's back before anything else happens.
 	if guard != nil {
-		if err := guard.restore(); err != nil {
+		if err := guard.Restore(); err != nil {
 			p.log.Warn().Err(err).Msg("gpupool: cannot restore signal handlers after CUDA init")
 		}
 	}

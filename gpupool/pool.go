@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // ErrPoolClosed is returned by ScorePairs once Close has begun, and fails
@@ -61,7 +63,7 @@ type Pool struct {
 	// sigGuard holds SIGINT/SIGTERM handlers from before CUDA init; any
 	// that changed are restored after every GPU run, since CUDA may install
 	// handlers lazily on a later run.
-	sigGuard *signalGuard
+	sigGuard *ortenv.SignalGuard
 
 	// abortCtx ends when Close's ctx expires: running batches are cancelled
 	// and workers stop without draining.

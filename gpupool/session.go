@@ -12,6 +12,7 @@ import (
 
 	"github.com/scorer/scorer/gpupool/hostcheck"
 	"github.com/scorer/scorer/model"
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // explain wraps err as its CUDAProblem when hostcheck.DiagnoseCUDA knows it.
@@ -160,8 +161,8 @@ func appendCUDA(so *ort.SessionOptions, opts map[string]string) error {
 // CUDA, which may replace signal handlers; CheckCUDA restores any it
 // replaced before it returns.
 func CheckCUDA(dev Device, cfg SessionConfig) error {
-	if g, err := saveSignals(); err == nil {
-		defer g.restoreChanged()
+	if g, err := ortenv.SaveSignals(); err == nil {
+		defer g.RestoreChanged()
 	}
 	so, err := ort.NewSessionOptions()
 	if err != nil {

@@ -149,7 +149,7 @@ func (p *Pool) process(d *device, b *batch) {
 	if d.dev.Kind == CUDA && p.sigGuard != nil {
 		// CUDA can replace Go's SIGINT/SIGTERM handlers on any run
 		// (onnxruntime_go #140); put them back before a signal can arrive.
-		if n, rerr := p.sigGuard.restoreChanged(); rerr != nil {
+		if n, rerr := p.sigGuard.RestoreChanged(); rerr != nil {
 			p.log.Warn().Err(rerr).Msg("gpupool: cannot check signal handlers after a GPU run")
 		} else if n > 0 {
 			p.log.Warn().Str("device", d.dev.Label()).Int("handlers", n).Msg("gpupool: a GPU run replaced shutdown signal handlers; restored them")

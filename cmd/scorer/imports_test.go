@@ -19,9 +19,10 @@ const module = "github.com/scorer/scorer/"
 // TestImportsRunOneWay: cmd → internal/* → consumer, producer, gpupool →
 // model → schema. consumer and producer know only schema (and
 // internal/retry, the one backoff, a leaf that imports nothing of the
-// module), gpupool only
-// model, schema and its own subpackages (hostcheck), model only schema (and
-// its own subpackages), model/onnxgraph (graph surgery, shared by model and
+// module), gpupool only model, the ONNX Runtime environment (model/ortenv:
+// the signal guard), schema and its own subpackages (hostcheck), model only
+// schema (and its own subpackages), model/ortenv nothing of the module,
+// model/onnxgraph (graph surgery, shared by model and
 // internal/onnxfp16) only model/onnxpb, never model itself; nothing
 // outside internal/ imports it but the binary and its tools; only the
 // binary imports internal/service (`scorer run`), and no package under
@@ -39,7 +40,8 @@ func TestImportsRunOneWay(t *testing.T) {
 		"schema":          {},
 		"model":           {"schema", "model/"},
 		"model/onnxgraph": {"model/onnxpb"},
-		"gpupool":         {"model", "schema", "gpupool/"},
+		"gpupool":         {"model", "model/ortenv", "schema", "gpupool/"},
+		"model/ortenv":    {},
 		"consumer":        {"schema", "internal/retry"},
 		"producer":        {"schema", "internal/retry"},
 		"internal/retry":  {},

@@ -104,7 +104,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 
 	// Before anything can load CUDA: its libraries may install signal
 	// handlers, and Go's must be the ones that stay.
-	guard, err := gpupool.SaveSignals()
+	guard, err := ortenv.SaveSignals()
 	if err != nil {
 		return rep, fmt.Errorf("doctor: %w", err)
 	}

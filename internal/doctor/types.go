@@ -49,7 +49,7 @@ type Report struct {
 	// does not prove it is there. Not checked for DEVICE=cpu.
 	CUDALibs []hostcheck.LibraryLocation `json:"cuda_libraries,omitempty"`
 	// SignalsRestored counts the signal handlers that loading CUDA replaced
-	// and the doctor put back (gpupool.SaveSignals, taken before anything
+	// and the doctor put back (ortenv.SaveSignals, taken before anything
 	// touched CUDA); nonzero shows why the guard exists.
 	SignalsRestored int `json:"signal_handlers_restored"`
 

@@ -37,6 +37,7 @@ import (
 	"github.com/scorer/scorer/internal/measure"
 	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // Spec is `scorer gpu-proof` for its help and the docs.
@@ -197,7 +198,7 @@ func benchCommand(ctx context.Context, e cli.Env, args []string) error {
 	if err := errors.Join(err1, err2); err != nil {
 		return cli.UsageError{Msg: "gpu-proof bench: " + err.Error()}
 	}
-	guard, err := gpupool.SaveSignals()
+	guard, err := ortenv.SaveSignals()
 	if err != nil {
 		return err
 	}

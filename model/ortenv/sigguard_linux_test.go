@@ -1,6 +1,6 @@
 //go:build cgo && linux && amd64
 
-package gpupool
+package ortenv
 
 import (
 	"os"
@@ -32,22 +32,22 @@ func TestSignalGuardCoversEverySignalGoHandles(t *testing.T) {
 	got := make(chan os.Signal, 1)
 	signal.Notify(got, syscall.SIGUSR1)
 	defer signal.Reset(syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH)
-	g, err := saveSignals()
+	g, err := SaveSignals()
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Go installs its handler for nearly every signal (SIGSEGV, SIGURG,
 	// SIGCHLD, SIGPIPE, SIGUSR1, SIGUSR2, SIGWINCH, real-time signals…).
-	if n := g.guarded(); n < 25 {
+	if n := g.Guarded(); n < 25 {
 		t.Fatalf("guards %d signals, want every one Go handles (> 25)", n)
 	}
 	for _, sig := range []syscall.Signal{syscall.SIGUSR2, syscall.SIGUSR1, syscall.SIGWINCH} {
 		foreignIgnore(t, sig)
 	}
-	if n, err := g.restoreChanged(); n != 3 || err != nil {
+	if n, err := g.RestoreChanged(); n != 3 || err != nil {
 		t.Fatalf("after three replaced handlers: restored %d, %v; want 3", n, err)
 	}
-	if n, _ := g.restoreChanged(); n != 0 {
+	if n, _ := g.RestoreChanged(); n != 0 {
 		t.Errorf("restored again (%d) though nothing changed", n)
 	}
 	// Go still believes SIGUSR1 is notified; with its handler back, the

@@ -16,26 +16,6 @@ import (
 	"github.com/scorer/scorer/model"
 )
 
-// A handler replaced at any point is put back: restoreChanged sees the
-// changed disposition once, restores it, and then finds nothing to do.
-func TestSignalGuardRestoresChangedHandlers(t *testing.T) {
-	g, err := saveSignals()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer signal.Reset(os.Interrupt)
-	if n, err := g.restoreChanged(); n != 0 || err != nil {
-		t.Fatalf("unchanged handlers: restored %d, %v", n, err)
-	}
-	signal.Ignore(os.Interrupt) // SIG_IGN at the OS level, as a foreign library might install
-	if n, err := g.restoreChanged(); n != 1 || err != nil {
-		t.Fatalf("after a replaced SIGINT handler: restored %d, %v; want 1", n, err)
-	}
-	if n, _ := g.restoreChanged(); n != 0 {
-		t.Errorf("restored again (%d) though nothing changed", n)
-	}
-}
-
 // sigEngine replaces the SIGINT handler on its fifth run, as CUDA may on a
 // run long after the first.
 type sigEngine struct {
@@ -70,7 +50,7 @@ func TestPoolChecksSignalHandlersAfterEveryGPURun(t *testing.T) {
 	if !strings.Contains(logs.String(), "replaced shutdown signal handlers; restored them") {
 		t.Fatalf("the replaced handler went unnoticed:\n%s", logs.String())
 	}
-	if n, _ := p.sigGuard.restoreChanged(); n != 0 {
+	if n, _ := p.sigGuard.RestoreChanged(); n != 0 {
 		t.Errorf("%d handlers still replaced after the pool's check", n)
 	}
 }
