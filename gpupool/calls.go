@@ -49,7 +49,7 @@ type batch struct {
 }
 
 // ScorePairs scores pairs and returns one score per pair in input order; it
-// implements model.PairScorer. The pairs are sorted by length and packed
+// implements the transcript fan-out's PairScorer (internal/fanout). The pairs are sorted by length and packed
 // into batches under MaxBatchTokens and MaxBatchRows, queued, and run by
 // whichever device workers are idle. While the pool holds its queue
 // capacity (32768 pairs queued or running), ScorePairs waits for room. When ctx ends, the call's queued batches

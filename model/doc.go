@@ -5,11 +5,10 @@
 // (ScoreMode: P(entailment) by softmax, or entailment against
 // contradiction). A Session runs the graph on ONNX Runtime (ortenv.InitRuntime
 // starts the process's one environment) on the CPU or a CUDA device, and
-// is safe for concurrent ScorePairs calls. TranscriptScorer scores whole
-// TranscriptEvents against a LabelConfig through any PairScorer, the
-// device pool in the service, with an optional score cache
-// (model/scorecache).
+// is safe for concurrent ScorePairs calls. Whole transcripts become pairs
+// above the device pool, in internal/fanout.
 //
-// The package knows nothing of Kafka or of devices beyond the one a
-// Session was opened on; it depends only on schema for the wire types.
+// The package knows nothing of Kafka, of transcripts or labels, or of
+// devices beyond the one a Session was opened on; it depends only on
+// schema for the wire types.
 package model

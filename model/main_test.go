@@ -1,6 +1,8 @@
 package model
 
 import (
+	"bufio"
+	"encoding/json"
 	"fmt"
 	"os"
 	"sync"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/scorer/scorer/internal/testenv"
 	"github.com/scorer/scorer/model/ortenv"
+	"github.com/scorer/scorer/schema"
 )
 
 // TestMain creates the one ORT environment for the package's tests: ORT's
@@ -126,4 +129,35 @@ func openSession(t testing.TB, m *Model, opts SessionOptions) *Session {
 		}
 	})
 	return s
+}
+
+// readTranscripts reads the first n events of the real corpus, keeping at
+// most perSection sentences of each section so tests with the real model
+// stay fast.
+func readTranscripts(t *testing.T, n, perSection int) []schema.TranscriptEvent {
+	t.Helper()
+	f, err := os.Open(testenv.Transcripts(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 64<<20)
+	var out []schema.TranscriptEvent
+	for len(out) < n && sc.Scan() {
+		var ev schema.TranscriptEvent
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range ev.Sections {
+			if len(v) > perSection {
+				ev.Sections[k] = v[:perSection]
+			}
+		}
+		out = append(out, ev)
+	}
+	if err := sc.Err(); err != nil || len(out) < n {
+		t.Fatalf("read %d of %d transcripts: %v", len(out), n, err)
+	}
+	return out
 }

@@ -1,15 +1,22 @@
 package model
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/scorer/scorer/model/tokenizer"
 )
 
 // Pair is one encoded (premise, hypothesis) input; see tokenizer.Pair. The
-// alias lets gpupool and consumers speak of model.Pair without importing the
-// tokenizer.
+// alias lets gpupool and the fan-out speak of model.Pair without importing
+// the tokenizer.
 type Pair = tokenizer.Pair
+
+// PairScorer turns encoded pairs into P(entailment), in input order; Session
+// implements it.
+type PairScorer interface {
+	ScorePairs(ctx context.Context, pairs []Pair) ([]float32, error)
+}
 
 // PairEncoding says how a (premise, hypothesis) pair becomes one model
 // input. It is part of the model's identity: the same sentence scores
@@ -49,9 +56,10 @@ func ParsePairEncoding(s string) (PairEncoding, error) {
 }
 
 // EncodeText encodes one (premise, hypothesis) pair the way the model is
-// configured to (PairEncoding), truncated to MaxLength. TranscriptScorer
-// gives the same ids for every pair; it only reuses work where that is
-// exact (each sentence's and hypothesis's own ids, in pair encoding).
+// configured to (PairEncoding), truncated to MaxLength. The transcript
+// fan-out (internal/fanout) gives the same ids for every pair; it only
+// reuses work where that is exact (each sentence's and hypothesis's own
+// ids, in pair encoding).
 func (m *Model) EncodeText(premise, hypothesis string) (Pair, error) {
 	if m.PairEncoding == EncodeJoined {
 		return m.Tokenizer.EncodeJoined(premise, m.PairSeparator, hypothesis, m.MaxLength)
@@ -65,27 +73,4 @@ func (m *Model) EncodeText(premise, hypothesis string) (Pair, error) {
 		return Pair{}, err
 	}
 	return m.Tokenizer.EncodePair(p, h, m.MaxLength), nil
-}
-
-// hypothesisRoom checks that hypothesis leaves a premise at least one
-// token within MaxLength under the model's encoding. ids are the
-// hypothesis's own ids (pair encoding); joined encoding measures the
-// separator and hypothesis encoded together.
-func (m *Model) hypothesisRoom(hypothesis string, ids []int32) error {
-	n, special := len(ids), m.Tokenizer.NumSpecialTokensPair()
-	if m.PairEncoding == EncodeJoined {
-		tail, err := m.Tokenizer.Encode(m.PairSeparator + hypothesis)
-		if err != nil {
-			return err
-		}
-		n, special = len(tail), m.Tokenizer.NumSpecialTokensSingle()
-	}
-	if n > m.MaxLength-special-1 {
-		what := "hypothesis"
-		if m.PairEncoding == EncodeJoined {
-			what = "separator and hypothesis"
-		}
-		return fmt.Errorf("model: %s %q is %d tokens, leaving no room for a sentence within max length %d", what, hypothesis, n, m.MaxLength)
-	}
-	return nil
 }

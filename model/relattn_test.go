@@ -276,8 +276,7 @@ func TestRelAttentionRewriteFamilies(t *testing.T) {
 // real pairs (short ones, and long premises past 129 tokens) within 1e-5.
 // The models are shared (sharedLoad): the rewritten pair-encoding one is
 // the default load, the others are what TestAttentionRewritesSurviveORT,
-// TestRelAttentionHFLogits, TestGoldenJoined and TestTranscriptScorerJoined
-// load with the same options.
+// TestRelAttentionHFLogits and TestGoldenJoined load with the same options.
 func TestRelAttentionPairs(t *testing.T) {
 	var sentences []string
 	for _, ev := range readTranscripts(t, 2, 6) {

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/scorer/scorer/internal/broker"
+	"github.com/scorer/scorer/internal/fanout"
 	"github.com/scorer/scorer/internal/testenv"
-	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -57,7 +57,7 @@ func loadTinyReference(t *testing.T, dir string) *tinyReference {
 	if err := json.Unmarshal(data, &ref); err != nil {
 		t.Fatal(err)
 	}
-	lc := model.DefaultLabelConfig()
+	lc := fanout.DefaultLabelConfig()
 	if strings.Join(ref.Labels, "|") != strings.Join(lc.Labels, "|") || ref.HypothesisTemplate != lc.Template {
 		t.Fatalf("reference labels %q / %q are not the scorer's defaults %q / %q", ref.Labels, ref.HypothesisTemplate, lc.Labels, lc.Template)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/fanout"
 	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/model/scorecache"
@@ -45,8 +46,8 @@ func (s cpuShape) apply(cfg config.Config) config.Config {
 type cpuScorer struct {
 	stack *scoring.Stack
 	pool  *gpupool.Pool
-	ts    *model.TranscriptScorer
-	plain *model.TranscriptScorer // without the cache, for the warm-up
+	ts    *fanout.TranscriptScorer
+	plain *fanout.TranscriptScorer // without the cache, for the warm-up
 }
 
 // newCPUScorer opens the stack the service builds with DEVICE=cpu (its
@@ -62,7 +63,7 @@ func newCPUScorer(ctx context.Context, rt *scoring.Runtime, cfg config.Config, m
 	cs := &cpuScorer{stack: stack, pool: stack.Pool, ts: stack.Scorer}
 	// The warm-up must not fill the cache the measurement reads: a second
 	// scorer over the same pool, without it.
-	if cs.plain, err = model.NewTranscriptScorer(stack.Model, stack.Labels, stack.Pool); err != nil {
+	if cs.plain, err = fanout.NewTranscriptScorer(stack.Model, stack.Labels, stack.Pool); err != nil {
 		_ = stack.Close(context.Background())
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/scorer/scorer/consumer"
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/fanout"
 	"github.com/scorer/scorer/internal/measure"
 	"github.com/scorer/scorer/internal/produce"
 	"github.com/scorer/scorer/internal/scoring"
@@ -96,7 +97,7 @@ func (e recordingEngine) ScorePairs(ctx context.Context, pairs []model.Pair) ([]
 // arrivalScorer sits between the TranscriptScorer and the pool and keeps
 // each call's pairs in the order the transcripts produced them.
 type arrivalScorer struct {
-	inner model.PairScorer
+	inner fanout.PairScorer
 	rec   *batchRecorder
 }
 
@@ -245,7 +246,7 @@ func runPipeline(ctx context.Context, rt *scoring.Runtime, cfg config.Config, m 
 	rec := &batchRecorder{keep: o.keep}
 	stack, err := scoring.Open(ctx, cfg, log, reg, scoring.OnRuntime(rt), scoring.WithModel(m),
 		scoring.WrapEngines(recordBatches(rec, m.MaxLength)),
-		scoring.WrapPairs(func(p model.PairScorer) model.PairScorer { return arrivalScorer{inner: p, rec: rec} }))
+		scoring.WrapPairs(func(p fanout.PairScorer) fanout.PairScorer { return arrivalScorer{inner: p, rec: rec} }))
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/fanout"
 	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
@@ -221,7 +222,7 @@ func wholeProcInputs(dir string, m *model.Model, corpus []corpusLine, sentences,
 }
 
 // inputStats is the pair count and pair lengths of an input file under m.
-func inputStats(path string, m *model.Model, labels model.LabelConfig) (pairs int, mean float64, maxLen int, err error) {
+func inputStats(path string, m *model.Model, labels fanout.LabelConfig) (pairs int, mean float64, maxLen int, err error) {
 	lines, err := loadCorpus(path, schema.DefaultLimits())
 	if err != nil {
 		return 0, 0, 0, err

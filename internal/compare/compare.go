@@ -21,7 +21,7 @@ import (
 	"github.com/scorer/scorer/schema"
 )
 
-// TranscriptScorer scores whole transcripts; model.TranscriptScorer
+// TranscriptScorer scores whole transcripts; fanout.TranscriptScorer
 // implements it.
 type TranscriptScorer interface {
 	Score(ctx context.Context, events []schema.TranscriptEvent) ([]schema.ScoredTranscript, error)

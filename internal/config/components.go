@@ -10,6 +10,7 @@ import (
 
 	"github.com/scorer/scorer/consumer"
 	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/fanout"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/producer"
 	"github.com/scorer/scorer/schema"
@@ -179,8 +180,8 @@ func (c *Config) ModelOptions() (model.LoadOptions, error) {
 
 // LabelConfig is what each sentence is scored against: HYPOTHESIS_TEMPLATE,
 // LABELS and THRESHOLD.
-func (c *Config) LabelConfig() model.LabelConfig {
-	return model.LabelConfig{Template: c.HypothesisTemplate, Labels: c.Labels, Threshold: c.Threshold}
+func (c *Config) LabelConfig() fanout.LabelConfig {
+	return fanout.LabelConfig{Template: c.HypothesisTemplate, Labels: c.Labels, Threshold: c.Threshold}
 }
 
 // Limits is the input limits, MAX_MESSAGE_BYTES, MAX_SENTENCES and

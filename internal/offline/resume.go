@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/fanout"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
 )
@@ -51,7 +52,7 @@ type runIdentity struct {
 	GPUTF32            bool     `json:"gpu_tf32"`
 }
 
-func identityOf(m *model.Model, lc model.LabelConfig, cfg config.Config) (runIdentity, error) {
+func identityOf(m *model.Model, lc fanout.LabelConfig, cfg config.Config) (runIdentity, error) {
 	tok, err := os.ReadFile(filepath.Join(m.Dir, "tokenizer.json"))
 	if err != nil {
 		return runIdentity{}, fmt.Errorf("hashing the tokenizer: %w", err)

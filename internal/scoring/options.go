@@ -2,6 +2,7 @@ package scoring
 
 import (
 	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/fanout"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/model/scorecache"
 )
@@ -15,7 +16,7 @@ type options struct {
 	runtime     *Runtime
 	model       *model.Model
 	wrapEngines func(gpupool.EngineFactory) gpupool.EngineFactory
-	wrapPairs   func(model.PairScorer) model.PairScorer
+	wrapPairs   func(fanout.PairScorer) fanout.PairScorer
 	cacheSet    bool
 	cache       *scorecache.Cache
 	pool        []gpupool.Option
@@ -46,7 +47,7 @@ func WrapEngines(wrap func(gpupool.EngineFactory) gpupool.EngineFactory) Option 
 // WrapPairs wraps what the transcript scorer hands its pairs to (the pool,
 // behind the score cache): bench's record of each call's pairs in arrival
 // order.
-func WrapPairs(wrap func(model.PairScorer) model.PairScorer) Option {
+func WrapPairs(wrap func(fanout.PairScorer) fanout.PairScorer) Option {
 	return func(o *options) { o.wrapPairs = wrap }
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/fanout"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/model/scorecache"
 	"github.com/scorer/scorer/schema"
@@ -23,9 +24,9 @@ import (
 type Stack struct {
 	Model   *model.Model
 	Pool    *gpupool.Pool
-	Scorer  *model.TranscriptScorer
+	Scorer  *fanout.TranscriptScorer
 	Cache   *scorecache.Cache // nil when SCORE_CACHE_BYTES=0 or NoCache
-	Labels  model.LabelConfig
+	Labels  fanout.LabelConfig
 	Limits  schema.Limits
 	opts    options
 	rt      *Runtime
@@ -199,7 +200,7 @@ func afterLoad(ld *model.Loading, factory gpupool.EngineFactory) gpupool.EngineF
 // openScorer builds the score cache (SCORE_CACHE_BYTES, none at 0; or what
 // NoCache and WithCache say) and the transcript scorer over the pool.
 func (s *Stack) openScorer(_ context.Context, cfg config.Config, _ zerolog.Logger, reg prometheus.Registerer) error {
-	var opts []model.ScorerOption
+	var opts []fanout.ScorerOption
 	switch {
 	case s.opts.cacheSet:
 		s.Cache = s.opts.cache
@@ -211,13 +212,13 @@ func (s *Stack) openScorer(_ context.Context, cfg config.Config, _ zerolog.Logge
 		s.Cache = c
 	}
 	if s.Cache != nil {
-		opts = append(opts, model.WithCache(s.Cache))
+		opts = append(opts, fanout.WithCache(s.Cache))
 	}
-	var engine model.PairScorer = s.Pool
+	var engine fanout.PairScorer = s.Pool
 	if s.opts.wrapPairs != nil {
 		engine = s.opts.wrapPairs(engine)
 	}
-	ts, err := model.NewTranscriptScorer(s.Model, s.Labels, engine, opts...)
+	ts, err := fanout.NewTranscriptScorer(s.Model, s.Labels, engine, opts...)
 	if err != nil {
 		return err
 	}

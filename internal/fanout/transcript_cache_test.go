@@ -1,4 +1,4 @@
-package model
+package fanout
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/scorer/scorer/internal/testenv"
+	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/model/scorecache"
 	"github.com/scorer/scorer/schema"
 )
@@ -22,7 +23,7 @@ type countingEngine struct {
 	pairs atomic.Int64
 }
 
-func (c *countingEngine) ScorePairs(ctx context.Context, pairs []Pair) ([]float32, error) {
+func (c *countingEngine) ScorePairs(ctx context.Context, pairs []model.Pair) ([]float32, error) {
 	c.pairs.Add(int64(len(pairs)))
 	return c.s.ScorePairs(ctx, pairs)
 }
@@ -98,7 +99,7 @@ func TestScoreCacheReal(t *testing.T) {
 
 // scoreCacheReal is TestScoreCacheReal on one model folder.
 func scoreCacheReal(t *testing.T, dir string) {
-	m := sharedModel(t, dir)
+	m := sharedLoad(t, model.LoadOptions{Dir: dir})
 	s := newSession(t, m)
 	events := readTranscripts(t, 3, 12)
 	lc := DefaultLabelConfig()
@@ -197,26 +198,26 @@ func TestScoreCacheKeySeparation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	uni := sharedModel(t, testenv.ModelDir(t, "nli-unigram-small"))
-	evc := sharedLoad(t, LoadOptions{Dir: testenv.ModelDir(t, "nli-unigram-small"), ScoreMode: ScoreEntailVsContradiction})
-	wp := sharedModel(t, testenv.ModelDir(t, "nli-wordpiece-small"))
-	wpJoined := sharedLoad(t, LoadOptions{Dir: testenv.ModelDir(t, "nli-wordpiece-small"), PairEncoding: EncodeJoined})
+	uni := sharedLoad(t, model.LoadOptions{Dir: testenv.ModelDir(t, "nli-unigram-small")})
+	evc := sharedLoad(t, model.LoadOptions{Dir: testenv.ModelDir(t, "nli-unigram-small"), ScoreMode: model.ScoreEntailVsContradiction})
+	wp := sharedLoad(t, model.LoadOptions{Dir: testenv.ModelDir(t, "nli-wordpiece-small")})
+	wpJoined := sharedLoad(t, model.LoadOptions{Dir: testenv.ModelDir(t, "nli-wordpiece-small"), PairEncoding: model.EncodeJoined})
 	// BERT's pre-tokenizer drops the spaces, so these ids equal wpJoined's:
 	// only the separator in the key tells the two apart.
-	wpSpaced := sharedLoad(t, LoadOptions{Dir: testenv.ModelDir(t, "nli-wordpiece-small"), PairEncoding: EncodeJoined, PairSeparator: " </s></s> "})
+	wpSpaced := sharedLoad(t, model.LoadOptions{Dir: testenv.ModelDir(t, "nli-wordpiece-small"), PairEncoding: model.EncodeJoined, PairSeparator: " </s></s> "})
 	sent, hyp := events[0].Sections[events[0].SectionNames()[0]][0], lc.Hypotheses()[0]
 	a, _ := wpJoined.EncodeText(sent, hyp)
 	b, _ := wpSpaced.EncodeText(sent, hyp)
 	if !slices.Equal(a.IDs, b.IDs) || !slices.Equal(a.TypeIDs, b.TypeIDs) {
 		t.Fatalf("separators %q and %q give different ids on %s; the test needs equal ones", wpJoined.PairSeparator, wpSpaced.PairSeparator, wp.Name)
 	}
-	deb := sharedModel(t, testenv.ModelDir(t, testenv.ProductionArch))
+	deb := sharedLoad(t, model.LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch)})
 	other := lc
 	other.Template = "The topic is {}."
 	other.Threshold = 0.5
 	cases := []struct {
 		name string
-		m    *Model
+		m    *model.Model
 		lc   LabelConfig
 		hit  bool
 	}{
@@ -231,7 +232,7 @@ func TestScoreCacheKeySeparation(t *testing.T) {
 		{"other separator, same ids", wpSpaced, lc, false},
 		{"other architecture", deb, lc, false},
 	}
-	sessions := map[*Model]*Session{}
+	sessions := map[*model.Model]*model.Session{}
 	for _, c := range cases {
 		if sessions[c.m] == nil {
 			sessions[c.m] = newSession(t, c.m)

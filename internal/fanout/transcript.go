@@ -1,4 +1,4 @@
-package model
+package fanout
 
 import (
 	"context"
@@ -15,15 +15,17 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/model/scorecache"
 	"github.com/scorer/scorer/schema"
 )
 
-// PairScorer turns encoded pairs into P(entailment), in input order. Session
-// implements it for one device and gpupool.Pool across devices, so
-// TranscriptScorer need not know which it drives.
+// PairScorer turns encoded pairs into P(entailment), in input order: the
+// engine under the fan-out. model.Session implements it for one device and
+// gpupool.Pool across devices, so TranscriptScorer need not know which it
+// drives.
 type PairScorer interface {
-	ScorePairs(ctx context.Context, pairs []Pair) ([]float32, error)
+	ScorePairs(ctx context.Context, pairs []model.Pair) ([]float32, error)
 }
 
 // LabelConfig is the zero-shot question asked of every sentence: one
@@ -53,23 +55,23 @@ func DefaultLabelConfig() LabelConfig {
 // template without exactly one slot, or a threshold outside [0, 1].
 func (c LabelConfig) Validate() error {
 	if n := strings.Count(c.Template, "{}"); n != 1 {
-		return fmt.Errorf("model: hypothesis template %q must contain exactly one {}, has %d", c.Template, n)
+		return fmt.Errorf("fanout: hypothesis template %q must contain exactly one {}, has %d", c.Template, n)
 	}
 	if len(c.Labels) == 0 {
-		return errors.New("model: no labels")
+		return errors.New("fanout: no labels")
 	}
 	seen := make(map[string]bool, len(c.Labels))
 	for i, l := range c.Labels {
 		if strings.TrimSpace(l) == "" {
-			return fmt.Errorf("model: label %d is empty", i)
+			return fmt.Errorf("fanout: label %d is empty", i)
 		}
 		if seen[l] {
-			return fmt.Errorf("model: label %q appears twice", l)
+			return fmt.Errorf("fanout: label %q appears twice", l)
 		}
 		seen[l] = true
 	}
 	if math.IsNaN(c.Threshold) || c.Threshold < 0 || c.Threshold > 1 {
-		return fmt.Errorf("model: threshold %v is outside [0, 1]", c.Threshold)
+		return fmt.Errorf("fanout: threshold %v is outside [0, 1]", c.Threshold)
 	}
 	return nil
 }
@@ -88,7 +90,7 @@ type ScorerOption func(*scorerConfig)
 
 type scorerConfig struct {
 	now    func() time.Time
-	encode func(*Model) func(string) ([]int32, error)
+	encode func(*model.Model) func(string) ([]int32, error)
 	cache  *scorecache.Cache
 }
 
@@ -107,7 +109,7 @@ func WithClock(now func() time.Time) ScorerOption {
 }
 
 // withEncoder replaces the tokenizer's Encode; tests use it to count calls.
-func withEncoder(wrap func(*Model) func(string) ([]int32, error)) ScorerOption {
+func withEncoder(wrap func(*model.Model) func(string) ([]int32, error)) ScorerOption {
 	return func(c *scorerConfig) { c.encode = wrap }
 }
 
@@ -115,7 +117,7 @@ func withEncoder(wrap func(*Model) func(string) ([]int32, error)) ScorerOption {
 // every label's hypothesis. It is safe for concurrent use; its state is
 // read-only after NewTranscriptScorer.
 type TranscriptScorer struct {
-	m       *Model
+	m       *model.Model
 	lc      LabelConfig
 	engine  PairScorer
 	hyps    [][]int32 // tokenized hypotheses, by label
@@ -132,12 +134,12 @@ type TranscriptScorer struct {
 
 // NewTranscriptScorer validates lc and tokenizes each hypothesis once, so
 // Score tokenizes only sentences.
-func NewTranscriptScorer(m *Model, lc LabelConfig, engine PairScorer, opts ...ScorerOption) (*TranscriptScorer, error) {
+func NewTranscriptScorer(m *model.Model, lc LabelConfig, engine PairScorer, opts ...ScorerOption) (*TranscriptScorer, error) {
 	if m == nil || m.Tokenizer == nil {
-		return nil, errors.New("model: transcript scorer needs a loaded model")
+		return nil, errors.New("fanout: transcript scorer needs a loaded model")
 	}
 	if engine == nil {
-		return nil, errors.New("model: transcript scorer needs a pair scorer")
+		return nil, errors.New("fanout: transcript scorer needs a pair scorer")
 	}
 	if err := lc.Validate(); err != nil {
 		return nil, err
@@ -162,9 +164,9 @@ func NewTranscriptScorer(m *Model, lc LabelConfig, engine PairScorer, opts ...Sc
 	for _, h := range lc.Hypotheses() {
 		ids, err := ts.encode(h)
 		if err != nil {
-			return nil, fmt.Errorf("model: tokenizing hypothesis %q: %w", h, err)
+			return nil, fmt.Errorf("fanout: tokenizing hypothesis %q: %w", h, err)
 		}
-		if err := m.hypothesisRoom(h, ids); err != nil {
+		if err := hypothesisRoom(m, h, ids); err != nil {
 			return nil, err
 		}
 		ts.hyps = append(ts.hyps, ids)
@@ -174,13 +176,36 @@ func NewTranscriptScorer(m *Model, lc LabelConfig, engine PairScorer, opts ...Sc
 	return ts, nil
 }
 
+// hypothesisRoom checks that hypothesis leaves a premise at least one
+// token within m's MaxLength under its encoding. ids are the hypothesis's
+// own ids (pair encoding); joined encoding measures the separator and
+// hypothesis encoded together.
+func hypothesisRoom(m *model.Model, hypothesis string, ids []int32) error {
+	n, special := len(ids), m.Tokenizer.NumSpecialTokensPair()
+	if m.PairEncoding == model.EncodeJoined {
+		tail, err := m.Tokenizer.Encode(m.PairSeparator + hypothesis)
+		if err != nil {
+			return err
+		}
+		n, special = len(tail), m.Tokenizer.NumSpecialTokensSingle()
+	}
+	if n > m.MaxLength-special-1 {
+		what := "hypothesis"
+		if m.PairEncoding == model.EncodeJoined {
+			what = "separator and hypothesis"
+		}
+		return fmt.Errorf("fanout: %s %q is %d tokens, leaving no room for a sentence within max length %d", what, hypothesis, n, m.MaxLength)
+	}
+	return nil
+}
+
 // cacheKeyBase hashes the part of a pair's cache key shared by every
 // sentence of one label: the model's version (its ONNX SHA-256), how logits
 // become a score (mode and both class indices), how the pair was encoded
 // (pair or joined, and the separator) and the hypothesis text.
 // Each field is length-prefixed so no two different keys hash the same
 // bytes.
-func cacheKeyBase(m *Model, hypothesis string) [sha256.Size]byte {
+func cacheKeyBase(m *model.Model, hypothesis string) [sha256.Size]byte {
 	h := sha256.New()
 	field := func(s string) {
 		var n [8]byte
@@ -207,7 +232,7 @@ type keyHasher struct{ buf []byte }
 // key is the 128-bit cache key of pair p under label base: SHA-256 over the
 // base and the pair's token ids and token type ids exactly as the graph
 // gets them (so after truncation), cut to its first 128 bits.
-func (kh *keyHasher) key(base *[sha256.Size]byte, p Pair) scorecache.Key {
+func (kh *keyHasher) key(base *[sha256.Size]byte, p model.Pair) scorecache.Key {
 	b := append(kh.buf[:0], base[:]...)
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(p.IDs)))
 	for _, id := range p.IDs {
@@ -244,7 +269,7 @@ func (ts *TranscriptScorer) Score(ctx context.Context, events []schema.Transcrip
 	}
 	scores, err := ts.scorePairs(ctx, pairs, keys)
 	if err != nil {
-		return nil, fmt.Errorf("model: scoring %d events (%d pairs): %w", len(events), len(pairs), err)
+		return nil, fmt.Errorf("fanout: scoring %d events (%d pairs): %w", len(events), len(pairs), err)
 	}
 
 	scoredAt := ts.now().UTC().Format(time.RFC3339)
@@ -306,7 +331,7 @@ func (ts *TranscriptScorer) Encoded() uint64 { return ts.encoded.Load() }
 // filled in, each distinct missing key goes to the engine once (boilerplate
 // such as "Thank you." repeats within a batch too), and the engine's scores
 // are stored for next time. keys is nil when the cache is off.
-func (ts *TranscriptScorer) scorePairs(ctx context.Context, pairs []Pair, keys []scorecache.Key) ([]float32, error) {
+func (ts *TranscriptScorer) scorePairs(ctx context.Context, pairs []model.Pair, keys []scorecache.Key) ([]float32, error) {
 	if len(pairs) == 0 {
 		return nil, nil
 	}
@@ -314,7 +339,7 @@ func (ts *TranscriptScorer) scorePairs(ctx context.Context, pairs []Pair, keys [
 		return ts.infer(ctx, pairs)
 	}
 	scores := make([]float32, len(pairs))
-	var missPairs []Pair
+	var missPairs []model.Pair
 	var missKeys []scorecache.Key
 	first := map[scorecache.Key]int{} // key → index in missPairs
 	dup := map[int]int{}              // pair index → index in missPairs
@@ -349,13 +374,13 @@ func (ts *TranscriptScorer) scorePairs(ctx context.Context, pairs []Pair, keys [
 }
 
 // infer runs the engine and checks it answered every pair.
-func (ts *TranscriptScorer) infer(ctx context.Context, pairs []Pair) ([]float32, error) {
+func (ts *TranscriptScorer) infer(ctx context.Context, pairs []model.Pair) ([]float32, error) {
 	scores, err := ts.engine.ScorePairs(ctx, pairs)
 	if err != nil {
 		return nil, err
 	}
 	if len(scores) != len(pairs) {
-		return nil, fmt.Errorf("model: engine returned %d scores for %d pairs", len(scores), len(pairs))
+		return nil, fmt.Errorf("fanout: engine returned %d scores for %d pairs", len(scores), len(pairs))
 	}
 	return scores, nil
 }
@@ -376,7 +401,7 @@ type sentenceRef struct {
 //
 // With the cache on it also returns each pair's cache key, hashed in the
 // same goroutines; without, keys is nil.
-func (ts *TranscriptScorer) encodeAll(ctx context.Context, events []schema.TranscriptEvent, total int) (pairs []Pair, keys []scorecache.Key, err error) {
+func (ts *TranscriptScorer) encodeAll(ctx context.Context, events []schema.TranscriptEvent, total int) (pairs []model.Pair, keys []scorecache.Key, err error) {
 	L := len(ts.hyps)
 	refs := make([]sentenceRef, 0, total/max(L, 1))
 	for i := range events {
@@ -387,7 +412,7 @@ func (ts *TranscriptScorer) encodeAll(ctx context.Context, events []schema.Trans
 			}
 		}
 	}
-	pairs = make([]Pair, len(refs)*L)
+	pairs = make([]model.Pair, len(refs)*L)
 	if ts.cache != nil {
 		keys = make([]scorecache.Key, len(pairs))
 	}
@@ -412,17 +437,17 @@ func (ts *TranscriptScorer) encodeAll(ctx context.Context, events []schema.Trans
 				if p := recover(); p != nil {
 					r := &refs[k]
 					errs[w] = fmt.Errorf("%w: tokenizer panicked on call_id %q section %q sentence %d: %v (at %s)",
-						ErrInvalidInput, r.ev.CallID, r.sec, r.idx, p, panicSite(debug.Stack()))
+						model.ErrInvalidInput, r.ev.CallID, r.sec, r.idx, p, panicSite(debug.Stack()))
 				}
 			}()
 			for ; k < hi; k++ {
 				r := &refs[k]
 				if err := ctx.Err(); err != nil {
-					errs[w] = fmt.Errorf("model: tokenizing call_id %q: %w", r.ev.CallID, err)
+					errs[w] = fmt.Errorf("fanout: tokenizing call_id %q: %w", r.ev.CallID, err)
 					return
 				}
 				if err := ts.encodeSentence(r.text, pairs[k*L:(k+1)*L]); err != nil {
-					errs[w] = fmt.Errorf("model: tokenizing call_id %q section %q sentence %d: %w", r.ev.CallID, r.sec, r.idx, err)
+					errs[w] = fmt.Errorf("fanout: tokenizing call_id %q section %q sentence %d: %w", r.ev.CallID, r.sec, r.idx, err)
 					return
 				}
 				if (k-lo)%64 == 63 || k == hi-1 {
@@ -453,8 +478,8 @@ func (ts *TranscriptScorer) encodeAll(ctx context.Context, events []schema.Trans
 // hypothesis string whole, because the ids at the seams depend on both
 // sides (tokenizer.EncodeJoined); that is L tokenizer calls per sentence
 // instead of one.
-func (ts *TranscriptScorer) encodeSentence(text string, out []Pair) error {
-	if ts.m.PairEncoding == EncodeJoined {
+func (ts *TranscriptScorer) encodeSentence(text string, out []model.Pair) error {
+	if ts.m.PairEncoding == model.EncodeJoined {
 		for l, h := range ts.hypText {
 			p, err := ts.m.Tokenizer.EncodeJoined(text, ts.m.PairSeparator, h, ts.m.MaxLength)
 			if err != nil {

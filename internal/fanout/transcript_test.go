@@ -1,12 +1,10 @@
-package model
+package fanout
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"math"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +13,7 @@ import (
 	"time"
 
 	"github.com/scorer/scorer/internal/testenv"
+	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
 )
 
@@ -22,14 +21,14 @@ import (
 // so the test can tell exactly which score landed where.
 type fakeScorer struct {
 	mu    sync.Mutex
-	calls [][]Pair
+	calls [][]model.Pair
 	err   error
 	short bool // return one score too few
 }
 
 func fakeScore(i int) float32 { return float32(i%20) / 20 }
 
-func (f *fakeScorer) ScorePairs(_ context.Context, pairs []Pair) ([]float32, error) {
+func (f *fakeScorer) ScorePairs(_ context.Context, pairs []model.Pair) ([]float32, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, pairs)
@@ -49,7 +48,7 @@ func (f *fakeScorer) ScorePairs(_ context.Context, pairs []Pair) ([]float32, err
 // countingEncoder wraps the model's tokenizer to count Encode calls; fail
 // makes one sentence's tokenization fail.
 func countingEncoder(n *atomic.Int64, fail string) ScorerOption {
-	return withEncoder(func(m *Model) func(string) ([]int32, error) {
+	return withEncoder(func(m *model.Model) func(string) ([]int32, error) {
 		return func(s string) ([]int32, error) {
 			n.Add(1)
 			if s == fail {
@@ -58,37 +57,6 @@ func countingEncoder(n *atomic.Int64, fail string) ScorerOption {
 			return m.Tokenizer.Encode(s)
 		}
 	})
-}
-
-// readTranscripts reads the first n events of the real corpus, keeping at
-// most perSection sentences of each section so tests with the real model
-// stay fast.
-func readTranscripts(t *testing.T, n, perSection int) []schema.TranscriptEvent {
-	t.Helper()
-	f, err := os.Open(testenv.Transcripts(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 64<<20)
-	var out []schema.TranscriptEvent
-	for len(out) < n && sc.Scan() {
-		var ev schema.TranscriptEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			t.Fatal(err)
-		}
-		for k, v := range ev.Sections {
-			if len(v) > perSection {
-				ev.Sections[k] = v[:perSection]
-			}
-		}
-		out = append(out, ev)
-	}
-	if err := sc.Err(); err != nil || len(out) < n {
-		t.Fatalf("read %d of %d transcripts: %v", len(out), n, err)
-	}
-	return out
 }
 
 func TestLabelConfigValidate(t *testing.T) {
@@ -118,14 +86,14 @@ func TestLabelConfigValidate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		err := tc.lc.Validate()
-		if err == nil || !strings.HasPrefix(err.Error(), "model: ") || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: Validate() = %v, want model: error with %q", tc.name, err, tc.want)
+		if err == nil || !strings.HasPrefix(err.Error(), "fanout: ") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: Validate() = %v, want fanout: error with %q", tc.name, err, tc.want)
 		}
 	}
 }
 
 func TestNewTranscriptScorerErrors(t *testing.T) {
-	m := sharedModel(t, testenv.ModelDir(t, testenv.ProductionArch))
+	m := sharedLoad(t, model.LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch)})
 	if _, err := NewTranscriptScorer(nil, DefaultLabelConfig(), &fakeScorer{}); err == nil {
 		t.Error("nil model accepted")
 	}
@@ -138,7 +106,7 @@ func TestNewTranscriptScorerErrors(t *testing.T) {
 		t.Errorf("bad template: %v", err)
 	}
 	// A small tokenizer: the refusal is the same for every model.
-	short := loadModel(t, LoadOptions{Dir: testenv.ModelDir(t, "nli-wordpiece-small"), MaxLength: 8})
+	short := sharedLoad(t, model.LoadOptions{Dir: testenv.ModelDir(t, "nli-wordpiece-small"), MaxLength: 8})
 	long := DefaultLabelConfig()
 	long.Labels = []string{"reduced consumer's spending patterns across every region and channel"}
 	if _, err := NewTranscriptScorer(short, long, &fakeScorer{}); err == nil || !strings.Contains(err.Error(), "no room") {
@@ -147,7 +115,7 @@ func TestNewTranscriptScorerErrors(t *testing.T) {
 }
 
 func TestTranscriptScorerFake(t *testing.T) {
-	m := sharedModel(t, testenv.ModelDir(t, testenv.ProductionArch))
+	m := sharedLoad(t, model.LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch)})
 	events := readTranscripts(t, 3, 1<<30)
 	// An empty section must still appear, with empty (not null) lists.
 	events[1].Sections["FILT_EMPTY"] = []string{}
@@ -266,7 +234,7 @@ func TestTranscriptScorerFake(t *testing.T) {
 }
 
 func TestTranscriptScorerErrors(t *testing.T) {
-	m := sharedModel(t, testenv.ModelDir(t, testenv.ProductionArch))
+	m := sharedLoad(t, model.LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch)})
 	events := readTranscripts(t, 2, 5)
 	sec := events[1].SectionNames()[0]
 	bad := "This sentence appears nowhere else in the corpus."
@@ -320,7 +288,7 @@ func TestTranscriptScorerReal(t *testing.T) {
 			continue
 		}
 		t.Run(dir[strings.LastIndex(dir, "/")+1:], func(t *testing.T) {
-			m := sharedModel(t, dir)
+			m := sharedLoad(t, model.LoadOptions{Dir: dir})
 			s := newSession(t, m)
 			events := readTranscripts(t, 2, 4)
 			lc := DefaultLabelConfig()
@@ -338,7 +306,7 @@ func TestTranscriptScorerReal(t *testing.T) {
 			ids, _ := m.Tokenizer.Encode(sent)
 			for l, h := range lc.Hypotheses() {
 				hid, _ := m.Tokenizer.Encode(h)
-				direct, err := s.ScorePairs(t.Context(), []Pair{m.Tokenizer.EncodePair(ids, hid, m.MaxLength)})
+				direct, err := s.ScorePairs(t.Context(), []model.Pair{m.Tokenizer.EncodePair(ids, hid, m.MaxLength)})
 				if err != nil {
 					t.Fatal(err)
 				}
