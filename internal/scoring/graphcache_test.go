@@ -59,8 +59,9 @@ func TestStackWritesGraphCacheAfterOpen(t *testing.T) {
 	defer rt.Close()
 	open := func() (map[string]map[string]any, time.Time) {
 		var buf bytes.Buffer
-		// Each line's time in ns (zerolog's own stamp is in seconds).
-		log := zerolog.New(&buf).Hook(zerolog.HookFunc(func(e *zerolog.Event, _ zerolog.Level, _ string) {
+		// Each line's time in ns (zerolog's own stamp is in seconds);
+		// the write logs from a goroutine of its own.
+		log := zerolog.New(zerolog.SyncWriter(&buf)).Hook(zerolog.HookFunc(func(e *zerolog.Event, _ zerolog.Level, _ string) {
 			e.Int64("ns", time.Now().UnixNano())
 		}))
 		s, err := Open(context.Background(), cfg, log, nil, OnRuntime(rt))
