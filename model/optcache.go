@@ -102,10 +102,13 @@ func (s sessionOpts) graphCacheKey(m *Model) string {
 		return ""
 	}
 	var b strings.Builder
+	// checkFiles may replace held (the same paths, opened again).
+	m.filesMu.Lock()
 	fmt.Fprintf(&b, "format=%s model=%q", graphCacheFormat, m.held[0].real)
 	for _, h := range m.held[1:] {
 		fmt.Fprintf(&b, " data=%q", h.real)
 	}
+	m.filesMu.Unlock()
 	fmt.Fprintf(&b, " max_len=%d rewritten=%t", m.MaxLength, m.relAttn)
 	if m.relAttn {
 		b.WriteString(" rewrites=" + m.rewrites)

@@ -46,7 +46,7 @@ func (g *graphCache) watch(factory gpupool.EngineFactory, log zerolog.Logger) gp
 				Msg("CPU session loaded from the graph cache: ONNX Runtime's optimised graph and prepacked weights written at an earlier start")
 		case r.Path != "":
 			log.Info().Str("dir", r.Path).Str("miss", r.Miss).Dur("session", time.Since(t0)).
-				Msg("CPU session created without the graph cache; it is written in the background once the scorer is ready")
+				Msg("CPU session created without the graph cache")
 			g.mu.Lock()
 			g.sess = s
 			g.mu.Unlock()
