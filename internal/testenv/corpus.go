@@ -170,6 +170,12 @@ func ScorerEnv(t testing.TB) map[string]string {
 		"BATCH_MAX_WAIT":   "50ms",
 		"METRICS_ADDR":     "off",
 		"SHUTDOWN_TIMEOUT": "20s",
+		// A scorer writes ONNX Runtime's optimised graph after it is
+		// ready; one that ends first (most test runs) leaves ONNX Runtime
+		// loaded, and the next in-process subcommand of the same test
+		// binary could not start its own. The graph cache's own tests
+		// turn it on.
+		"GRAPH_CACHE": "off",
 		// A killed member's partitions move after this; the default 30s
 		// would make every crash drill mostly waiting.
 		"KAFKA_SESSION_TIMEOUT": "10s",
