@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/scorer/scorer/gpupool/hostcheck"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/model/ortenv"
 )
@@ -71,7 +70,7 @@ func (p *Pool) openDevices(ctx context.Context) error {
 		p.probeShutdown = nil
 	}
 	if p.cfg.mode == ModeCUDA {
-		if pr, ok := hostcheck.DiagnoseCUDA(reason); ok {
+		if pr, ok := ortenv.DiagnoseCUDA(reason); ok {
 			// The cause and its remedy lead, so the one line a failed start
 			// leaves says what to do; the details follow.
 			return fmt.Errorf("gpupool: mode cuda but no GPU works: %s; remedy: %s: %w", pr.Cause, pr.Remedy, reason)
@@ -79,7 +78,7 @@ func (p *Pool) openDevices(ctx context.Context) error {
 		return fmt.Errorf("gpupool: mode cuda but no GPU works: %w", reason)
 	}
 	ev := p.log.Warn().Err(reason)
-	if pr, ok := hostcheck.DiagnoseCUDA(reason); ok {
+	if pr, ok := ortenv.DiagnoseCUDA(reason); ok {
 		ev = ev.Str("problem", pr.Kind).Str("cause", pr.Cause).Str("remedy", pr.Remedy)
 	}
 	ev.Msg("gpupool: no usable GPU, scoring on CPU")

@@ -16,7 +16,7 @@
 // Failures split the batch and retry; a device that keeps failing is marked
 // degraded and its work moves elsewhere, with the CPU as the last resort,
 // until a re-probe after its probation brings it back. Every batch either
-// completes or fails its call loudly. Package hostcheck (DiagnoseCUDA) turns
+// completes or fails its call loudly. ortenv.DiagnoseCUDA (model/ortenv) turns
 // the ways CUDA fails to start into one cause and one remedy each.
 //
 // The package knows nothing about Kafka; it depends only on package model

@@ -7,7 +7,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/scorer/scorer/gpupool/hostcheck"
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // DeviceInfo is what a Probe knows about one GPU at start.
@@ -73,9 +73,9 @@ func (u unavailableProbe) Throttled(int) (uint64, error)                  { retu
 var (
 	// ErrNoGPU means no GPU can be used at all: the NVML library is missing,
 	// the driver is not loaded, or NVML lists zero devices. In auto mode the
-	// pool answers it by scoring on the CPU. It is hostcheck.ErrNoGPU, which
+	// pool answers it by scoring on the CPU. It is ortenv.ErrNoGPU, which
 	// DiagnoseCUDA reads.
-	ErrNoGPU = hostcheck.ErrNoGPU
+	ErrNoGPU = ortenv.ErrNoGPU
 	// ErrNotSupported means the device or driver lacks a query; the pool
 	// treats that reading as unknown rather than as a failure.
 	ErrNotSupported = errors.New("gpupool: NVML query not supported")
@@ -148,7 +148,7 @@ func (e *nvmlStateError) Error() string {
 
 func (e *nvmlStateError) Unwrap() error { return e.state }
 
-// NVMLReturn is NVML's own return code, which hostcheck.DiagnoseCUDA reads
+// NVMLReturn is NVML's own return code, which ortenv.DiagnoseCUDA reads
 // to tell a missing driver from a GPU-less one.
 func (e *nvmlStateError) NVMLReturn() nvml.Return { return e.ret }
 

@@ -10,14 +10,13 @@ import (
 
 	ort "github.com/yalue/onnxruntime_go"
 
-	"github.com/scorer/scorer/gpupool/hostcheck"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/model/ortenv"
 )
 
-// explain wraps err as its CUDAProblem when hostcheck.DiagnoseCUDA knows it.
+// explain wraps err as its CUDAProblem when ortenv.DiagnoseCUDA knows it.
 func explain(err error) error {
-	if p, ok := hostcheck.DiagnoseCUDA(err); ok {
+	if p, ok := ortenv.DiagnoseCUDA(err); ok {
 		return p
 	}
 	return err
@@ -154,7 +153,7 @@ func appendCUDA(so *ort.SessionOptions, opts map[string]string) error {
 // CheckCUDA appends the CUDA execution provider for dev to throwaway
 // session options, exactly as SessionFactory does, without loading a model.
 // A nil error means ORT's CUDA provider loaded with its libraries, the CUDA
-// runtime and the driver; otherwise the error is a *hostcheck.CUDAProblem where the
+// runtime and the driver; otherwise the error is a *ortenv.CUDAProblem where the
 // cause is known (errors.As). The ORT environment must exist
 // (ortenv.InitRuntime). Startup, `scorer doctor` and the packaging test use
 // it to say why the GPU path cannot work. Loading the provider can load

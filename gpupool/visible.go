@@ -7,20 +7,20 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/scorer/scorer/gpupool/hostcheck"
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // ErrMIGNeedsUUID means a MIG instance would be used without its MIG-…
 // UUID being named, in CUDA_VISIBLE_DEVICES or as the one MIG instance of
 // NVIDIA_VISIBLE_DEVICES. CUDA then picks an instance by its own rules, and
 // which one NVML's readings (admission's memory) belong to would be a
-// guess; with the UUID both sides agree. It is hostcheck's sentinel, which
+// guess; with the UUID both sides agree. It is ortenv's sentinel, which
 // DiagnoseCUDA reads.
-var ErrMIGNeedsUUID = hostcheck.ErrMIGNeedsUUID
+var ErrMIGNeedsUUID = ortenv.ErrMIGNeedsUUID
 
 // ErrMIGNoPermission means a GPU is in MIG mode and NVML refuses this
-// process the parent GPU's readings (hostcheck's sentinel).
-var ErrMIGNoPermission = hostcheck.ErrMIGNoPermission
+// process the parent GPU's readings (ortenv's sentinel).
+var ErrMIGNoPermission = ortenv.ErrMIGNoPermission
 
 // migByUUID requires that every MIG instance in visible was selected by
 // its UUID (a unique prefix is enough): a MIG-… entry of

@@ -11,7 +11,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/rs/zerolog"
 
-	"github.com/scorer/scorer/gpupool/hostcheck"
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // CUDA_VISIBLE_DEVICES: which NVML GPUs CUDA sees, in which order (the
@@ -142,8 +142,8 @@ func TestNVMLMIG(t *testing.T) {
 	// its own choice: refused, naming the instance to set.
 	for _, env := range []map[string]string{{}, {"CUDA_VISIBLE_DEVICES": "0"}} {
 		_, err := mockNVML(t, true, env, parent(nil, nil, one)).Devices()
-		pr, ok := hostcheck.DiagnoseCUDA(err)
-		if !errors.Is(err, ErrMIGNeedsUUID) || !errors.Is(err, ErrNoGPU) || !ok || pr.Kind != hostcheck.ProblemMIGNeedsUUID || !strings.Contains(err.Error(), one.uuid) {
+		pr, ok := ortenv.DiagnoseCUDA(err)
+		if !errors.Is(err, ErrMIGNeedsUUID) || !errors.Is(err, ErrNoGPU) || !ok || pr.Kind != ortenv.ProblemMIGNeedsUUID || !strings.Contains(err.Error(), one.uuid) {
 			t.Errorf("env %v: %v (diagnosis %+v), want mig_needs_uuid naming %s", env, err, pr, one.uuid)
 		}
 	}
@@ -168,8 +168,8 @@ func TestNVMLMIG(t *testing.T) {
 	}
 
 	_, err = mockNVML(t, true, nil, parent()).Devices()
-	pr, ok := hostcheck.DiagnoseCUDA(err)
-	if !errors.Is(err, ErrMIGNoPermission) || !errors.Is(err, ErrNoGPU) || !ok || pr.Kind != hostcheck.ProblemMIGPermission {
+	pr, ok := ortenv.DiagnoseCUDA(err)
+	if !errors.Is(err, ErrMIGNoPermission) || !errors.Is(err, ErrNoGPU) || !ok || pr.Kind != ortenv.ProblemMIGPermission {
 		t.Fatalf("MIG mode without a readable instance: %v (diagnosis %+v), want mig_no_permission", err, pr)
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/scorer/scorer/gpupool"
-	"github.com/scorer/scorer/gpupool/hostcheck"
 	"github.com/scorer/scorer/internal/testenv"
 	"github.com/scorer/scorer/model/ortenv"
 )
@@ -166,16 +165,16 @@ func TestCUDAPackaging(t *testing.T) {
 		if strings.Contains(err.Error(), "not enabled in this build") {
 			t.Fatalf("the shipped core has no CUDA provider: %v", err)
 		}
-		var p *hostcheck.CUDAProblem
+		var p *ortenv.CUDAProblem
 		if !errors.As(err, &p) {
 			t.Fatalf("append CUDA failed with an undiagnosed error: %v", err)
 		}
 		switch p.Kind {
-		case hostcheck.ProblemCUDARuntime, hostcheck.ProblemNoDriver, hostcheck.ProblemNoDevice:
+		case ortenv.ProblemCUDARuntime, ortenv.ProblemNoDriver, ortenv.ProblemNoDevice:
 		default:
 			t.Fatalf("append CUDA failed with %s (%s), want only a missing CUDA runtime, driver or device", p.Kind, p.Cause)
 		}
-		if p.Kind == hostcheck.ProblemCUDARuntime {
+		if p.Kind == ortenv.ProblemCUDARuntime {
 			named := false
 			for _, l := range readLines(t, "cuda-base-libs.txt") {
 				named = named || strings.Contains(p.Cause, l)

@@ -9,9 +9,9 @@ import (
 	"testing"
 
 	"github.com/scorer/scorer/gpupool"
-	"github.com/scorer/scorer/gpupool/hostcheck"
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/testenv"
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // `scorer doctor` on this GPU-less host: it reports the CPU path with the
@@ -54,7 +54,7 @@ func TestCommand(t *testing.T) {
 	env["PAIR_ENCODING"] = "joined"
 	out, err = doctorRun("auto", "--json")
 	var rep Report
-	if err != nil || json.Unmarshal([]byte(out), &rep) != nil || !rep.OK || rep.Path != "cpu" || rep.Problem == nil || rep.Problem.Kind != hostcheck.ProblemNoDriver {
+	if err != nil || json.Unmarshal([]byte(out), &rep) != nil || !rep.OK || rep.Path != "cpu" || rep.Problem == nil || rep.Problem.Kind != ortenv.ProblemNoDriver {
 		t.Fatalf("--json: err %v, report %+v\n%s", err, rep, out)
 	}
 	if rep.Sample.PairEncoding != "joined" {

@@ -19,7 +19,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/scorer/scorer/gpupool"
-	"github.com/scorer/scorer/gpupool/hostcheck"
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
@@ -129,7 +128,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	defer rt.Close()
 	if o.device() != gpupool.ModeCPU {
-		rep.CUDALibs = hostcheck.FindCUDALibraries()
+		rep.CUDALibs = ortenv.FindCUDALibraries()
 	}
 	if !info.HasProvider("CUDAExecutionProvider") {
 		rep.ORT.CUDA = problemOf(fmt.Errorf("CUDA execution provider is not enabled in this build (%s lists %v)", o.ORTLib, info.Providers))

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/scorer/scorer/gpupool"
-	"github.com/scorer/scorer/gpupool/hostcheck"
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/testenv"
 	"github.com/scorer/scorer/model"
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // noGPUHere skips on a machine where NVML works: these tests pin down the
@@ -80,14 +80,14 @@ func TestDoctorWithoutGPU(t *testing.T) {
 			if !slicesContain(rep.ORT.Providers, "CUDAExecutionProvider") || rep.ORT.Version == "" {
 				t.Errorf("ORT report %+v: want the version and the CUDA provider listed", rep.ORT)
 			}
-			if p := rep.ORT.CUDA; p == nil || p.Kind != hostcheck.ProblemProviderFiles || !strings.Contains(p.Cause, "libonnxruntime_providers_shared.so") {
+			if p := rep.ORT.CUDA; p == nil || p.Kind != ortenv.ProblemProviderFiles || !strings.Contains(p.Cause, "libonnxruntime_providers_shared.so") {
 				t.Errorf("CUDA provider problem %+v, want the missing provider file named", p)
 			}
 			// Every CUDA library is looked up (cuDNN included) and, on this
 			// host without CUDA, reported missing by name.
 			if tc.device != gpupool.ModeCPU {
-				if len(rep.CUDALibs) != len(hostcheck.CUDALibraries) {
-					t.Errorf("CUDA libraries %+v, want each of %v", rep.CUDALibs, hostcheck.CUDALibraries)
+				if len(rep.CUDALibs) != len(ortenv.CUDALibraries) {
+					t.Errorf("CUDA libraries %+v, want each of %v", rep.CUDALibs, ortenv.CUDALibraries)
 				}
 				for _, l := range rep.CUDALibs {
 					if l.Path != "" || !strings.Contains(l.Error, l.Name) {
@@ -106,7 +106,7 @@ func TestDoctorWithoutGPU(t *testing.T) {
 				t.Errorf("CPU check ran %d-row batches (mean %.1f) on %d workers × %d threads, want the service's CPU shape of 16 rows", c.MaxBatchRows, c.MeanBatchRows, c.Workers, c.IntraOpThreads)
 			}
 			if tc.device != gpupool.ModeCPU {
-				if rep.Problem == nil || rep.Problem.Kind != hostcheck.ProblemNoDriver || rep.Problem.Remedy == "" {
+				if rep.Problem == nil || rep.Problem.Kind != ortenv.ProblemNoDriver || rep.Problem.Remedy == "" {
 					t.Errorf("problem %+v, want no_driver with a remedy", rep.Problem)
 				}
 				if !strings.Contains(rep.Verdict, rep.Problem.Cause) {

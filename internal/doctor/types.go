@@ -4,7 +4,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/scorer/scorer/gpupool/hostcheck"
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // Problem is a diagnosed failure: one line of cause, one of remedy.
@@ -19,7 +19,7 @@ func problemOf(err error) *Problem {
 	if err == nil {
 		return nil
 	}
-	if p, ok := hostcheck.DiagnoseCUDA(err); ok {
+	if p, ok := ortenv.DiagnoseCUDA(err); ok {
 		return &Problem{Kind: p.Kind, Cause: p.Cause, Remedy: p.Remedy, Error: err.Error()}
 	}
 	return &Problem{Cause: firstLine(err.Error()), Error: err.Error()}
@@ -44,10 +44,10 @@ type Report struct {
 
 	ORT ORTReport `json:"onnxruntime"`
 	// CUDALibs is where the dynamic loader finds each CUDA library the
-	// CUDA path needs (hostcheck.CUDALibraries), cuDNN included: the
+	// CUDA path needs (ortenv.CUDALibraries), cuDNN included: the
 	// provider opens cuDNN only at a first run, so a session that opens
 	// does not prove it is there. Not checked for DEVICE=cpu.
-	CUDALibs []hostcheck.LibraryLocation `json:"cuda_libraries,omitempty"`
+	CUDALibs []ortenv.LibraryLocation `json:"cuda_libraries,omitempty"`
 	// SignalsRestored counts the signal handlers that loading CUDA replaced
 	// and the doctor put back (ortenv.SaveSignals, taken before anything
 	// touched CUDA); nonzero shows why the guard exists.

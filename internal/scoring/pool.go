@@ -9,9 +9,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/scorer/scorer/gpupool"
-	"github.com/scorer/scorer/gpupool/hostcheck"
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/model"
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // SessionFactory opens m's sessions with cfg's session settings
@@ -67,7 +67,7 @@ func newPool(ctx context.Context, cfg config.Config, m *model.Model, probe gpupo
 // where the pool then logs its CPU fallback once, with its own reason.
 func probeError(cfg config.Config, err error, log zerolog.Logger) error {
 	if cfg.Device == string(gpupool.ModeCUDA) {
-		if pr, ok := hostcheck.DiagnoseCUDA(err); ok {
+		if pr, ok := ortenv.DiagnoseCUDA(err); ok {
 			return fmt.Errorf("DEVICE=cuda: %s; remedy: %s: %w", pr.Cause, pr.Remedy, err)
 		}
 		return fmt.Errorf("DEVICE=cuda: %w", err)

@@ -3,7 +3,9 @@
 // what it was built with (ProbeRuntime), and glibc's malloc settings that
 // make ONNX Runtime's memory independent of the thread a cgo call ran on
 // (set by a C constructor before main in every binary that links this
-// package; TrimMalloc hands free heap pages back).
+// package; TrimMalloc hands free heap pages back), the signal guard CUDA
+// calls need (SignalGuard), and the host checks that say why the CUDA path
+// cannot run here (DiagnoseCUDA, FindCUDALibraries).
 //
 // It sits below model, which runs sessions in this environment, and
 // imports nothing of this module: what a pod needs from the host to run

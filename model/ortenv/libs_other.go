@@ -1,6 +1,6 @@
 //go:build !(cgo && unix)
 
-package hostcheck
+package ortenv
 
 func findLibrary(name string) (string, string) {
 	return "", "no dynamic loader lookup in this build (cgo off)"

@@ -1,4 +1,4 @@
-package hostcheck
+package ortenv
 
 import (
 	"strings"

@@ -1,6 +1,6 @@
 //go:build cgo && unix
 
-package hostcheck
+package ortenv
 
 /*
 #cgo LDFLAGS: -ldl
@@ -10,12 +10,12 @@ package hostcheck
 #include <stdlib.h>
 #include <string.h>
 
-// hostcheck_find_lib loads name as the dynamic loader would for a library
+// ortenv_find_lib loads name as the dynamic loader would for a library
 // that asks for it by soname (LD_LIBRARY_PATH, the ld.so cache, the default
 // directories), and returns a malloc'd copy of the path it was loaded
 // from, or NULL with *err set. The reference is dropped again; a library
 // the process had loaded before stays loaded.
-static char *hostcheck_find_lib(const char *name, char **err) {
+static char *ortenv_find_lib(const char *name, char **err) {
 	void *h = dlopen(name, RTLD_LAZY | RTLD_LOCAL);
 	if (!h) { const char *e = dlerror(); *err = strdup(e ? e : "dlopen failed"); return NULL; }
 	struct link_map *lm = NULL;
@@ -38,7 +38,7 @@ func findLibrary(name string) (string, string) {
 	cname := C.CString(name)
 	defer C.free(unsafe.Pointer(cname))
 	var cerr *C.char
-	p := C.hostcheck_find_lib(cname, &cerr)
+	p := C.ortenv_find_lib(cname, &cerr)
 	if p == nil {
 		msg := C.GoString(cerr)
 		C.free(unsafe.Pointer(cerr))

@@ -1,11 +1,11 @@
-// Package hostcheck says why this host cannot run the CUDA path: it maps the
-// errors ONNX Runtime, the dynamic loader and NVML give onto one cause and
-// one remedy each (DiagnoseCUDA), and finds the CUDA libraries the provider
-// loads (FindCUDALibraries). gpupool uses it at start, `scorer doctor` in its
-// report, so both say the same thing in the same words. It imports nothing
-// of this module; gpupool's NVML errors reach it as sentinels and the
-// NVMLReturn method.
-package hostcheck
+package ortenv
+
+// The host checks: why this host cannot run the CUDA path. DiagnoseCUDA maps
+// the errors ONNX Runtime, the dynamic loader and NVML give onto one cause
+// and one remedy each, and FindCUDALibraries finds the CUDA libraries the
+// provider loads. gpupool uses them at start, `scorer doctor` in its report,
+// so both say the same thing in the same words. gpupool's NVML errors reach
+// them as sentinels and the NVMLReturn method.
 
 import (
 	"errors"
