@@ -25,8 +25,8 @@ import (
 
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/fanout/scorecache"
 	"github.com/scorer/scorer/internal/scoring"
-	"github.com/scorer/scorer/model/scorecache"
 )
 
 // Command is `scorer bench`: per model folder it measures the pipeline

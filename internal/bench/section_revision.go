@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/scorer/scorer/internal/config"
+	"github.com/scorer/scorer/internal/fanout/scorecache"
 	"github.com/scorer/scorer/internal/measure"
 	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
-	"github.com/scorer/scorer/model/scorecache"
 	"github.com/scorer/scorer/schema"
 )
 

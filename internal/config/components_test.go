@@ -12,8 +12,8 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/fanout/scorecache"
 	"github.com/scorer/scorer/model"
-	"github.com/scorer/scorer/model/scorecache"
 )
 
 // TestPerfSettings covers the settings this issue added: the score cache's

@@ -14,8 +14,8 @@ import (
 	"github.com/caarlos0/env/v11"
 
 	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/fanout/scorecache"
 	"github.com/scorer/scorer/model"
-	"github.com/scorer/scorer/model/scorecache"
 )
 
 // Config is the whole configuration, one flat struct: every field is an

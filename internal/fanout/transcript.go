@@ -15,8 +15,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/scorer/scorer/internal/fanout/scorecache"
 	"github.com/scorer/scorer/model"
-	"github.com/scorer/scorer/model/scorecache"
 	"github.com/scorer/scorer/schema"
 )
 

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/scorer/scorer/internal/fanout/scorecache"
 	"github.com/scorer/scorer/internal/testenv"
 	"github.com/scorer/scorer/model"
-	"github.com/scorer/scorer/model/scorecache"
 	"github.com/scorer/scorer/schema"
 )
 

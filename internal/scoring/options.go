@@ -3,8 +3,8 @@ package scoring
 import (
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/fanout"
+	"github.com/scorer/scorer/internal/fanout/scorecache"
 	"github.com/scorer/scorer/model"
-	"github.com/scorer/scorer/model/scorecache"
 )
 
 // Option changes one thing Open builds from the settings. Each is something
