@@ -4,11 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"runtime"
-	"slices"
 	"strconv"
-	"strings"
-
-	ort "github.com/yalue/onnxruntime_go"
 
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/model/ortenv"
@@ -114,9 +110,7 @@ func sessionOptions(dev Device, cfg SessionConfig) (model.SessionOptions, error)
 		opts.PadToMultipleOf = cfg.CPUPadToMultipleOf
 		opts.GraphCache = cfg.GraphCache
 	case CUDA:
-		cudaOpts := cudaProviderOptions(dev, cfg)
-		opts.Configure = func(so *ort.SessionOptions) error { return appendCUDA(so, cudaOpts) }
-		opts.ConfigureKey = cudaKey(cudaOpts)
+		opts.CUDA = cudaProviderOptions(dev, cfg)
 		// Memory patterns pre-plan one block per input shape from its
 		// first run; a shape's second run then asks the arena for one
 		// block of the whole peak that the first run's blocks cannot
@@ -132,43 +126,15 @@ func sessionOptions(dev Device, cfg SessionConfig) (model.SessionOptions, error)
 	return opts, nil
 }
 
-// appendCUDA adds the CUDA execution provider with opts to so. ORT loads
-// the provider libraries while the options are updated, so that step's
-// error is the one naming a missing file; both are diagnosed.
-func appendCUDA(so *ort.SessionOptions, opts map[string]string) error {
-	po, err := ort.NewCUDAProviderOptions()
-	if err != nil {
-		return fmt.Errorf("gpupool: CUDA provider options: %w", explain(err))
-	}
-	defer po.Destroy()
-	if err := po.Update(opts); err != nil {
-		return fmt.Errorf("gpupool: setting CUDA provider options: %w", explain(err))
-	}
-	if err := so.AppendExecutionProviderCUDA(po); err != nil {
-		return fmt.Errorf("gpupool: appending CUDA execution provider: %w", explain(err))
-	}
-	return nil
-}
-
 // CheckCUDA appends the CUDA execution provider for dev to throwaway
-// session options, exactly as SessionFactory does, without loading a model.
-// A nil error means ORT's CUDA provider loaded with its libraries, the CUDA
-// runtime and the driver; otherwise the error is a *ortenv.CUDAProblem where the
-// cause is known (errors.As). The ORT environment must exist
-// (ortenv.InitRuntime). Startup, `scorer doctor` and the packaging test use
-// it to say why the GPU path cannot work. Loading the provider can load
-// CUDA, which may replace signal handlers; CheckCUDA restores any it
-// replaced before it returns.
+// session options, with the options SessionFactory gives dev's sessions,
+// without loading a model (ortenv.CheckCUDA). A nil error means ORT's CUDA
+// provider loaded with its libraries, the CUDA runtime and the driver;
+// otherwise the error is a *ortenv.CUDAProblem where the cause is known
+// (errors.As). Startup, `scorer doctor` and the packaging test use it to
+// say why the GPU path cannot work.
 func CheckCUDA(dev Device, cfg SessionConfig) error {
-	if g, err := ortenv.SaveSignals(); err == nil {
-		defer g.RestoreChanged()
-	}
-	so, err := ort.NewSessionOptions()
-	if err != nil {
-		return fmt.Errorf("gpupool: creating session options: %w", err)
-	}
-	defer so.Destroy()
-	return appendCUDA(so, cudaProviderOptions(dev, cfg))
+	return ortenv.CheckCUDA(cudaProviderOptions(dev, cfg))
 }
 
 // DefaultGPUMemMargin is the least GPUMemMargin, and what the pool's
@@ -205,22 +171,6 @@ func cudaProviderOptions(dev Device, cfg SessionConfig) map[string]string {
 	}
 	maps.Copy(o, cfg.CUDAOptions)
 	return o
-}
-
-// cudaKey names the CUDA provider options for model.Session.MemoryKey, so
-// the GPU calibration cache tells TF32 from full fp32 and one arena cap
-// from another (a cap decides which calibration shapes run out of memory).
-// device_id is left out: the device's UUID names it in the cache key, and
-// its CUDA ordinal moves with CUDA_VISIBLE_DEVICES.
-func cudaKey(opts map[string]string) string {
-	var b strings.Builder
-	b.WriteString("cuda")
-	for _, k := range slices.Sorted(maps.Keys(opts)) {
-		if k != "device_id" {
-			fmt.Fprintf(&b, " %s=%s", k, opts[k])
-		}
-	}
-	return b.String()
 }
 
 // ArenaLimit is the gpu_mem_limit SessionFactory gives dev's CUDA arena

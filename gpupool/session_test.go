@@ -258,11 +258,11 @@ func TestGPUMemLimitBelowAdmissionLimit(t *testing.T) {
 // ORT's defaults but can shrink the CPU arena (CPUMemory's calibration).
 func TestSessionOptionsPerDevice(t *testing.T) {
 	o, err := sessionOptions(Device{Kind: CUDA, Index: 3}, SessionConfig{})
-	if err != nil || !o.DisableMemPattern || o.ShrinkArenas != "gpu:3" || o.Configure == nil {
+	if err != nil || !o.DisableMemPattern || o.ShrinkArenas != "gpu:3" || o.CUDA["device_id"] != "3" {
 		t.Errorf("CUDA options %+v, %v: want memory patterns off, ShrinkArenas gpu:3 and the CUDA provider", o, err)
 	}
 	o, err = sessionOptions(Device{Kind: CPU}, SessionConfig{IntraOpThreads: 2})
-	if err != nil || o.DisableMemPattern || o.ShrinkArenas != "cpu:0" || o.Configure != nil || o.IntraOpThreads != 2 {
+	if err != nil || o.DisableMemPattern || o.ShrinkArenas != "cpu:0" || o.CUDA != nil || o.IntraOpThreads != 2 {
 		t.Errorf("CPU options %+v, %v: want ORT's defaults with 2 threads and ShrinkArenas cpu:0", o, err)
 	}
 	if _, err := sessionOptions(Device{Kind: DeviceKind(9)}, SessionConfig{}); err == nil {
@@ -281,7 +281,7 @@ func TestCUDASessionMemoryKey(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return o.ConfigureKey
+		return ortenv.CUDAKey(o.CUDA)
 	}
 	gpu := Device{Kind: CUDA, Index: 0, TotalMemory: 80 << 30}
 	base := key(gpu, SessionConfig{GPUMemFraction: 0.8})

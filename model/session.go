@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,9 +23,15 @@ type SessionOptions struct {
 	// InterOpThreads is ORT's thread count across independent operators; 0
 	// leaves ORT's default.
 	InterOpThreads int
+	// CUDA, when set, runs the session on the CUDA execution provider with
+	// these provider options (device_id, gpu_mem_limit, use_tf32, ...;
+	// ortenv.AppendCUDA adds it): how gpupool puts a session on a GPU
+	// without importing ONNX Runtime. MemoryKey names them
+	// (ortenv.CUDAKey); a CUDA session keeps no graph cache.
+	CUDA map[string]string
 	// Configure, when set, edits the ORT options before the session is
-	// created. It is how gpupool adds the CUDA execution provider without
-	// this package knowing about GPUs.
+	// created, after CUDA: for tests and tools that set what the options
+	// above do not.
 	Configure func(*ort.SessionOptions) error
 	// ConfigureKey names what Configure does to a session's memory (the
 	// provider and its options), so MemoryKey can name a session that has
@@ -98,7 +105,7 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 	}
 	var sess *ort.DynamicAdvancedSession
 	var cache GraphCacheResult
-	if key := sessionOpts(opts).graphCacheKey(m); opts.GraphCache != "" && key != "" {
+	if key := sessionOpts(opts).graphCacheKey(m); opts.GraphCache != "" && opts.CUDA == nil && key != "" {
 		so, err := m.sessionOptions(opts)
 		if err != nil {
 			return nil, err
@@ -146,6 +153,11 @@ func (m *Model) newPlainSession(opts SessionOptions) (*ort.DynamicAdvancedSessio
 	// as it would against a graph file's own.
 	if err := so.AddSessionConfigEntry(externalFolderKey, m.graphDir); err != nil {
 		return nil, fmt.Errorf("model: setting the external data folder: %w", err)
+	}
+	if opts.CUDA != nil {
+		if err := ortenv.AppendCUDA(so, opts.CUDA); err != nil {
+			return nil, fmt.Errorf("model: configuring session for %s: %w", m.Name, err)
+		}
 	}
 	if opts.Configure != nil {
 		if err := opts.Configure(so); err != nil {
@@ -382,13 +394,19 @@ func closeHeld(held []heldFile) {
 // ONNX Runtime release, the session's options and whether the graph was
 // rewritten (onnxgraph/relattn.go moves less memory). gpupool keeps CPU memory
 // calibrations under it (CPUMemoryConfig.CacheDir). It is "" for a session
-// whose options it cannot name (SessionOptions.Configure, which adds
-// execution providers) or whose model has no version yet (Wait has not
-// returned): such a session's calibration is not kept. With ConfigureKey
-// it is named as well (gpupool's GPU calibration cache).
+// whose options it cannot name (SessionOptions.Configure without a
+// ConfigureKey) or whose model has no version yet (Wait has not returned):
+// such a session's calibration is not kept. A CUDA session is named by its
+// provider options (gpupool's GPU calibration cache).
 func (s *Session) MemoryKey() string {
 	if s.m.SHA256 == "" || (s.opts.Configure != nil && s.opts.ConfigureKey == "") {
 		return ""
+	}
+	configured, configureKey := s.opts.Configure != nil, s.opts.ConfigureKey
+	if s.opts.CUDA != nil {
+		// The same words the CUDA provider's Configure used to be named
+		// with, so GPU calibration caches written before stay valid.
+		configured, configureKey = true, strings.TrimSpace(ortenv.CUDAKey(s.opts.CUDA)+" "+configureKey)
 	}
 	key := fmt.Sprintf("model=%s max_len=%d ort=%s intra_op=%d inter_op=%d mem_pattern=%t rewritten=%t",
 		s.m.SHA256, s.m.MaxLength, ort.GetVersion(), s.opts.IntraOpThreads, s.opts.InterOpThreads, !s.opts.DisableMemPattern,
@@ -401,10 +419,10 @@ func (s *Session) MemoryKey() string {
 		// Each rewrite changes what a batch allocates.
 		key += " rewrites=" + s.m.rewrites
 	}
-	if s.opts.Configure != nil {
+	if configured {
 		// The hash already tells an fp16 export from an fp32 one; the
 		// output type says which to a person reading a cache file.
-		key += fmt.Sprintf(" output=%v configure=%q", s.m.OutputType, s.opts.ConfigureKey)
+		key += fmt.Sprintf(" output=%v configure=%q", s.m.OutputType, configureKey)
 	}
 	return key
 }
