@@ -21,12 +21,11 @@ import (
 	"strings"
 	"time"
 
-	ort "github.com/yalue/onnxruntime_go"
-
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/fanout/scorecache"
 	"github.com/scorer/scorer/internal/scoring"
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // Command is `scorer bench`: per model folder it measures the pipeline
@@ -181,7 +180,7 @@ func latencyOf(ds []time.Duration) latencyResult {
 
 // machineInfo describes where the numbers were taken.
 func machineInfo() machine {
-	mi := machine{Cores: runtime.NumCPU(), GoVersion: runtime.Version(), ORTVersion: ort.GetVersion(),
+	mi := machine{Cores: runtime.NumCPU(), GoVersion: runtime.Version(), ORTVersion: ortenv.Version(),
 		OS: runtime.GOOS + "/" + runtime.GOARCH, Date: time.Now().UTC().Format(time.RFC3339)}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {

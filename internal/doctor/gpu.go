@@ -6,12 +6,11 @@ import (
 	"strings"
 	"time"
 
-	ort "github.com/yalue/onnxruntime_go"
-
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // cudnnWarning warns when the CUDA provider loads but cuDNN is missing:
@@ -144,7 +143,7 @@ func checkGPU(ctx context.Context, rt *scoring.Runtime, m *model.Model, o Option
 		b.skip("%s: scored %d of the sample's %d pairs (the budget)", c.Device, len(scores), len(pairs))
 	}
 	switch took := time.Since(opened); {
-	case m.OutputType == ort.TensorElementDataTypeFloat16:
+	case m.OutputType == ortenv.Float16:
 		b.skip("%s: TF32 comparison skipped: an fp16 graph has no float32 products for TF32 to change", c.Device)
 	case took > share():
 		// Another session costs about what this one did to open and run.

@@ -6,12 +6,11 @@ import (
 	"math"
 	"runtime"
 
-	ort "github.com/yalue/onnxruntime_go"
-
 	"github.com/scorer/scorer/gpupool"
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/measure"
 	"github.com/scorer/scorer/model"
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // parity compares a GPU's sample scores (and its TF32 alternative's) with
@@ -54,7 +53,7 @@ func recommend(m *model.Model, o Options, rep *Report) {
 		r.Workers = min(n, 4)
 		r.CPUThreads = max(1, n/r.Workers)
 		r.Note = "no usable GPU: DEVICE=cpu skips the GPU probe at start; WORKERS × CPU_THREADS = the cores this process may use"
-		if m.OutputType == ort.TensorElementDataTypeFloat16 {
+		if m.OutputType == ortenv.Float16 {
 			// Production-size DeBERTa-v3 in fp16: ~0.6 s a pair and ~9 s to
 			// open on 2 cores, through the casts ORT puts around each op.
 			r.Note += "; this is an fp16 graph, which the CPU runs through casts at a fraction of fp32's speed: on CPU hosts use the fp32 or int8 graph (MODEL_FILE)"

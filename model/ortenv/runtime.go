@@ -59,3 +59,12 @@ func InitRuntime(libPath string) (shutdown func() error, err error) {
 		return shutdownErr
 	}, nil
 }
+
+// Version is the loaded library's version string ("1.30.0"), for reports.
+// The library must be loaded (InitRuntime).
+func Version() string { return ort.GetVersion() }
+
+// Float16 is the element type of fp16 tensors, as model.Model.OutputType
+// names a graph's logits: commands that report on a model's precision
+// compare against it without importing ONNX Runtime.
+const Float16 = ort.TensorElementDataTypeFloat16
