@@ -145,6 +145,7 @@ test: ort cuda-ort kcat helm promtool duckdb lint
 	mkdir -p bin; IMAGE_TEST_BUILD_ONLY=1 ./scripts/image-test.sh >bin/image-build.log 2>&1 & build=$$!; \
 	status=0; \
 	$(GO) test -race -count=1 -p $(TEST_P) -timeout 45m ./... || status=$$?; \
+	if [ $$status -eq 0 ]; then $(GO) test -count=1 -run '^TestHFCorpus$$' ./model/tokenizer || status=$$?; fi; \
 	if [ $$status -eq 0 ]; then ORT_LIB=$(ORT_CUDA_DIR)/libonnxruntime.so.1 $(GO) test -race -count=1 -timeout 20m -run '$(ORT_CORE_TESTS)' ./model || status=$$?; fi; \
 	if [ $$status -eq 0 ]; then $(MAKE) soak SOAK_MINUTES=2 SOAK_SEED=20261129 || status=$$?; fi; \
 	if [ $$status -eq 0 ]; then $(MAKE) fuzz || status=$$?; fi; \
@@ -194,7 +195,7 @@ run: build
 # others keep theirs: BENCH_FLAGS="--skip … --out docs/benchmarks-NAME.json". See `bin/scorer bench -h`.
 DEBERTA_DIR := $(abspath $(DEPS)/deberta-v3-large-standin)
 bench: build rawloop $(DEBERTA_DIR)/onnx/model_quantized.onnx
-	$(BIN) bench --model-dirs "$(SHARED)/models/nli-unigram-small,$(SHARED)/models/nli-wordpiece-small" --transcripts $(TRANSCRIPTS) --out docs/benchmarks.json --md docs/benchmarks.md --cpuprofile bin/bench-cpu.prof --large-model $(DEBERTA_DIR) --production-model $(DEBERTA_DIR) $(BENCH_FLAGS)
+	$(BIN) bench --model-dirs "$(SHARED)/models/nli-unigram-small,$(SHARED)/models/nli-wordpiece-small,testdata/models/nli-roberta-bpe-tiny" --transcripts $(TRANSCRIPTS) --out docs/benchmarks.json --md docs/benchmarks.md --cpuprofile bin/bench-cpu.prof --large-model $(DEBERTA_DIR) --production-model $(DEBERTA_DIR) $(BENCH_FLAGS)
 	$(MAKE) bench-profile
 
 # ONNX Runtime's per-node profile of the production-size stand-in (fp32 and its fp16 twin), with the
@@ -216,9 +217,11 @@ rawloop: $(RAWLOOP_DIR)/node_modules/.package-lock.json
 $(RAWLOOP_DIR)/node_modules/.package-lock.json: $(RAWLOOP_DIR)/package-lock.json $(RAWLOOP_DIR)/package.json
 	cd $(RAWLOOP_DIR) && ../../scripts/retry.sh 3 npm ci --ignore-scripts --no-audit --no-fund >/dev/null
 
-# Regenerates the golden token IDs and scores from the Hugging Face reference implementations (npm).
+# Regenerates the golden token IDs and scores from the Hugging Face reference implementations (npm),
+# the tokenizer variants (testdata/tokenizers) and the whole-corpus id digests (model/testdata/golden/
+# corpus-digest.json over every sentence: about an hour and a half of CPU, see tools/golden/README.md).
 golden:
-	cd tools/golden && npm install --ignore-scripts --no-audit --no-fund >/dev/null && node generate.mjs
+	cd tools/golden && npm install --ignore-scripts --no-audit --no-fund >/dev/null && node generate.mjs && node variants.mjs && node corpus.mjs
 
 # Regenerates testdata/models/nli-{roberta,bart}-bpe-tiny: the byte-level BPE tokenizer, the random-weight
 # RoBERTa and BART classifiers and their torch references (tools/tiny-models; torch 1.13 and onnx 1.12 under

@@ -36,12 +36,15 @@ const SEPARATOR = '</s></s>';
 const MAX_LENGTH = 512;
 const CHUNK_LINES = 10;
 const DIGEST_HEX = 16; // 64 bits of each SHA-256: enough to tell a change
-const CROSS_CHECK = 16;
-// SentencePiece Unigram tokenizers cost several times a BPE's here (128k
-// pieces, long joined strings); they are digested on every
-// UNIGRAM_STRIDE-th chunk (every sentence of 17 chunks, 72k sentences), the
-// byte-level BPE ones on all 132.
-const UNIGRAM_STRIDE = 8;
+const CROSS_CHECK = 32;
+// Chunks digested: every BPE_STRIDE-th for byte-level BPE tokenizers, every
+// UNIGRAM_STRIDE-th for SentencePiece Unigram ones (several times a BPE's
+// cost: 128k pieces, long joined strings); chunks between get "" and are
+// not checked. 1 and 1 (the defaults) is the whole corpus: about an hour
+// and a half of CPU for all tokenizers. The committed digest was made with
+// CORPUS_BPE_STRIDE=4 CORPUS_UNIGRAM_STRIDE=16 (see its strides).
+const BPE_STRIDE = Number(process.env.CORPUS_BPE_STRIDE) || 1;
+const UNIGRAM_STRIDE = Number(process.env.CORPUS_UNIGRAM_STRIDE) || 1;
 
 const transcripts = path.join(shared, 'data', 'transcripts', 'transcripts.jsonl');
 const outFile = path.join(repo, 'model', 'testdata', 'golden', 'corpus-digest.json');
@@ -152,7 +155,7 @@ async function dump(name, encoding, chunk) {
 // entry computes one tokenizer's digests in both encodings.
 async function entry(src, all) {
   const json = tokenizerJSON(src.source);
-  const stride = JSON.parse(json).model.type === 'Unigram' ? UNIGRAM_STRIDE : 1;
+  const stride = JSON.parse(json).model.type === 'Unigram' ? UNIGRAM_STRIDE : BPE_STRIDE;
   const e = { stride, name: src.name, source: src.source, also: src.also, sha256: crypto.createHash('sha256').update(fs.readFileSync(resolve(src.source))).digest('hex') };
   for (const encoding of ['pair', 'joined']) {
     const perLib = [];
@@ -162,7 +165,7 @@ async function entry(src, all) {
       const digests = [];
       for (const [k, ss] of all.entries()) {
         if (k % stride !== 0) { digests.push(''); continue; }
-        if (li > 0 && k % CROSS_CHECK !== 0) { digests.push(perLib[0][k]); continue; }
+        if (li > 0 && k % Math.max(CROSS_CHECK, stride) !== 0) { digests.push(perLib[0][k]); continue; }
         const h = crypto.createHash('sha256');
         for (const [ids, typeIds, kept] of await encodeChunk(tk, json, encoding, ss, li > 0)) {
           h.update(caseBytes(ids, typeIds));
