@@ -1,7 +1,6 @@
 package model
 
 import (
-	"context"
 	"fmt"
 
 	"github.com/scorer/scorer/model/tokenizer"
@@ -11,12 +10,6 @@ import (
 // alias lets gpupool and the fan-out speak of model.Pair without importing
 // the tokenizer.
 type Pair = tokenizer.Pair
-
-// PairScorer turns encoded pairs into P(entailment), in input order; Session
-// implements it.
-type PairScorer interface {
-	ScorePairs(ctx context.Context, pairs []Pair) ([]float32, error)
-}
 
 // PairEncoding says how a (premise, hypothesis) pair becomes one model
 // input. It is part of the model's identity: the same sentence scores
