@@ -1,0 +1,149 @@
+package model
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// modelConfig is the part of config.json Load needs.
+type modelConfig struct {
+	labels       []string
+	maxPositions int   // 0 when absent
+	heads        int   // num_attention_heads, 0 when absent
+	eosHead      int32 // eosHeadID: the eos id a BART-style head reads, else -1
+}
+
+func readConfig(path string) (modelConfig, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return modelConfig{}, fmt.Errorf("model: reading config: %w", err)
+	}
+	var raw struct {
+		ID2Label              map[string]string `json:"id2label"`
+		MaxPositionEmbeddings int               `json:"max_position_embeddings"`
+		NumAttentionHeads     int               `json:"num_attention_heads"`
+		Architectures         []string          `json:"architectures"`
+		EOSTokenID            *int              `json:"eos_token_id"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return modelConfig{}, fmt.Errorf("model: parsing %s: %w", path, err)
+	}
+	labels, err := labelsFromID2Label(raw.ID2Label)
+	if err != nil {
+		return modelConfig{}, fmt.Errorf("model: %s: %w", path, err)
+	}
+	eos, err := eosHeadID(raw.Architectures, raw.EOSTokenID)
+	if err != nil {
+		return modelConfig{}, fmt.Errorf("model: %s: %w", path, err)
+	}
+	return modelConfig{labels: labels, maxPositions: raw.MaxPositionEmbeddings, heads: raw.NumAttentionHeads, eosHead: eos}, nil
+}
+
+// labelsFromID2Label turns config.json's string-keyed id2label into a slice,
+// insisting on ids 0..n-1 so an index is always a valid logits column.
+func labelsFromID2Label(m map[string]string) ([]string, error) {
+	if len(m) < 2 {
+		return nil, fmt.Errorf("id2label has %d entries, an NLI classifier needs at least 2", len(m))
+	}
+	labels := make([]string, len(m))
+	seen := make([]bool, len(m))
+	for k, v := range m {
+		i, err := strconv.Atoi(k)
+		if err != nil || i < 0 || i >= len(m) {
+			return nil, fmt.Errorf("id2label key %q is not an index in 0..%d", k, len(m)-1)
+		}
+		if seen[i] {
+			return nil, fmt.Errorf("id2label index %d appears twice", i)
+		}
+		seen[i], labels[i] = true, v
+	}
+	return labels, nil
+}
+
+// labelIndex finds the first label starting with prefix, case-insensitively.
+// A prefix rather than equality matches "ENTAILMENT", "entailed" and the like.
+func labelIndex(labels []string, prefix string) int {
+	return slices.IndexFunc(labels, func(l string) bool {
+		return strings.HasPrefix(strings.ToLower(l), prefix)
+	})
+}
+
+func (m *Model) pickIndices(opts LoadOptions, mode ScoreMode) error {
+	n := len(m.ID2Label)
+	if opts.EntailmentIndex != nil {
+		if i := *opts.EntailmentIndex; i < 0 || i >= n {
+			return fmt.Errorf("model: entailment index %d out of range for %d labels %v", i, n, m.ID2Label)
+		}
+		m.EntailmentIndex = *opts.EntailmentIndex
+	} else if m.EntailmentIndex = labelIndex(m.ID2Label, "entail"); m.EntailmentIndex < 0 {
+		return fmt.Errorf("model: no entailment label in id2label %v; set the entailment index explicitly", m.ID2Label)
+	}
+
+	m.ContradictionIndex = -1
+	if opts.ContradictionIndex != nil {
+		if i := *opts.ContradictionIndex; i < 0 || i >= n {
+			return fmt.Errorf("model: contradiction index %d out of range for %d labels %v", i, n, m.ID2Label)
+		}
+		m.ContradictionIndex = *opts.ContradictionIndex
+	} else if m.ContradictionIndex = labelIndex(m.ID2Label, "contradict"); m.ContradictionIndex < 0 {
+		m.ContradictionIndex = labelIndex(m.ID2Label, "not_entail")
+	}
+	if mode == ScoreEntailVsContradiction {
+		if m.ContradictionIndex < 0 {
+			return fmt.Errorf("model: score mode %s needs a contradiction or not_entailment label, none in id2label %v; set the contradiction index explicitly", mode, m.ID2Label)
+		}
+		if m.ContradictionIndex == m.EntailmentIndex {
+			return fmt.Errorf("model: contradiction and entailment index are both %d", m.EntailmentIndex)
+		}
+	}
+	return nil
+}
+
+// readModelMaxLength returns tokenizer_config.json's model_max_length, or 0
+// when the file or field is absent. HF writes a huge sentinel (1e30) for
+// "unlimited", hence the float.
+func readModelMaxLength(path string) (int, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	} else if err != nil {
+		return 0, fmt.Errorf("model: reading tokenizer config: %w", err)
+	}
+	var raw struct {
+		ModelMaxLength *float64 `json:"model_max_length"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return 0, fmt.Errorf("model: parsing %s: %w", path, err)
+	}
+	if raw.ModelMaxLength == nil || *raw.ModelMaxLength <= 0 || *raw.ModelMaxLength > 1<<20 {
+		return 0, nil
+	}
+	return int(*raw.ModelMaxLength), nil
+}
+
+// pickMaxLength applies LoadOptions.MaxLength's rule. An explicit length
+// beyond the position table is rejected: the graph would index past its
+// position embeddings at Run.
+func pickMaxLength(requested, tokMax, maxPositions int) (int, error) {
+	switch {
+	case requested < 0:
+		return 0, fmt.Errorf("model: max length %d is negative", requested)
+	case requested > 0:
+		if maxPositions > 0 && requested > maxPositions {
+			return 0, fmt.Errorf("model: max length %d exceeds max_position_embeddings %d", requested, maxPositions)
+		}
+		return requested, nil
+	}
+	n := defaultMaxLen
+	for _, v := range []int{tokMax, maxPositions} {
+		if v > 0 && v < n {
+			n = v
+		}
+	}
+	return n, nil
+}
