@@ -11,24 +11,44 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/scorer/scorer/consumer"
+	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/fanout"
 	"github.com/scorer/scorer/internal/testenv"
+	"github.com/scorer/scorer/model"
 )
 
 const module = "github.com/scorer/scorer/"
 
-// TestImportsRunOneWay: cmd → internal/* → consumer, producer, gpupool →
-// model → schema. consumer and producer know only schema (and
-// internal/retry, the one backoff, a leaf that imports nothing of the
-// module), gpupool only model, the ONNX Runtime environment (model/ortenv:
-// the signal guard and the host checks) and schema, model only schema (and
-// its own subpackages), model/ortenv nothing of the module,
-// model/onnxgraph (graph surgery, shared by model and
-// internal/onnxfp16) only model/onnxpb, never model itself; nothing
-// outside internal/ imports it but the binary and its tools; only the
-// binary imports internal/service (`scorer run`), and no package under
-// internal/ calls another subcommand's entry point (Command) or takes its
-// Spec: what subcommands share lives in cli, config, scoring, broker and
-// produce's libraries.
+// ortBinding is ONNX Runtime's Go binding.
+const ortBinding = "github.com/yalue/onnxruntime_go"
+
+// chainLinks are the scoring chain's interfaces, each met by the next
+// package down: consumer → fan-out → gpupool → model.
+var (
+	_ consumer.Scorer   = (*fanout.TranscriptScorer)(nil)
+	_ fanout.PairScorer = (*gpupool.Pool)(nil)
+	_ gpupool.Engine    = (*model.Session)(nil)
+)
+
+// TestImportsRunOneWay: cmd → internal/* → consumer, producer, and the
+// scoring chain consumer → transcript fan-out (internal/fanout) → gpupool →
+// model → ONNX Runtime environment (model/ortenv) → schema. consumer and
+// producer know only schema (and internal/retry, the one backoff, a leaf
+// that imports nothing of the module); the consumer reaches the fan-out
+// through its Scorer interface, the fan-out the pool through PairScorer,
+// the pool a session through Engine (chainLinks checks each at compile
+// time). The fan-out imports only model, schema and its own scorecache,
+// never gpupool; gpupool only model, model/ortenv (the signal guard, the
+// host checks) and schema; model only schema and its own subpackages;
+// model/ortenv nothing of the module; model/onnxgraph (graph surgery,
+// shared by model and internal/onnxfp16) only model/onnxpb, never model
+// itself. Only model and model/ortenv import ONNX Runtime's Go binding
+// (tools and tests aside). Nothing outside internal/ imports it but the
+// binary and its tools; only the binary imports internal/service (`scorer
+// run`), and no package under internal/ calls another subcommand's entry
+// point (Command) or takes its Spec: what subcommands share lives in cli,
+// config, scoring, broker and produce's libraries.
 func TestImportsRunOneWay(t *testing.T) {
 	cmd := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "./...")
 	cmd.Dir = testenv.RepoRoot()
@@ -40,8 +60,9 @@ func TestImportsRunOneWay(t *testing.T) {
 		"schema":          {},
 		"model":           {"schema", "model/"},
 		"model/onnxgraph": {"model/onnxpb"},
-		"gpupool":         {"model", "model/ortenv", "schema"},
 		"model/ortenv":    {},
+		"gpupool":         {"model", "model/ortenv", "schema"},
+		"internal/fanout": {"model", "schema", "internal/fanout/"},
 		"consumer":        {"schema", "internal/retry"},
 		"producer":        {"schema", "internal/retry"},
 		"internal/retry":  {},
@@ -51,6 +72,9 @@ func TestImportsRunOneWay(t *testing.T) {
 		f := strings.Fields(sc.Text())
 		pkg := strings.TrimPrefix(f[0], module)
 		for _, imp := range f[1:] {
+			if imp == ortBinding && pkg != "model" && pkg != "model/ortenv" && !strings.HasPrefix(pkg, "tools/") {
+				t.Errorf("%s imports %s: only model and model/ortenv (the ONNX Runtime environment) may", pkg, imp)
+			}
 			if !strings.HasPrefix(imp, module) {
 				continue
 			}
