@@ -3,6 +3,8 @@ package config
 import (
 	"os"
 	"path/filepath"
+
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // cudaORTDir is where `make cuda-ort` puts the CUDA set: the core and the
@@ -22,21 +24,13 @@ func preferCUDASet(ortLib, device string, gpuHost bool, root string) string {
 	if !(device == "cuda" || (device == "auto" || device == "") && gpuHost) || root == "" || !sameFile(ortLib, filepath.Join(root, defaultORTLib)) {
 		return ortLib
 	}
-	if hasCUDAProvider(ortLib) {
+	if ortenv.HasCUDAProvider(ortLib) {
 		return ortLib // the default folder has the providers itself
 	}
-	if set := filepath.Join(root, cudaORTDir, "libonnxruntime.so.1"); hasCUDAProvider(set) {
+	if set := filepath.Join(root, cudaORTDir, "libonnxruntime.so.1"); ortenv.HasCUDAProvider(set) {
 		return set
 	}
 	return ortLib
-}
-
-// hasCUDAProvider reports whether core exists with the CUDA provider
-// library beside it.
-func hasCUDAProvider(core string) bool {
-	_, errCore := os.Stat(core)
-	_, errProvider := os.Stat(filepath.Join(filepath.Dir(core), "libonnxruntime_providers_cuda.so"))
-	return errCore == nil && errProvider == nil
 }
 
 // sameFile reports whether a and b name one existing file.
@@ -44,11 +38,4 @@ func sameFile(a, b string) bool {
 	sa, errA := os.Stat(a)
 	sb, errB := os.Stat(b)
 	return errA == nil && errB == nil && os.SameFile(sa, sb)
-}
-
-// nvidiaDriverLoaded reports whether this host has an NVIDIA driver, from
-// its control device; no library is loaded to find out.
-func nvidiaDriverLoaded() bool {
-	_, err := os.Stat("/dev/nvidiactl")
-	return err == nil
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/caarlos0/env/v11"
+
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // Group is a set of related settings (Config's group tag). A subcommand
@@ -219,7 +221,7 @@ func Load(s Set, getenv func(string) string, fs *flag.FlagSet, args []string) (C
 		return Config{}, err
 	}
 	if s.Reads(GroupModel) {
-		cfg.ORTLib = preferCUDASet(cfg.ORTLib, cfg.Device, nvidiaDriverLoaded(), checkoutRoot())
+		cfg.ORTLib = preferCUDASet(cfg.ORTLib, cfg.Device, ortenv.NVIDIADriverLoaded(), checkoutRoot())
 	}
 	return cfg, nil
 }
