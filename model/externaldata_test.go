@@ -23,7 +23,7 @@ import (
 func externalPairs(t *testing.T, m *Model) []Pair {
 	t.Helper()
 	var sentences []string
-	for _, ev := range readTranscripts(t, 1, 4) {
+	for _, ev := range testenv.FirstTranscripts(t, 1, 4) {
 		for _, sec := range ev.Sections {
 			sentences = append(sentences, sec...)
 		}

@@ -1,9 +1,6 @@
 package model
 
 import (
-	"bufio"
-	"encoding/json"
-	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -12,34 +9,11 @@ import (
 
 	"github.com/scorer/scorer/internal/testenv"
 	"github.com/scorer/scorer/model/ortenv"
-	"github.com/scorer/scorer/schema"
 )
 
-// TestMain creates the one ORT environment for the package's tests: ORT's
-// environment is process-wide, so per-test setup would fight over it. The
-// library path follows testenv.ORTLib, which needs a testing.TB and so cannot
-// be called here.
-func TestMain(m *testing.M) {
-	lib := os.Getenv("ORT_LIB")
-	if lib == "" {
-		lib = testenv.DefaultORTLib()
-	}
-	shutdown, err := ortenv.InitRuntime(lib)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "model tests need the ONNX Runtime library (run `make ort` or set ORT_LIB): %v\n", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := shutdown(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		code = 1
-	}
-	if err := shutdown(); err != nil {
-		fmt.Fprintln(os.Stderr, "second shutdown should be a no-op:", err)
-		code = 1
-	}
-	os.Exit(code)
-}
+// TestMain runs the package's tests in the process's one ONNX Runtime
+// environment.
+func TestMain(m *testing.M) { os.Exit(testenv.MainWithORT(m, "model", ortenv.InitRuntime)) }
 
 // loadModel loads a real model folder or fails the test.
 func loadModel(t testing.TB, opts LoadOptions) *Model {
@@ -129,35 +103,4 @@ func openSession(t testing.TB, m *Model, opts SessionOptions) *Session {
 		}
 	})
 	return s
-}
-
-// readTranscripts reads the first n events of the real corpus, keeping at
-// most perSection sentences of each section so tests with the real model
-// stay fast.
-func readTranscripts(t *testing.T, n, perSection int) []schema.TranscriptEvent {
-	t.Helper()
-	f, err := os.Open(testenv.Transcripts(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 64<<20)
-	var out []schema.TranscriptEvent
-	for len(out) < n && sc.Scan() {
-		var ev schema.TranscriptEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			t.Fatal(err)
-		}
-		for k, v := range ev.Sections {
-			if len(v) > perSection {
-				ev.Sections[k] = v[:perSection]
-			}
-		}
-		out = append(out, ev)
-	}
-	if err := sc.Err(); err != nil || len(out) < n {
-		t.Fatalf("read %d of %d transcripts: %v", len(out), n, err)
-	}
-	return out
 }

@@ -18,7 +18,7 @@ import (
 // extra positions visible to attention.
 func TestPadToMultipleOf(t *testing.T) {
 	var sentences []string
-	for _, ev := range readTranscripts(t, 1, 5) {
+	for _, ev := range testenv.FirstTranscripts(t, 1, 5) {
 		for _, sec := range ev.Sections {
 			sentences = append(sentences, sec...)
 		}

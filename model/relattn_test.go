@@ -279,7 +279,7 @@ func TestRelAttentionRewriteFamilies(t *testing.T) {
 // TestRelAttentionHFLogits and TestGoldenJoined load with the same options.
 func TestRelAttentionPairs(t *testing.T) {
 	var sentences []string
-	for _, ev := range readTranscripts(t, 2, 6) {
+	for _, ev := range testenv.FirstTranscripts(t, 2, 6) {
 		for _, sec := range ev.Sections {
 			sentences = append(sentences, sec...)
 		}

@@ -21,7 +21,7 @@ func TestTranscriptScorerJoined(t *testing.T) {
 	if joined.PairSeparator != model.DefaultPairSeparator || plain.PairSeparator != "" || plain.PairEncoding != model.EncodePair {
 		t.Fatalf("separators: joined %q, pair %q (%s)", joined.PairSeparator, plain.PairSeparator, plain.PairEncoding)
 	}
-	events := readTranscripts(t, 2, 6)
+	events := testenv.FirstTranscripts(t, 2, 6)
 	lc := DefaultLabelConfig()
 
 	fake := &fakeScorer{}

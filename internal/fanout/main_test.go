@@ -1,9 +1,6 @@
 package fanout
 
 import (
-	"bufio"
-	"encoding/json"
-	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -14,28 +11,11 @@ import (
 	"github.com/scorer/scorer/internal/testenv"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/model/ortenv"
-	"github.com/scorer/scorer/schema"
 )
 
 // TestMain starts the process's one ONNX Runtime environment for the tests
 // that score through a real session.
-func TestMain(m *testing.M) {
-	lib := os.Getenv("ORT_LIB")
-	if lib == "" {
-		lib = testenv.DefaultORTLib()
-	}
-	shutdown, err := ortenv.InitRuntime(lib)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "fanout tests need the ONNX Runtime library (run `make ort` or set ORT_LIB): %v\n", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := shutdown(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		code = 1
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testenv.MainWithORT(m, "fanout", ortenv.InitRuntime)) }
 
 // models are the models loaded once per test process, one per set of
 // LoadOptions: a DeBERTa Load takes about 0.7 s of CPU (3.6 s under the
@@ -84,37 +64,6 @@ func newSession(t testing.TB, m *model.Model) *model.Session {
 		}
 	})
 	return s
-}
-
-// readTranscripts reads the first n events of the real corpus, keeping at
-// most perSection sentences of each section so tests with a real model
-// stay fast.
-func readTranscripts(t *testing.T, n, perSection int) []schema.TranscriptEvent {
-	t.Helper()
-	f, err := os.Open(testenv.Transcripts(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 64<<20)
-	var out []schema.TranscriptEvent
-	for len(out) < n && sc.Scan() {
-		var ev schema.TranscriptEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			t.Fatal(err)
-		}
-		for k, v := range ev.Sections {
-			if len(v) > perSection {
-				ev.Sections[k] = v[:perSection]
-			}
-		}
-		out = append(out, ev)
-	}
-	if err := sc.Err(); err != nil || len(out) < n {
-		t.Fatalf("read %d of %d transcripts: %v", len(out), n, err)
-	}
-	return out
 }
 
 // The engines the fan-out drives: a session on one device, the pool across

@@ -101,7 +101,7 @@ func TestScoreCacheReal(t *testing.T) {
 func scoreCacheReal(t *testing.T, dir string) {
 	m := sharedLoad(t, model.LoadOptions{Dir: dir})
 	s := newSession(t, m)
-	events := readTranscripts(t, 3, 12)
+	events := testenv.FirstTranscripts(t, 3, 12)
 	lc := DefaultLabelConfig()
 	L := len(lc.Labels)
 	clock := WithClock(func() time.Time { return time.Unix(1700000000, 0) })
@@ -191,7 +191,7 @@ func scoreCacheReal(t *testing.T, dir string) {
 // session, counted per case. Two sentences a section: a case is all hits
 // or all misses, which a few pairs show as well as many.
 func TestScoreCacheKeySeparation(t *testing.T) {
-	events := readTranscripts(t, 1, 2)
+	events := testenv.FirstTranscripts(t, 1, 2)
 	lc := DefaultLabelConfig()
 	pairs := int64(events[0].SentenceCount() * len(lc.Labels))
 	cache, err := scorecache.New(4<<20, nil)

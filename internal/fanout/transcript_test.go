@@ -116,7 +116,7 @@ func TestNewTranscriptScorerErrors(t *testing.T) {
 
 func TestTranscriptScorerFake(t *testing.T) {
 	m := sharedLoad(t, model.LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch)})
-	events := readTranscripts(t, 3, 1<<30)
+	events := testenv.FirstTranscripts(t, 3, 1<<30)
 	// An empty section must still appear, with empty (not null) lists.
 	events[1].Sections["FILT_EMPTY"] = []string{}
 
@@ -235,7 +235,7 @@ func TestTranscriptScorerFake(t *testing.T) {
 
 func TestTranscriptScorerErrors(t *testing.T) {
 	m := sharedLoad(t, model.LoadOptions{Dir: testenv.ModelDir(t, testenv.ProductionArch)})
-	events := readTranscripts(t, 2, 5)
+	events := testenv.FirstTranscripts(t, 2, 5)
 	sec := events[1].SectionNames()[0]
 	bad := "This sentence appears nowhere else in the corpus."
 	events[1].Sections[sec] = slices.Clone(events[1].Sections[sec])
@@ -290,7 +290,7 @@ func TestTranscriptScorerReal(t *testing.T) {
 		t.Run(dir[strings.LastIndex(dir, "/")+1:], func(t *testing.T) {
 			m := sharedLoad(t, model.LoadOptions{Dir: dir})
 			s := newSession(t, m)
-			events := readTranscripts(t, 2, 4)
+			events := testenv.FirstTranscripts(t, 2, 4)
 			lc := DefaultLabelConfig()
 			ts, err := NewTranscriptScorer(m, lc, s)
 			if err != nil {

@@ -1,7 +1,6 @@
 package onnxgraph_test
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -9,24 +8,7 @@ import (
 	"github.com/scorer/scorer/model/ortenv"
 )
 
-// TestMain creates the one ORT environment for the tests that run a
-// rewritten piece of graph (window_test.go), as model's TestMain does;
-// the rest are pure graph and need none, but the environment is
-// process-wide and so is made here once.
-func TestMain(m *testing.M) {
-	lib := os.Getenv("ORT_LIB")
-	if lib == "" {
-		lib = testenv.DefaultORTLib()
-	}
-	shutdown, err := ortenv.InitRuntime(lib)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "onnxgraph tests need the ONNX Runtime library (run `make ort` or set ORT_LIB): %v\n", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := shutdown(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		code = 1
-	}
-	os.Exit(code)
-}
+// TestMain runs the package's tests in the process's one ONNX Runtime
+// environment: the tests that run a rewritten piece of graph
+// (window_test.go) need it, and it is process-wide.
+func TestMain(m *testing.M) { os.Exit(testenv.MainWithORT(m, "onnxgraph", ortenv.InitRuntime)) }
