@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/scorer/scorer/gpupool"
+	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/measure"
-	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/schema"
 )
@@ -29,7 +29,9 @@ func benchPipeline(ctx context.Context, b *benchRun, f *folder) error {
 		return fmt.Errorf("pipeline: %w", err)
 	}
 	progress(e, "%s: raw ORT replay of %d batches", m.Name, len(run.rec.batches))
-	rawPairs, rawDur, rawCPU, err := replayRaw(ctx, scoring.SessionFactory(cfg, m), run.device, run.workers, run.rec.batches)
+	// The raw replay's sessions are the pipeline's: the one factory with the
+	// settings the stack gave its pool.
+	rawPairs, rawDur, rawCPU, err := replayRaw(ctx, gpupool.SessionFactory(m, cfg.SessionConfig(config.DetectHost())), run.device, run.workers, run.rec.batches)
 	if err != nil {
 		return fmt.Errorf("raw replay: %w", err)
 	}

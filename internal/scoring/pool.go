@@ -14,12 +14,6 @@ import (
 	"github.com/scorer/scorer/model/ortenv"
 )
 
-// SessionFactory opens m's sessions with cfg's session settings
-// (config.SessionConfig) on this host.
-func SessionFactory(cfg config.Config, m *model.Model) gpupool.EngineFactory {
-	return gpupool.SessionFactory(m, cfg.SessionConfig(config.DetectHost()))
-}
-
 // newPool starts the device pool for m: the options cfg.PoolOptions gives,
 // then what is wiring rather than configuration (the logger, reg, probe
 // when not nil, calibration up to m's maximum length), then extra (what an

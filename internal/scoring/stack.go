@@ -126,7 +126,7 @@ func (s *Stack) openPool(ctx context.Context, cfg config.Config, log zerolog.Log
 	if err != nil {
 		return err
 	}
-	factory := s.graph.watch(SessionFactory(cfg, m), log)
+	factory := s.graph.watch(gpupool.SessionFactory(m, cfg.SessionConfig(config.DetectHost())), log)
 	if s.loading != nil {
 		factory = afterLoad(s.loading, factory)
 	}
