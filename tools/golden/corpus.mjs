@@ -41,8 +41,9 @@ const CROSS_CHECK = 32;
 // UNIGRAM_STRIDE-th for SentencePiece Unigram ones (several times a BPE's
 // cost: 128k pieces, long joined strings); chunks between get "" and are
 // not checked. 1 and 1 (the defaults) is the whole corpus: about an hour
-// and a half of CPU for all tokenizers. The committed digest was made with
-// CORPUS_BPE_STRIDE=4 CORPUS_UNIGRAM_STRIDE=16 (see its strides).
+// and a half of CPU for all tokenizers. The committed digest has strides 2
+// and 8 (CORPUS_BPE_STRIDE=4 CORPUS_UNIGRAM_STRIDE=16, then 2 and 8 with
+// CORPUS_REUSE=1).
 const BPE_STRIDE = Number(process.env.CORPUS_BPE_STRIDE) || 1;
 const UNIGRAM_STRIDE = Number(process.env.CORPUS_UNIGRAM_STRIDE) || 1;
 
@@ -157,14 +158,23 @@ async function entry(src, all) {
   const json = tokenizerJSON(src.source);
   const stride = JSON.parse(json).model.type === 'Unigram' ? UNIGRAM_STRIDE : BPE_STRIDE;
   const e = { stride, name: src.name, source: src.source, also: src.also, sha256: crypto.createHash('sha256').update(fs.readFileSync(resolve(src.source))).digest('hex') };
+  // CORPUS_REUSE=1 keeps the digests the current file already has for the
+  // same tokenizer bytes (made and cross-checked before), so a smaller
+  // stride adds only the chunks it lacks.
+  let prev = null;
+  if (process.env.CORPUS_REUSE === '1' && fs.existsSync(outFile)) {
+    prev = JSON.parse(fs.readFileSync(outFile, 'utf8')).tokenizers.find((t) => t.name === e.name && t.sha256 === e.sha256) ?? null;
+  }
   for (const encoding of ['pair', 'joined']) {
     const perLib = [];
-    let cut = 0;
+    const old = prev?.[encoding] ?? [];
+    let cut = encoding === 'joined' && prev ? prev.joined_premises_cut ?? 0 : 0;
     const t0 = Date.now();
     for (const [li, [, tk]] of LIBS.entries()) {
       const digests = [];
       for (const [k, ss] of all.entries()) {
         if (k % stride !== 0) { digests.push(''); continue; }
+        if (old[k]) { digests.push(old[k]); continue; }
         if (li > 0 && k % Math.max(CROSS_CHECK, stride) !== 0) { digests.push(perLib[0][k]); continue; }
         const h = crypto.createHash('sha256');
         for (const [ids, typeIds, kept] of await encodeChunk(tk, json, encoding, ss, li > 0)) {
