@@ -298,9 +298,3 @@ type arenaReleasingScorer interface {
 
 // errNoProcMemory is returned where the process's memory cannot be read.
 var errNoProcMemory = errors.New("gpupool: process memory readings not available")
-
-// model.Session implements the optional abilities calibration uses.
-var (
-	_ ArenaReleaser        = (*model.Session)(nil)
-	_ arenaReleasingScorer = (*model.Session)(nil)
-)

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/scorer/scorer/model"
 	"github.com/scorer/scorer/model/ortenv"
 )
 
@@ -42,16 +41,10 @@ type device struct {
 }
 
 // engineMaxLength is the longest pair e accepts, in tokens, or 0 when e
-// does not say. model.Session says through its Model; other engines may
-// implement MaxLength() int.
+// does not say (MaxLength() int, as model.Session says it).
 func engineMaxLength(e Engine) int {
-	switch e := e.(type) {
-	case interface{ MaxLength() int }:
+	if e, ok := e.(interface{ MaxLength() int }); ok {
 		return e.MaxLength()
-	case interface{ Model() *model.Model }:
-		if m := e.Model(); m != nil {
-			return m.MaxLength
-		}
 	}
 	return 0
 }

@@ -21,6 +21,13 @@ import (
 	"github.com/scorer/scorer/model/ortenv"
 )
 
+// model.Session implements the optional abilities the pool uses.
+var (
+	_ ArenaReleaser                = (*model.Session)(nil)
+	_ arenaReleasingScorer         = (*model.Session)(nil)
+	_ interface{ MaxLength() int } = (*model.Session)(nil)
+)
+
 // startRuntime starts ONNX Runtime for the test, stopped at its end (after
 // any pool the test closes); it skips in -short runs.
 func startRuntime(t *testing.T) {

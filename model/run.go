@@ -11,6 +11,10 @@ import (
 // Model is the model this session runs.
 func (s *Session) Model() *Model { return s.m }
 
+// MaxLength is the longest pair, in tokens, the session accepts: the
+// model's maximum length. gpupool checks pairs and caps calibration with it.
+func (s *Session) MaxLength() int { return s.m.MaxLength }
+
 // ScorePairs returns P(entailment) for each pair under the model's
 // ScoreMode, in input order (the fan-out's PairScorer; gpupool's Engine).
 func (s *Session) ScorePairs(ctx context.Context, pairs []Pair) ([]float32, error) {
