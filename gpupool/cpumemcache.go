@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"strings"
 
-	"github.com/scorer/scorer/model"
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // cpuFit is a CPU engine's calibrated memory per batch: bytes ≈ Base +
@@ -80,9 +80,9 @@ func mallocEnv() string {
 }
 
 // cpuIdentity is the CPU's model name and a hash of its feature flags
-// (model.CPUIdentity): ONNX Runtime picks its kernels, and their scratch
+// (ortenv.CPUIdentity): ONNX Runtime picks its kernels, and their scratch
 // memory, by what the CPU supports.
-func cpuIdentity() string { return model.CPUIdentity() }
+func cpuIdentity() string { return ortenv.CPUIdentity() }
 
 // firstLine is a file's first line, or "" where it cannot be read.
 func firstLine(path string) string {

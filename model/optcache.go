@@ -1,7 +1,6 @@
 package model
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -20,6 +19,8 @@ import (
 	"time"
 
 	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // The graph cache keeps ONNX Runtime's optimised graph of a CPU session
@@ -115,7 +116,7 @@ func (s sessionOpts) graphCacheKey(m *Model) string {
 	}
 	fmt.Fprintf(&b, " ort=%s intra_op=%d inter_op=%d mem_pattern=%t pad_to=%d", ort.GetVersion(),
 		s.IntraOpThreads, s.InterOpThreads, !s.DisableMemPattern, s.PadToMultipleOf)
-	fmt.Fprintf(&b, " os=%s/%s cpu=%q", runtime.GOOS, runtime.GOARCH, CPUIdentity())
+	fmt.Fprintf(&b, " os=%s/%s cpu=%q", runtime.GOOS, runtime.GOARCH, ortenv.CPUIdentity())
 	return b.String()
 }
 
@@ -469,7 +470,7 @@ func (m *Model) writeOptimized(dir string, opts SessionOptions) error {
 	// What the session held (the optimiser's copies, the packed weights)
 	// goes back to the system rather than staying resident beside the
 	// scorer's own sessions.
-	trimMalloc()
+	ortenv.TrimMalloc()
 	return err
 }
 
@@ -547,33 +548,4 @@ func mkdirTemp(dir, prefix string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%s: no unused temporary name for %s*.tmp", dir, prefix)
-}
-
-// CPUIdentity is the CPU's model name and a hash of its feature flags
-// (Linux's /proc/cpuinfo): ONNX Runtime picks its kernels, their scratch
-// memory and the layout of prepacked weights by what the CPU supports.
-// Empty where it cannot be read.
-func CPUIdentity() string {
-	f, err := os.Open("/proc/cpuinfo")
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	var name, flags string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() && (name == "" || flags == "") {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		switch strings.TrimSpace(k) {
-		case "model name":
-			name = strings.TrimSpace(v)
-		case "flags", "Features": // x86, arm64
-			sum := sha256.Sum256([]byte(strings.TrimSpace(v)))
-			flags = hex.EncodeToString(sum[:8])
-		}
-	}
-	return name + " flags " + flags
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/scorer/scorer/model/ortenv"
 )
 
 // Model is the model this session runs.
@@ -40,7 +42,7 @@ func (s *Session) ScorePairsReleasingArena(ctx context.Context, pairs []Pair) ([
 	if err != nil {
 		return nil, err
 	}
-	trimMalloc() // what the arena handed back to the C heap
+	ortenv.TrimMalloc() // what the arena handed back to the C heap
 	return s.probs(logits), nil
 }
 

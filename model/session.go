@@ -122,12 +122,9 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 	}
 	// Loading held the file's protobuf beside the weights; that memory is
 	// free now but stays resident until trimmed.
-	trimMalloc()
+	ortenv.TrimMalloc()
 	return &Session{m: m, sess: sess, opts: opts, cache: cache}, nil
 }
-
-// trimMalloc hands the C heap's free pages back (ortenv.TrimMalloc).
-func trimMalloc() { ortenv.TrimMalloc() }
 
 // newPlainSession creates the session from the model's graph, as ORT
 // optimises it.
