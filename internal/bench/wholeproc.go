@@ -5,22 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"syscall"
-	"time"
 
 	"github.com/scorer/scorer/internal/cli"
 	"github.com/scorer/scorer/internal/config"
-	"github.com/scorer/scorer/internal/fanout"
 	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/model"
-	"github.com/scorer/scorer/schema"
 )
 
 // wholeProcess is `scorer score` against an independent raw loop
@@ -105,155 +97,6 @@ type startupPoint struct {
 	// ready, caches warm (issue 45, item 7).
 	GraphCacheSeconds float64 `json:"graph_cache_seconds,omitempty"`
 	ReadySeconds      float64 `json:"ready_seconds,omitempty"`
-}
-
-// procResult is one child's wall time, CPU time (getrusage of the reaped
-// child) and peak resident set (its VmHWM, polled while it runs).
-type procResult struct {
-	seconds, cpuSeconds float64
-	peakRSSMiB          float64
-	stdout              []byte
-}
-
-// runProc runs a command to completion and measures it.
-func runProc(ctx context.Context, env []string, name string, args ...string) (procResult, error) {
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = append(os.Environ(), env...)
-	var out bytes.Buffer
-	errb := &tailLog{}
-	cmd.Stdout, cmd.Stderr = &out, errb
-	t0 := time.Now()
-	if err := cmd.Start(); err != nil {
-		return procResult{}, fmt.Errorf("%s: %w", filepath.Base(name), err)
-	}
-	// The peak resident set is polled from /proc/PID/status (VmHWM, the
-	// child's own address space once it has exec'd, which Start waits
-	// for), not taken from wait4's ru_maxrss: Go starts children with
-	// vfork, and Linux carries the parent's high-water mark across exec
-	// into ru_maxrss, so every child smaller than this process reported
-	// this process's peak.
-	stopPeak := watchPeak(cmd.Process.Pid, peakPoll)
-	err := cmd.Wait()
-	d := time.Since(t0)
-	hwmKiB := stopPeak()
-	if err != nil {
-		return procResult{}, fmt.Errorf("%s %s: %w: %s", filepath.Base(name), strings.Join(args, " "), err, errb.String())
-	}
-	r := procResult{seconds: d.Seconds(), stdout: out.Bytes(), peakRSSMiB: float64(hwmKiB) / 1024}
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		r.cpuSeconds = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
-	}
-	return r, nil
-}
-
-// peakPoll is how often runProc reads a child's peak resident set; a rise
-// in the child's last peakPoll before it exits can be missed.
-const peakPoll = 20 * time.Millisecond
-
-// wholeProcInputs writes the typical and long inputs for one model folder
-// into dir: typical is real transcript sentences (the first sentences of
-// transcripts spread over the corpus's size distribution, up to sentences
-// in all); long joins consecutive real sentences until each premise is
-// about 480 tokens, so a pair with its hypothesis is ~490–500 tokens.
-func wholeProcInputs(dir string, m *model.Model, corpus []corpusLine, sentences, longSentences int) (typical, long string, err error) {
-	sample := spreadSample(corpus, 8)
-	per := (sentences + len(sample) - 1) / len(sample)
-	var lines [][]byte
-	left := sentences
-	for _, l := range sample {
-		ev := l.ev
-		var s []string
-		for _, sec := range ev.SectionNames() {
-			s = append(s, ev.Sections[sec]...)
-		}
-		s = s[:min(len(s), per, left)]
-		left -= len(s)
-		ev.Sections = map[string][]string{"FILT_MD": s}
-		b, err := json.Marshal(ev)
-		if err != nil {
-			return "", "", err
-		}
-		lines = append(lines, b)
-		if left == 0 {
-			break
-		}
-	}
-	typical = filepath.Join(dir, "typical.jsonl")
-	if err := os.WriteFile(typical, append(bytes.Join(lines, []byte("\n")), '\n'), 0o644); err != nil {
-		return "", "", err
-	}
-
-	var longs []string
-	for _, l := range bySize(corpus) {
-		if len(longs) == longSentences {
-			break
-		}
-		var cur []string
-		n := 0
-		for _, sec := range l.ev.SectionNames() {
-			for _, s := range l.ev.Sections[sec] {
-				ids, err := m.Tokenizer.Encode(s)
-				if err != nil {
-					return "", "", err
-				}
-				cur, n = append(cur, s), n+len(ids)
-				if n >= 480 {
-					longs = append(longs, strings.Join(cur, " "))
-					cur, n = nil, 0
-					if len(longs) == longSentences {
-						break
-					}
-				}
-			}
-			if len(longs) == longSentences {
-				break
-			}
-		}
-	}
-	if len(longs) < longSentences {
-		return "", "", fmt.Errorf("bench: the corpus gave %d long sentences, want %d", len(longs), longSentences)
-	}
-	b, err := json.Marshal(schema.TranscriptEvent{CallID: "BENCH-LONG", EntityID: "BENCH", Sections: map[string][]string{"FILT_MD": longs}})
-	if err != nil {
-		return "", "", err
-	}
-	long = filepath.Join(dir, "long.jsonl")
-	return typical, long, os.WriteFile(long, append(b, '\n'), 0o644)
-}
-
-// inputStats is the pair count and pair lengths of an input file under m.
-func inputStats(path string, m *model.Model, labels fanout.LabelConfig) (pairs int, mean float64, maxLen int, err error) {
-	lines, err := loadCorpus(path, schema.DefaultLimits())
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	var hyps [][]int32
-	for _, h := range labels.Hypotheses() {
-		ids, err := m.Tokenizer.Encode(h)
-		if err != nil {
-			return 0, 0, 0, err
-		}
-		hyps = append(hyps, ids)
-	}
-	total := 0
-	for _, l := range lines {
-		for _, sents := range l.ev.Sections {
-			for _, s := range sents {
-				ids, err := m.Tokenizer.Encode(s)
-				if err != nil {
-					return 0, 0, 0, err
-				}
-				for _, h := range hyps {
-					n := m.Tokenizer.EncodePair(ids, h, m.MaxLength).Len()
-					pairs, total, maxLen = pairs+1, total+n, max(maxLen, n)
-				}
-			}
-		}
-	}
-	if pairs > 0 {
-		mean = float64(total) / float64(pairs)
-	}
-	return pairs, mean, maxLen, nil
 }
 
 // wholeProcOpts are the whole-process comparison's settings for one folder.
@@ -417,80 +260,6 @@ func runWholeProcess(ctx context.Context, e cli.Env, o wholeProcOpts) ([]wholePr
 	return rows, sp, nil
 }
 
-// readyzRun starts `scorer run` on the in-memory broker with env and
-// returns the seconds from exec until /readyz answers ready (model loaded,
-// broker reachable, group joined), then stops it with SIGTERM.
-func readyzRun(ctx context.Context, env []string, exe string) (float64, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cmd := exec.CommandContext(ctx, exe, "run")
-	cmd.Env = append(append(os.Environ(), env...), "KAFKA_BROKERS=embedded", "METRICS_ADDR="+addr)
-	errb := &tailLog{}
-	cmd.Stdout, cmd.Stderr = errb, errb
-	t0 := time.Now()
-	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("scorer run: %w", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(time.Minute):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}
-	client := &http.Client{Timeout: time.Second}
-	for {
-		select {
-		case err := <-exited:
-			return 0, fmt.Errorf("scorer run exited before it was ready: %v: %s", err, errb.String())
-		case <-ctx.Done():
-			stop()
-			return 0, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-		resp, err := client.Get("http://" + addr + "/readyz")
-		if err != nil {
-			continue
-		}
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
-			d := time.Since(t0)
-			stop()
-			return d.Seconds(), nil
-		}
-	}
-}
-
-// rawLoopRun runs the raw loop on input file in, as o's scorer runs.
-func rawLoopRun(ctx context.Context, o wholeProcOpts, in string) (procResult, error) {
-	return runProc(ctx, nil, "node", o.rawLoop, "--model", o.dir, "--model-file", o.graph, "--in", in,
-		"--labels", strings.Join(o.cfg.Labels, ","), "--template", o.cfg.HypothesisTemplate)
-}
-
-// findRawLoop returns tools/rawloop/rawloop.mjs when node and the loop's
-// npm packages are installed (`make bench` installs them), else why not.
-func findRawLoop() (string, string) {
-	if _, err := exec.LookPath("node"); err != nil {
-		return "", "node is not on PATH"
-	}
-	script, err := config.ResolvePath("tools/rawloop/rawloop.mjs")
-	if err != nil {
-		return "", "tools/rawloop/rawloop.mjs not found"
-	}
-	if _, err := os.Stat(filepath.Join(filepath.Dir(script), "node_modules", "onnxruntime-node")); err != nil {
-		return "", "tools/rawloop has no node_modules (run `make rawloop`)"
-	}
-	return script, ""
-}
-
 // wholeJob is one model folder of the whole-process sections.
 type wholeJob struct {
 	dir     string
@@ -587,17 +356,4 @@ func (b *benchRun) runWholeJobs(ctx context.Context, jobs []wholeJob) (prodName 
 		}
 	}
 	return prodName, nil
-}
-
-// rawLoopOnce is findRawLoop's answer, asked (and a missing loop said)
-// once per run for both whole-process sections.
-func (b *benchRun) rawLoopOnce() (path, note string) {
-	if !b.rawLooked {
-		b.rawLoop, b.rawNote = findRawLoop()
-		b.rawLooked = true
-		if b.rawNote != "" {
-			progress(b.e, "whole process: no raw loop (%s); scorer score rows only", b.rawNote)
-		}
-	}
-	return b.rawLoop, b.rawNote
 }
