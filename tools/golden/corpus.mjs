@@ -41,9 +41,9 @@ const CROSS_CHECK = 32;
 // UNIGRAM_STRIDE-th for SentencePiece Unigram ones (several times a BPE's
 // cost: 128k pieces, long joined strings); chunks between get "" and are
 // not checked. 1 and 1 (the defaults) is the whole corpus: about an hour
-// and a half of CPU for all tokenizers. The committed digest has strides 2
-// and 8 (CORPUS_BPE_STRIDE=4 CORPUS_UNIGRAM_STRIDE=16, then 2 and 8 with
-// CORPUS_REUSE=1).
+// and a half of CPU for all tokenizers. The committed digest is the whole
+// corpus (made with strides 4 and 16, then 2 and 8, then 1, each step with
+// CORPUS_REUSE=1), and TestHFCorpus refuses one that is not.
 const BPE_STRIDE = Number(process.env.CORPUS_BPE_STRIDE) || 1;
 const UNIGRAM_STRIDE = Number(process.env.CORPUS_UNIGRAM_STRIDE) || 1;
 
