@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/scorer/scorer/internal/testenv"
 	"github.com/scorer/scorer/model/onnxgraph"
 )
 
@@ -15,7 +16,7 @@ import (
 // windows) and no Where reads or feeds a Softmax (one additive key mask
 // for all layers, built once).
 func TestAttentionRewriteStructure(t *testing.T) {
-	for family, path := range relAttnGraphs(t) {
+	for family, path := range testenv.DeBERTaGraphs(t) {
 		t.Run(family, func(t *testing.T) {
 			rewritten, st := rewrittenFileWith(t, path, mustParseSteps(t, ""))
 			// Two layers: 2 c2p/p2c scales each, one softmax each, a
@@ -107,7 +108,7 @@ func TestAttentionRewriteSteps(t *testing.T) {
 // short ones. Under -short the production graph (make_deberta) only: mha is
 // off by default, and make test runs every family.
 func TestAttentionMHAFamilies(t *testing.T) {
-	for family, path := range relAttnGraphs(t) {
+	for family, path := range testenv.DeBERTaGraphs(t) {
 		if testing.Short() && family != "make_deberta" {
 			t.Logf("-short: %s skipped, the production graph checked; make test runs every family", family)
 			continue

@@ -19,19 +19,6 @@ import (
 	"github.com/scorer/scorer/model/onnxpb"
 )
 
-// relAttnGraphs are the three DeBERTa-v2 graph families the rewrite must
-// recognise: make_deberta.py's export (nli-deberta-v3-tiny), HF's own
-// model through the TorchScript exporter (nli-deberta-v3-hf-tiny, with If
-// nodes) and the dynamo exporter's (a fixture with a 1,000-row vocabulary).
-func relAttnGraphs(t *testing.T) map[string]string {
-	shared := testenv.SharedDir(t)
-	return map[string]string{
-		"make_deberta":   filepath.Join(shared, "models", "nli-deberta-v3-tiny", "model.onnx"),
-		"hf-torchscript": filepath.Join(shared, "models", "nli-deberta-v3-hf-tiny", "model.onnx"),
-		"hf-dynamo":      filepath.Join(shared, "fixtures", "deberta-v2-dynamo", "model.onnx"),
-	}
-}
-
 // readTestGraph reads a graph file's nodes (weights left on disk).
 func readTestGraph(t *testing.T, path string) *onnxpb.GraphProto {
 	t.Helper()
@@ -228,7 +215,7 @@ func maxDiff(a, b [][]float32) float64 {
 // within 1e-5, and the rewritten graph must have no Tile or GatherElements
 // left.
 func TestRelAttentionRewriteFamilies(t *testing.T) {
-	for family, path := range relAttnGraphs(t) {
+	for family, path := range testenv.DeBERTaGraphs(t) {
 		if testing.Short() && family == "hf-torchscript" {
 			t.Logf("-short: %s skipped, the production graph (make_deberta) and another exporter's (hf-dynamo) checked; under -short TestRelAttentionHFLogits holds the rewritten HF export to HF torch's logits, and make test runs every family", family)
 			continue
@@ -421,7 +408,7 @@ func TestRelAttentionUnrecognised(t *testing.T) {
 	}
 	newSession(t, m)
 
-	lg, err := readLeanGraph(relAttnGraphs(t)["hf-torchscript"])
+	lg, err := readLeanGraph(testenv.DeBERTaGraphs(t)["hf-torchscript"])
 	if err != nil {
 		t.Fatal(err)
 	}

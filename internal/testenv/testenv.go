@@ -109,6 +109,21 @@ func ModelDir(t testing.TB, name string) string {
 	return own
 }
 
+// DeBERTaGraphs are the three DeBERTa-v2 graph families every graph rewrite
+// must handle, each 2 layers of 2 heads: make_deberta.py's export
+// (nli-deberta-v3-tiny), HF's own model through the TorchScript exporter
+// (nli-deberta-v3-hf-tiny, with If nodes) and the dynamo exporter's (a
+// fixture with a 1,000-row vocabulary), by a short name.
+func DeBERTaGraphs(t testing.TB) map[string]string {
+	t.Helper()
+	shared := SharedDir(t)
+	return map[string]string{
+		"make_deberta":   filepath.Join(shared, "models", "nli-deberta-v3-tiny", "model.onnx"),
+		"hf-torchscript": filepath.Join(shared, "models", "nli-deberta-v3-hf-tiny", "model.onnx"),
+		"hf-dynamo":      filepath.Join(shared, "fixtures", "deberta-v2-dynamo", "model.onnx"),
+	}
+}
+
 // Transcripts is the path of the real transcript corpus.
 func Transcripts(t testing.TB) string {
 	t.Helper()

@@ -4,7 +4,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,18 +15,6 @@ import (
 	"github.com/scorer/scorer/model/onnxgraph"
 	"github.com/scorer/scorer/model/onnxpb"
 )
-
-// mhaGraphs are the DeBERTa graphs the mha step must handle, each 2 layers
-// of 2 heads (config.json, SOURCE.txt): the production exporter's, HF's
-// TorchScript export and HF's dynamo export.
-func mhaGraphs(t *testing.T) map[string]string {
-	shared := testenv.SharedDir(t)
-	return map[string]string{
-		"make_deberta":   filepath.Join(shared, "models", "nli-deberta-v3-tiny", "model.onnx"),
-		"hf-torchscript": filepath.Join(shared, "models", "nli-deberta-v3-hf-tiny", "model.onnx"),
-		"hf-dynamo":      filepath.Join(shared, "fixtures", "deberta-v2-dynamo", "model.onnx"),
-	}
-}
 
 func readModel(t *testing.T, path string) *onnxpb.ModelProto {
 	t.Helper()
@@ -195,7 +182,7 @@ var mhaBatches = [][]int{{37, 300, 5, 150}, {48, 48, 20}, {9}, {1, 64, 33, 7, 64
 // of the graph as exported on right-padded batches of rows of different
 // lengths, every decision equal.
 func TestMHAKeyLengths(t *testing.T) {
-	for family, path := range mhaGraphs(t) {
+	for family, path := range testenv.DeBERTaGraphs(t) {
 		t.Run(family, func(t *testing.T) {
 			exported := readModel(t, path)
 			m := proto.Clone(exported).(*onnxpb.ModelProto)
@@ -264,7 +251,7 @@ func TestMHAKeyLengths(t *testing.T) {
 // attention_bias and gives no key_padding_mask; the logits still match the
 // graph as exported.
 func TestMHAKeyLengthsFallback(t *testing.T) {
-	path := mhaGraphs(t)["make_deberta"]
+	path := testenv.DeBERTaGraphs(t)["make_deberta"]
 	exported := readModel(t, path)
 	m := proto.Clone(exported).(*onnxpb.ModelProto)
 	steps, err := onnxgraph.ParseSteps(onnxgraph.DefaultAttentionRewrites)
