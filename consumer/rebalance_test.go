@@ -312,6 +312,26 @@ func newClusterOf(t *testing.T, topic string, partitions int32, numBrokers int) 
 	return c, c.ListenAddrs()
 }
 
+// watchGroup counts, from the broker's side, the group's JoinGroup
+// requests sent once stopping is set, and its LeaveGroup requests, from any
+// member.
+func watchGroup(cluster *kfake.Cluster, group string, stopping *atomic.Bool) (joinsAfter, leaves *atomic.Int32) {
+	joinsAfter, leaves = new(atomic.Int32), new(atomic.Int32)
+	cluster.ControlKey(int16(kmsg.JoinGroup), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		if kreq.(*kmsg.JoinGroupRequest).Group == group && stopping.Load() {
+			joinsAfter.Add(1)
+		}
+		return nil, nil, false // observe only
+	})
+	cluster.ControlKey(int16(kmsg.LeaveGroup), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		if kreq.(*kmsg.LeaveGroupRequest).Group == group {
+			leaves.Add(1)
+		}
+		return nil, nil, false
+	})
+	return joinsAfter, leaves
+}
+
 // watchMember counts, from the broker's side, the JoinGroup requests of
 // the member *member sent once stopping is set, and its LeaveGroup
 // requests (by either version's member field).

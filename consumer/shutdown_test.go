@@ -100,19 +100,7 @@ func TestShutdownLeavesWithoutRejoining(t *testing.T) {
 	const topic, group = "leave", "g-leave"
 	cluster, brokers := newCluster(t, topic, 1)
 	var stopping atomic.Bool
-	var joinsAfter, leaves atomic.Int32
-	cluster.ControlKey(int16(kmsg.JoinGroup), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		if kreq.(*kmsg.JoinGroupRequest).Group == group && stopping.Load() {
-			joinsAfter.Add(1)
-		}
-		return nil, nil, false
-	})
-	cluster.ControlKey(int16(kmsg.LeaveGroup), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		if kreq.(*kmsg.LeaveGroupRequest).Group == group {
-			leaves.Add(1)
-		}
-		return nil, nil, false
-	})
+	joinsAfter, leaves := watchGroup(cluster, group, &stopping)
 	produce(t, brokers, topic, []kafka.Message{eventMsg(0, "a"), eventMsg(0, "b")})
 	r := start(t, testConfig(brokers, topic, group), &fakeScorer{}, &fakeSink{}, testHooks{})
 	eventually(t, 20*time.Second, "committed to end", func() bool { return committed(t, brokers, group, topic, 1)[0] == 2 })

@@ -69,19 +69,7 @@ func TestTopicDeletedShutdownWhileHeld(t *testing.T) {
 	const topic, group = "deleted-stop", "g-deleted-stop"
 	cluster, brokers := newCluster(t, topic, 1)
 	var stopping atomic.Bool
-	var joinsAfter, leaves atomic.Int32
-	cluster.ControlKey(int16(kmsg.JoinGroup), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		if kreq.(*kmsg.JoinGroupRequest).Group == group && stopping.Load() {
-			joinsAfter.Add(1)
-		}
-		return nil, nil, false
-	})
-	cluster.ControlKey(int16(kmsg.LeaveGroup), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		if kreq.(*kmsg.LeaveGroupRequest).Group == group {
-			leaves.Add(1)
-		}
-		return nil, nil, false
-	})
+	joinsAfter, leaves := watchGroup(cluster, group, &stopping)
 	cfg := testConfig(brokers, topic, group)
 	cfg.PartitionWatchInterval = 200 * time.Millisecond
 	// A session long enough for backoff steps of several seconds.
