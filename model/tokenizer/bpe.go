@@ -26,7 +26,7 @@ type bpe struct {
 	ignoreMerges bool
 	prefix       string // continuing_subword_prefix
 	suffix       string // end_of_word_suffix
-	byteIDs      [256]int32
+	byteIDs      bytePieces
 
 	cache *bpeCache
 }
@@ -160,12 +160,7 @@ func newBPE(raw json.RawMessage) (*bpe, error) {
 		// A pair listed twice keeps its last rank, as HF's map does.
 		b.merges[mergeKey(a, bid)] = bpeMerge{rank: int32(i), id: id}
 	}
-	for i := range b.byteIDs {
-		b.byteIDs[i] = -1
-		if id, ok := b.vocab[fmt.Sprintf("<0x%02X>", i)]; ok {
-			b.byteIDs[i] = id
-		}
-	}
+	b.byteIDs = newBytePieces(b.vocab)
 	return b, nil
 }
 
@@ -255,14 +250,7 @@ func (b *bpe) merge(word string, sc *scratch, out []int32) ([]int32, error) {
 			continue
 		}
 		if b.byteFallback {
-			all := true
-			for j := 0; j < len(key); j++ {
-				if b.byteIDs[key[j]] < 0 {
-					all = false
-					break
-				}
-			}
-			if all {
+			if b.byteIDs.cover(key) {
 				// HF adds the byte pieces without flushing a pending unk.
 				for j := 0; j < len(key); j++ {
 					add(b.byteIDs[key[j]], 1)

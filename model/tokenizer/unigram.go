@@ -133,7 +133,7 @@ type unigram struct {
 	unkID       int32 // -1 when the model has none
 	unkScore    float64
 	byteFallbak bool
-	byteIDs     [256]int32 // <0xNN> piece ids, -1 when absent
+	byteIDs     bytePieces
 }
 
 // unkPenalty is HF's K_UNK_PENALTY: an unknown character costs 10 nats
@@ -184,12 +184,7 @@ func newUnigram(raw json.RawMessage) (*unigram, error) {
 	}
 	u.unkScore = minScore - unkPenalty
 	u.byteFallbak = c.ByteFallback
-	for b := range u.byteIDs {
-		u.byteIDs[b] = -1
-		if id, ok := u.ids[fmt.Sprintf("<0x%02X>", b)]; ok {
-			u.byteIDs[b] = id
-		}
-	}
+	u.byteIDs = newBytePieces(u.ids)
 	u.trie = buildTrie(u.pieces)
 	return u, nil
 }
@@ -290,14 +285,7 @@ func (u *unigram) emit(piece string, id int32, out []int32) []int32 {
 		return append(out, known)
 	}
 	if u.byteFallbak {
-		all := true
-		for i := 0; i < len(piece); i++ {
-			if u.byteIDs[piece[i]] < 0 {
-				all = false
-				break
-			}
-		}
-		if all {
+		if u.byteIDs.cover(piece) {
 			for i := 0; i < len(piece); i++ {
 				out = append(out, u.byteIDs[piece[i]])
 			}
@@ -305,4 +293,31 @@ func (u *unigram) emit(piece string, id int32, out []int32) []int32 {
 		}
 	}
 	return append(out, u.unkID)
+}
+
+// bytePieces are the ids of a vocab's <0xNN> pieces, -1 where it lacks
+// one: what byte_fallback spells an unknown piece with, in Unigram and
+// BPE alike.
+type bytePieces [256]int32
+
+func newBytePieces(vocab map[string]int32) bytePieces {
+	var p bytePieces
+	for i := range p {
+		p[i] = -1
+		if id, ok := vocab[fmt.Sprintf("<0x%02X>", i)]; ok {
+			p[i] = id
+		}
+	}
+	return p
+}
+
+// cover says whether every byte of s has a piece: HF falls back to bytes
+// only then, and keeps the unknown token otherwise.
+func (p *bytePieces) cover(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if p[s[i]] < 0 {
+			return false
+		}
+	}
+	return true
 }
