@@ -92,21 +92,13 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 	if err := m.checkFiles(); err != nil {
 		return nil, err
 	}
-	var sess *ort.DynamicAdvancedSession
-	var cache GraphCacheResult
-	if key := sessionOpts(opts).graphCacheKey(m); opts.GraphCache != "" && opts.CUDA == nil && key != "" {
-		so, err := m.sessionOptions(opts)
-		if err != nil {
-			return nil, err
-		}
-		sess, cache = m.newCachedSession(opts.GraphCache, key, so)
-		so.Destroy()
-	}
-	if sess == nil {
-		var err error
-		if sess, err = m.newPlainSession(opts); err != nil {
-			return nil, err
-		}
+	// Loading holds the file's protobuf beside the weights and, on CPU,
+	// packs every weight; release hands that memory back once free.
+	release := ortenv.SessionHeap()
+	sess, cache, err := m.createSession(opts)
+	release()
+	if err != nil {
+		return nil, err
 	}
 	// A write while ORT read the files may have given it some of the new
 	// bytes.
@@ -120,10 +112,27 @@ func (m *Model) NewSession(opts SessionOptions) (*Session, error) {
 		sess.Destroy()
 		return nil, err
 	}
-	// Loading held the file's protobuf beside the weights; that memory is
-	// free now but stays resident until trimmed.
-	ortenv.TrimMalloc()
 	return &Session{m: m, sess: sess, opts: opts, cache: cache}, nil
+}
+
+// createSession creates ORT's session from the graph cache where it can,
+// else from the model's graph.
+func (m *Model) createSession(opts SessionOptions) (*ort.DynamicAdvancedSession, GraphCacheResult, error) {
+	var cache GraphCacheResult
+	if key := sessionOpts(opts).graphCacheKey(m); opts.GraphCache != "" && opts.CUDA == nil && key != "" {
+		so, err := m.sessionOptions(opts)
+		if err != nil {
+			return nil, cache, err
+		}
+		sess, res := m.newCachedSession(opts.GraphCache, key, so)
+		so.Destroy()
+		if sess != nil {
+			return sess, res, nil
+		}
+		cache = res
+	}
+	sess, err := m.newPlainSession(opts)
+	return sess, cache, err
 }
 
 // newPlainSession creates the session from the model's graph, as ORT

@@ -3,7 +3,8 @@
 // what it was built with (ProbeRuntime), and glibc's malloc settings that
 // make ONNX Runtime's memory independent of the thread a cgo call ran on
 // (set by a C constructor before main in every binary that links this
-// package; TrimMalloc hands free heap pages back), the signal guard CUDA
+// package; TrimMalloc hands free heap pages back, SessionHeap lets the heap
+// keep large blocks while a session is created), the signal guard CUDA
 // calls need (SignalGuard), and the host checks that say why the CUDA path
 // cannot run here (DiagnoseCUDA, FindCUDALibraries).
 //

@@ -35,6 +35,41 @@ __attribute__((constructor)) static void scorer_malloc_at_start(void) {
 
 static int scorer_malloc_at_start_result(void) { return scorer_malloc_early; }
 
+// scorer_malloc_thresholds sets glibc's mmap and trim thresholds; it
+// returns 1 when both took, 0 when one did not, or -1 where the C library
+// is not glibc.
+static int scorer_malloc_thresholds(int mmap_threshold, int trim_threshold) {
+#if defined(__GLIBC__) && defined(M_MMAP_THRESHOLD) && defined(M_TRIM_THRESHOLD)
+	return mallopt(M_MMAP_THRESHOLD, mmap_threshold) == 1 && mallopt(M_TRIM_THRESHOLD, trim_threshold) == 1;
+#else
+	(void)mmap_threshold;
+	(void)trim_threshold;
+	return -1;
+#endif
+}
+
+// scorer_malloc_maps reports whether a block of size bytes gets a mapping
+// of its own (1) rather than heap memory (0), or -1 where it cannot tell:
+// glibc counts mapped blocks in mallinfo2's hblks. *free is the heap's
+// free memory before, which may serve a block whatever the threshold.
+static int scorer_malloc_maps(size_t size, size_t *free_bytes) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+	struct mallinfo2 mi = mallinfo2();
+	*free_bytes = mi.fordblks;
+	size_t before = mi.hblks;
+	void *p = malloc(size);
+	if (p == NULL)
+		return -1;
+	size_t after = mallinfo2().hblks;
+	free(p);
+	return after > before;
+#else
+	(void)size;
+	*free_bytes = 0;
+	return -1;
+#endif
+}
+
 // scorer_malloc_trim hands free heap pages back to the kernel (glibc), or
 // does nothing (-1) elsewhere.
 static int scorer_malloc_trim(void) {
@@ -98,7 +133,8 @@ import "C"
 // It costs nothing measurable in steady state: ORT's CPU arena keeps its
 // regions between runs, so nothing is mapped per batch (BenchmarkScorePairs
 // on the tiny DeBERTa-v3: the same pairs/s within noise, the same page
-// faults).
+// faults). Session creation is where it did cost, a mapping per packed
+// weight, so SessionHeap lifts both thresholds for its duration.
 //
 // When: before any thread but the first has called malloc. A thread takes
 // an arena at its first allocation and keeps it; a cap set later makes no
@@ -119,7 +155,39 @@ import "C"
 // them again (the same values) should the constructor not have run.
 func configureMalloc() bool {
 	early := C.scorer_malloc_at_start_result() == 1
-	return C.scorer_malloc_setup(1, 128<<10) == 1 && early
+	return C.scorer_malloc_setup(1, mmapThreshold) == 1 && early
+}
+
+// mmapThreshold is the fixed mmap threshold of configureMalloc, which is
+// also glibc's default trim threshold (M_TRIM_THRESHOLD).
+const mmapThreshold = 128 << 10
+
+// The thresholds while a session is created (SessionHeap): blocks up to
+// 32 MiB (glibc's largest mmap threshold on 64-bit; the largest weight
+// ORT packs in the DeBERTa-v3-large stand-in is 16 MiB) come from the
+// heap, and up to 64 MiB free at its top stays there for the next one.
+const (
+	sessionMmapThreshold = 32 << 20
+	sessionTrimThreshold = 64 << 20
+)
+
+// setSessionHeap sets the thresholds of SessionHeap (on) or back to
+// configureMalloc's (off); false when glibc refused them.
+func setSessionHeap(on bool) bool {
+	if on {
+		return C.scorer_malloc_thresholds(sessionMmapThreshold, sessionTrimThreshold) == 1
+	}
+	return C.scorer_malloc_thresholds(mmapThreshold, mmapThreshold) == 1
+}
+
+// mallocMaps reports whether malloc gives a block of size bytes a mapping
+// of its own, and how much free heap memory there was before (which may
+// serve the block whatever the threshold); ok is false where it cannot
+// tell.
+func mallocMaps(size int) (mapped bool, free int, ok bool) {
+	var f C.size_t
+	r := C.scorer_malloc_maps(C.size_t(size), &f)
+	return r == 1, int(f), r >= 0
 }
 
 // TrimMalloc returns the C heap's free pages to the kernel: after a session
