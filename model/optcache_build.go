@@ -34,7 +34,8 @@ func (s *Session) GraphCacheDir() string { return s.opts.GraphCache }
 // for seconds to minutes); the entry becomes visible whole, by a rename,
 // once written and checked. Call it once the scorer is ready: it is what a
 // later start saves, and costs this one nothing it waits for. ctx stops it
-// between its steps; ORT's session creation cannot be interrupted.
+// between its steps; ORT's session creation cannot be interrupted, and the
+// environment stays loaded for it (ortenv.Pin) after its owner's shutdown.
 // Returns the entry's folder.
 func (s *Session) BuildGraphCache(ctx context.Context) (string, error) {
 	m, opts := s.m, s.opts
@@ -45,6 +46,15 @@ func (s *Session) BuildGraphCache(ctx context.Context) (string, error) {
 	if m.SHA256 == "" {
 		return "", errors.New("model: the model's version is not known yet")
 	}
+	// ORT's session creation cannot be interrupted, so a process may end
+	// its scorer, and the environment's owner shut it down, while this
+	// runs: the pin keeps the environment for it (and for a scorer started
+	// after in the same process), and the last unpin destroys it.
+	unpin, ok := ortenv.Pin()
+	if !ok {
+		return "", errors.New("model: no ONNX Runtime environment to write the graph cache in")
+	}
+	defer unpin()
 	dir := opts.GraphCache
 	done := make(chan struct{})
 	var entry string

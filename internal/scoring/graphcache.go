@@ -115,36 +115,34 @@ func (g *graphCache) start(cfg config.Config, log zerolog.Logger) {
 }
 
 // finish ends the write: it waits for it when wait (GRAPH_CACHE_WAIT) until
-// ctx ends, else stops it. It reports false when the write is still going
-// (ONNX Runtime's session creation cannot be interrupted): ONNX Runtime
-// must then stay loaded.
-func (g *graphCache) finish(ctx context.Context, wait bool, log zerolog.Logger) bool {
+// ctx ends, else stops it. ONNX Runtime's session creation cannot be
+// interrupted, so a write may go on after finish returns; it keeps the
+// environment loaded for itself (ortenv.Pin, in model.BuildGraphCache).
+func (g *graphCache) finish(ctx context.Context, wait bool, log zerolog.Logger) {
 	g.mu.Lock()
 	done, cancel := g.done, g.cancel
 	g.mu.Unlock()
 	if done == nil {
-		return true
+		return
 	}
 	if wait {
 		select {
 		case <-done:
-			return true
+			return
 		default:
 		}
 		log.Info().Msg("waiting for the graph cache to be written (GRAPH_CACHE_WAIT)")
 		select {
 		case <-done:
-			return true
+			return
 		case <-ctx.Done():
 		}
 	}
 	cancel()
 	select {
 	case <-done:
-		return true
 	default:
-		log.Info().Msg("graph cache not written: the process ends first; the next start writes it")
-		return false
+		log.Info().Msg("graph cache not written yet as the scorer stops: a process that exits now leaves it to the next start")
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 
 	"github.com/scorer/scorer/internal/config"
 	"github.com/scorer/scorer/internal/testenv"
+	"github.com/scorer/scorer/schema"
 )
 
 // logLines are the JSON log lines a stack wrote, by message.
@@ -107,4 +110,128 @@ func TestStackWritesGraphCacheAfterOpen(t *testing.T) {
 	if second["graph cache written: the next start loads the optimised graph from it"] != nil {
 		t.Error("second stack wrote the cache again")
 	}
+}
+
+// A scorer's stack closed while its graph cache is still being written
+// (ONNX Runtime's session creation cannot be interrupted) leaves the
+// environment to the write, and a scorer started after it in the same
+// process takes the environment over: before, Close left ONNX Runtime
+// loaded and owned, and the next StartRuntime failed "already
+// initialized" (so in-process tests ran with GRAPH_CACHE=off). The write
+// ends on the taken-over environment without destroying it under the
+// second scorer, which still scores, nor a third started after both.
+// Real ONNX Runtime and the tiny DeBERTa-v3.
+func TestStackClosedMidWriteLeavesRuntimeToTheNext(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "graph")
+	env := map[string]string{
+		"MODEL_DIR":             testenv.ModelDir(t, "nli-deberta-v3-tiny"),
+		"DEVICE":                "cpu",
+		"CPU_CALIBRATION_CACHE": "off",
+		"GRAPH_CACHE":           dir,
+		"SCORE_CACHE_BYTES":     "0",
+	}
+	cfg, err := config.FromEnv(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rt, err := StartRuntime(testenv.ORTLib(t), zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log lockedBuffer
+	s, err := Open(ctx, cfg, zerolog.New(&log), nil, OnRuntime(rt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if log.lines(t)["graph cache not written yet as the scorer stops: a process that exits now leaves it to the next start"] == nil {
+		t.Fatal("the first stack's write ended before its Close: nothing left running to test")
+	}
+	if err := rt.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another library cannot be loaded beside the one the write holds.
+	b, err := os.ReadFile(testenv.ORTLib(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(t.TempDir(), filepath.Base(testenv.ORTLib(t)))
+	if err := os.WriteFile(other, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeEnded := func() bool {
+		l := log.lines(t)
+		return l["graph cache not written; the next start optimises the graph again"] != nil || l["graph cache written: the next start loads the optimised graph from it"] != nil
+	}
+	switch rt, err := StartRuntime(other, zerolog.Nop()); {
+	case err == nil:
+		// Right only if the write let the environment go first; it logs
+		// its end just after.
+		time.Sleep(time.Second)
+		if !writeEnded() {
+			t.Fatal("a runtime from another library file started while the write held the first")
+		}
+		if err := rt.Close(); err != nil {
+			t.Fatal(err)
+		}
+	case !strings.Contains(err.Error(), "still loaded for work its last owner left running"):
+		t.Fatalf("a runtime from another library file while the write holds the first: %v, want it refused for that", err)
+	}
+	rt2, err := StartRuntime(testenv.ORTLib(t), zerolog.Nop())
+	if err != nil {
+		t.Fatalf("a second scorer in the process after the first ended mid-write: %v", err)
+	}
+	cfg.GraphCache = "off"
+	s2, err := Open(ctx, cfg, zerolog.Nop(), nil, OnRuntime(rt2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first stack's write logs its end (stopped by the Close, once
+	// its session was created) after it let the environment go.
+	for deadline := time.Now().Add(2 * time.Minute); !writeEnded(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first stack's graph cache write did not end within 2 minutes")
+		}
+	}
+	ev := schema.TranscriptEvent{CallID: "after-write", Sections: map[string][]string{"FILT_MD": {"Revenue grew in the quarter."}}}
+	if _, err := s2.Scorer.Score(ctx, []schema.TranscriptEvent{ev}); err != nil {
+		t.Fatalf("the second scorer after the first's write ended: %v", err)
+	}
+	if err := s2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rt3, err := StartRuntime(testenv.ORTLib(t), zerolog.Nop())
+	if err != nil {
+		t.Fatalf("a third runtime once the others are done: %v", err)
+	}
+	if err := rt3.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lockedBuffer is a log read while a goroutine may still write to it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// lines is logLines of what was written so far.
+func (l *lockedBuffer) lines(t *testing.T) map[string]map[string]any {
+	l.mu.Lock()
+	b := bytes.NewBuffer(bytes.Clone(l.b.Bytes()))
+	l.mu.Unlock()
+	return logLines(t, b)
 }

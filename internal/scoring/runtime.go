@@ -32,10 +32,9 @@ type Runtime struct {
 	probe     gpupool.Probe // nil until NVML opened, or when it could not be
 	nvmlErr   error
 	closeNVML func()
-	// unfinished is set when a pool's Close failed (see above);
-	// building when a stack's graph cache was still being written.
-	unfinished, building bool
-	closed               bool
+	// unfinished is set when a pool's Close failed (see above).
+	unfinished bool
+	closed     bool
 }
 
 // StartRuntime starts the process's one ONNX Runtime environment from
@@ -96,15 +95,6 @@ func (rt *Runtime) poolUnfinished() {
 	rt.mu.Unlock()
 }
 
-// buildUnfinished records that a graph cache is still being written (a
-// session being created, which cannot be interrupted): Close then leaves
-// ONNX Runtime loaded.
-func (rt *Runtime) buildUnfinished() {
-	rt.mu.Lock()
-	rt.building = true
-	rt.mu.Unlock()
-}
-
 // Close shuts NVML down, then ONNX Runtime, unless a pool of a stack on
 // this Runtime did not finish closing; then both stay loaded (see
 // Runtime). Call it after every stack on rt is closed; a second call does
@@ -118,12 +108,6 @@ func (rt *Runtime) Close() error {
 	rt.closed = true
 	if rt.unfinished {
 		rt.log.Warn().Msg("leaving NVML initialised and ONNX Runtime loaded: a device pool did not finish closing (the process is exiting anyway)")
-		return nil
-	}
-	if rt.building {
-		// Not a warning: a short run ends before the cache is written,
-		// and a later start writes it.
-		rt.log.Debug().Msg("leaving ONNX Runtime loaded: the graph cache is still being written (the process is exiting anyway)")
 		return nil
 	}
 	if rt.closeNVML != nil {

@@ -67,9 +67,7 @@ func Open(ctx context.Context, cfg config.Config, log zerolog.Logger, reg promet
 		// doctor, compare) only read it.
 		s.graph.start(cfg, log)
 		s.closers = append(s.closers, func(ctx context.Context) error {
-			if !s.graph.finish(ctx, cfg.GraphCacheWait, log) {
-				s.rt.buildUnfinished()
-			}
+			s.graph.finish(ctx, cfg.GraphCacheWait, log)
 			return nil
 		})
 	}

@@ -171,10 +171,9 @@ func ScorerEnv(t testing.TB) map[string]string {
 		"METRICS_ADDR":     "off",
 		"SHUTDOWN_TIMEOUT": "20s",
 		// A scorer writes ONNX Runtime's optimised graph after it is
-		// ready; one that ends first (most test runs) leaves ONNX Runtime
-		// loaded, and the next in-process subcommand of the same test
-		// binary could not start its own. The graph cache's own tests
-		// turn it on.
+		// ready, by default into the user's cache folder: tests keep
+		// out of it, and their CPU for themselves. The graph cache's own
+		// tests turn it on in a folder of their own.
 		"GRAPH_CACHE": "off",
 		// A killed member's partitions move after this; the default 30s
 		// would make every crash drill mostly waiting.
