@@ -30,7 +30,7 @@ func TestDemoSummaryWithBadAndRepeatedLines(t *testing.T) {
 		t.Run(filepath.Base(dir), func(t *testing.T) {
 			env := withEnv(testenv.ScorerEnv(t), "MODEL_DIR", dir, "LABELS", "consumer weakness", "KAFKA_INPUT_PARTITIONS", "2", "KAFKA_BROKERS", "embedded")
 			ctx, cancel := context.WithCancel(t.Context())
-			out, logs := &lockedBuffer{}, &lockedBuffer{}
+			out, logs := &testenv.LockedBuffer{}, &testenv.LockedBuffer{}
 			errc := make(chan error, 1)
 			go func() {
 				errc <- run(ctx, []string{"run", "--demo-file", file, "--broker-addr", "127.0.0.1:0"},
@@ -121,7 +121,7 @@ func TestMakeRunDemo(t *testing.T) {
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	out, logs := &lockedBuffer{}, &lockedBuffer{}
+	out, logs := &testenv.LockedBuffer{}, &testenv.LockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

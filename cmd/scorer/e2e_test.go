@@ -24,7 +24,7 @@ func runInProcess(t *testing.T, env map[string]string, args ...string) (stop fun
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
-	logs := &lockedBuffer{}
+	logs := &testenv.LockedBuffer{}
 	go func() {
 		errc <- run(ctx, append([]string{"run"}, args...), func(k string) string { return env[k] }, strings.NewReader(""), io.Discard, logs)
 	}()

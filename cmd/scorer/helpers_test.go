@@ -106,31 +106,14 @@ func startBrokerProcessAt(t testing.TB, addr string, partitions int) string {
 // scorerProcess is `scorer run` as its own process, its log kept for failure reports.
 type scorerProcess struct {
 	cmd *exec.Cmd
-	log *lockedBuffer
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	log *testenv.LockedBuffer
 }
 
 func startScorerProcess(t testing.TB, env map[string]string, args ...string) *scorerProcess {
 	t.Helper()
 	cmd := exec.Command(scorerBinary(t), append([]string{"run"}, args...)...)
 	cmd.Env = environ(env)
-	p := &scorerProcess{cmd: cmd, log: &lockedBuffer{}}
+	p := &scorerProcess{cmd: cmd, log: &testenv.LockedBuffer{}}
 	cmd.Stdout = p.log
 	cmd.Stderr = p.log
 	if err := cmd.Start(); err != nil {

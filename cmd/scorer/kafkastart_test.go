@@ -90,7 +90,7 @@ func TestRunExitsOnUnfixableKafkaError(t *testing.T) {
 				"MODEL_DIR": testenv.ModelDir(t, "nli-unigram-small"), "ORT_LIB": testenv.ORTLib(t)}, tc.env...)
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
-			logs := &lockedBuffer{}
+			logs := &testenv.LockedBuffer{}
 			start := time.Now()
 			err = run(ctx, []string{"run"}, func(k string) string { return env[k] }, strings.NewReader(""), io.Discard, logs)
 			if ctx.Err() != nil {
@@ -215,7 +215,7 @@ func TestRunRefusesTooSmallOutputTopic(t *testing.T) {
 	}
 	env := map[string]string{"KAFKA_BROKERS": broker, "METRICS_ADDR": "off", "LOG_FORMAT": "json", "MAX_SENTENCES": "20000",
 		"MODEL_DIR": testenv.ModelDir(t, "nli-unigram-small"), "ORT_LIB": testenv.ORTLib(t)}
-	logs := &lockedBuffer{}
+	logs := &testenv.LockedBuffer{}
 	err = run(ctx, []string{"run"}, func(k string) string { return env[k] }, strings.NewReader(""), io.Discard, logs)
 	if ctx.Err() != nil {
 		t.Fatalf("run started on an output topic too small for its limits:\n%s", testenv.Tail(logs.String(), 2000))

@@ -18,7 +18,7 @@ func TestRunStopWhileWaitingForKafka(t *testing.T) {
 	env := map[string]string{"KAFKA_BROKERS": freeAddr(t), "METRICS_ADDR": "off", "LOG_FORMAT": "json"}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	logs := &lockedBuffer{}
+	logs := &testenv.LockedBuffer{}
 	errc := make(chan error, 1)
 	go func() {
 		errc <- run(ctx, []string{"run"}, func(k string) string { return env[k] }, strings.NewReader(""), io.Discard, logs)
@@ -55,7 +55,7 @@ func TestRunRefusesEmptyBrokers(t *testing.T) {
 			// Bounded: a run that starts anyway would serve until stopped.
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 			defer cancel()
-			var stderr lockedBuffer
+			var stderr testenv.LockedBuffer
 			err := run(ctx, []string{"run", "--broker-addr", "127.0.0.1:0"}, func(k string) string { return env[k] }, strings.NewReader(""), io.Discard, &stderr)
 			if err == nil {
 				t.Fatal("run accepted an empty KAFKA_BROKERS")

@@ -45,7 +45,7 @@ func TestSubcommandsBuildTheSameScorer(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	runEnv := withEnv(env, "KAFKA_BROKERS", "embedded")
-	logs := &lockedBuffer{}
+	logs := &testenv.LockedBuffer{}
 	errc := make(chan error, 1)
 	go func() {
 		errc <- run(ctx, []string{"run", "--broker-addr", "127.0.0.1:0"}, func(k string) string { return runEnv[k] }, strings.NewReader(""), io.Discard, logs)

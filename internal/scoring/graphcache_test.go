@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -139,7 +138,7 @@ func TestStackClosedMidWriteLeavesRuntimeToTheNext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var log lockedBuffer
+	var log testenv.LockedBuffer
 	s, err := Open(ctx, cfg, zerolog.New(&log), nil, OnRuntime(rt))
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +146,7 @@ func TestStackClosedMidWriteLeavesRuntimeToTheNext(t *testing.T) {
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if log.lines(t)["graph cache not written yet as the scorer stops: a process that exits now leaves it to the next start"] == nil {
+	if logSoFar(t, &log)["graph cache not written yet as the scorer stops: a process that exits now leaves it to the next start"] == nil {
 		t.Fatal("the first stack's write ended before its Close: nothing left running to test")
 	}
 	if err := rt.Close(); err != nil {
@@ -164,7 +163,7 @@ func TestStackClosedMidWriteLeavesRuntimeToTheNext(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeEnded := func() bool {
-		l := log.lines(t)
+		l := logSoFar(t, &log)
 		return l["graph cache not written; the next start optimises the graph again"] != nil || l["graph cache written: the next start loads the optimised graph from it"] != nil
 	}
 	switch rt, err := StartRuntime(other, zerolog.Nop()); {
@@ -216,22 +215,7 @@ func TestStackClosedMidWriteLeavesRuntimeToTheNext(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a log read while a goroutine may still write to it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// lines is logLines of what was written so far.
-func (l *lockedBuffer) lines(t *testing.T) map[string]map[string]any {
-	l.mu.Lock()
-	b := bytes.NewBuffer(bytes.Clone(l.b.Bytes()))
-	l.mu.Unlock()
-	return logLines(t, b)
+// logSoFar is logLines of what l holds so far.
+func logSoFar(t *testing.T, l *testenv.LockedBuffer) map[string]map[string]any {
+	return logLines(t, bytes.NewBuffer(l.Bytes()))
 }
