@@ -13,7 +13,11 @@ import (
 )
 
 // TestStuckDeadLetterSparesOtherPartitions: with the default batches (16
-// records, 2 in flight), batches mix both partitions. A dead letter of
+// records, 2 in flight), batches mix both partitions. The batch wait is
+// long enough that every batch but the last fills: with 11 records of
+// partition 0 and 30 of partition 1, a full batch of 16 then holds both
+// whatever order the fetches bring them in (with the default 200ms, a
+// loaded machine cut batches of one partition only). A dead letter of
 // partition 0 that can never be written holds partition 0 only: every
 // record of partition 1, including those that shared a batch with the
 // stuck one, is published and committed, while nothing of partition 0 past
@@ -32,7 +36,7 @@ func TestStuckDeadLetterSparesOtherPartitions(t *testing.T) {
 	produce(t, brokers, topic, msgs)
 	sk := &fakeSink{deadErr: func([]schema.DeadLetter) error { return errors.New("UNKNOWN_TOPIC_OR_PARTITION") }}
 	cfg := testConfig(brokers, topic, group)
-	cfg.BatchMaxMessages, cfg.MaxInflightBatches, cfg.BatchMaxWait = DefaultBatchMaxMessages, DefaultMaxInflightBatches, DefaultBatchMaxWait
+	cfg.BatchMaxMessages, cfg.MaxInflightBatches, cfg.BatchMaxWait = DefaultBatchMaxMessages, DefaultMaxInflightBatches, 3*time.Second
 	sc := &fakeScorer{}
 	start(t, cfg, sc, sk, testHooks{})
 
