@@ -137,6 +137,9 @@ ORT_CORE_TESTS := ^(TestInitRuntimeErrors|TestProbeRuntime|TestGoldenScores|Test
 # The image is built in the background beside the Go tests (minutes of compiling and unpacking, which
 # fill the time the drills spend waiting and the end of the run, when one package is left); its log
 # is printed if the build fails. image-test then runs it with the machine to itself, the build a cache hit.
+# After them, the whole-corpus tokenizer check (no -race: 2 minutes of CPU) and the CUDA core's tests
+# run beside the soak, which spends its two minutes mostly waiting out its faults; their output follows
+# the soak's verdict.
 # Test binaries run four at a time, not GOMAXPROCS (2 here): the broker and consumer tests spend most
 # of their wall time waiting on timeouts and heartbeats, and a waiting package should not hold one of two
 # slots (go test -short ./...: 121 s at -p 2, 96 s at -p 4 on 2 cores; docs/testing.md).
@@ -145,9 +148,12 @@ test: ort cuda-ort kcat helm promtool duckdb lint
 	mkdir -p bin; IMAGE_TEST_BUILD_ONLY=1 ./scripts/image-test.sh >bin/image-build.log 2>&1 & build=$$!; \
 	status=0; \
 	$(GO) test -race -count=1 -p $(TEST_P) -timeout 45m ./... || status=$$?; \
-	if [ $$status -eq 0 ]; then $(GO) test -count=1 -run '^TestHFCorpus$$' ./model/tokenizer || status=$$?; fi; \
-	if [ $$status -eq 0 ]; then ORT_LIB=$(ORT_CUDA_DIR)/libonnxruntime.so.1 $(GO) test -race -count=1 -timeout 20m -run '$(ORT_CORE_TESTS)' ./model || status=$$?; fi; \
-	if [ $$status -eq 0 ]; then $(MAKE) soak SOAK_MINUTES=2 SOAK_SEED=20261129 || status=$$?; fi; \
+	if [ $$status -eq 0 ]; then \
+		{ $(GO) test -count=1 -run '^TestHFCorpus$$' ./model/tokenizer && \
+		  ORT_LIB=$(ORT_CUDA_DIR)/libonnxruntime.so.1 $(GO) test -race -count=1 -timeout 20m -run '$(ORT_CORE_TESTS)' ./model; } >bin/test-after.log 2>&1 & after=$$!; \
+		$(MAKE) soak SOAK_MINUTES=2 SOAK_SEED=20261129 || status=$$?; \
+		wait $$after || status=1; cat bin/test-after.log; \
+	fi; \
 	if [ $$status -eq 0 ]; then $(MAKE) fuzz || status=$$?; fi; \
 	if ! wait $$build; then echo "image build failed (bin/image-build.log):"; tail -n 40 bin/image-build.log; status=1; fi; \
 	if [ $$status -eq 0 ]; then $(MAKE) image-test || status=$$?; fi; \
