@@ -292,7 +292,7 @@ func run(ctx context.Context, opt options) (string, bool, error) {
 	caughtUpIn := time.Since(caughtUp)
 	stopStalls()
 	s.mu.Lock()
-	longest, where := stall.longest, stall.where
+	stalled := stalls{longest: stall.longest, where: stall.where}
 	s.mu.Unlock()
 	last, scrapeErr := a.scrape()
 	if scrapeErr == nil {
@@ -312,49 +312,18 @@ func run(ctx context.Context, opt options) (string, bool, error) {
 	if err != nil {
 		return "", false, fmt.Errorf("reading back: %w", err)
 	}
-	t := check(ledger, s.removals, outs, dlq)
-
-	// The verdict.
-	var broken []string
-	if behind != "" {
-		broken = append(broken, "not caught up after "+opt.catchUp.String()+": "+behind)
+	o := outcome{sent: len(ledger), t: check(ledger, s.removals, outs, dlq), removals: s.removals, counts: s.counts,
+		replays: s.replays, behind: behind, caughtUpIn: caughtUpIn, backlog: backlog, stall: stalled,
+		exits: map[string][]string{}, termErrors: s.termErrors, base: base, last: last, peak: peak, scrapeErr: scrapeErr,
+		logs: logCounts(opt.dir, "generation started", "commit failed", "consumer group generation failed")}
+	for _, sc := range s.scorers {
+		if e := sc.unasked(); len(e) > 0 {
+			o.exits[sc.name] = e
+		}
 	}
-	if t.lost > 0 {
-		broken = append(broken, fmt.Sprintf("lost %d: %s", t.lost, strings.Join(t.lostCalls, "; ")))
-	}
-	if t.skipped > 0 {
-		broken = append(broken, fmt.Sprintf("older versions skipped %d: %s", t.skipped, strings.Join(t.skippedCalls, "; ")))
-	}
-	if t.outOfOrder > 0 {
-		broken = append(broken, fmt.Sprintf("out of order %d: %s", t.outOfOrder, strings.Join(t.oooCalls, "; ")))
-	}
-	if t.phantom > 0 {
-		broken = append(broken, fmt.Sprintf("%d outputs of versions never sent", t.phantom))
-	}
-	dupBound := opt.maxUncommit * opt.partitions * s.replays
-	if t.duplicates > dupBound {
-		broken = append(broken, fmt.Sprintf("duplicates %d over the bound %d", t.duplicates, dupBound))
-	}
-	if len(a.exits) > 0 {
-		broken = append(broken, "scorer A exited: "+strings.Join(a.exits, ", "))
-	}
-	rssDrift, gDrift := (last.rss-base.rss)/(1<<20), last.goroutines-base.goroutines
-	switch {
-	case scrapeErr != nil:
-		broken = append(broken, "scorer A's metrics at the end: "+scrapeErr.Error())
-	case rssDrift > opt.maxRSSDrift:
-		broken = append(broken, fmt.Sprintf("scorer A's RSS grew %.1f MiB (bound %v)", rssDrift, opt.maxRSSDrift))
-	case gDrift > opt.maxGoroutines:
-		broken = append(broken, fmt.Sprintf("scorer A's goroutines grew %v (bound %v)", gDrift, opt.maxGoroutines))
-	}
+	line, broken := verdict(opt, o)
 	if len(s.termErrors) > 0 {
 		s.logf("SIGTERM exits not clean: %s", strings.Join(s.termErrors, "; "))
-	}
-	var exits []string
-	for _, sc := range s.scorers {
-		for _, e := range sc.exits {
-			exits = append(exits, sc.name+": "+e)
-		}
 	}
 	if prodErrs > 0 {
 		s.logf("producer: %d sends not acknowledged (sent again), the last: %v", prodErrs, prodLastErr)
@@ -363,25 +332,5 @@ func run(ctx context.Context, opt options) (string, bool, error) {
 		s.logf("BROKEN: %s", b)
 	}
 	s.logf("logs and broker data in %s", opt.dir)
-
-	logs := logCounts(opt.dir, "generation started", "commit failed", "consumer group generation failed")
-
-	verdict := "PASS"
-	if len(broken) > 0 {
-		verdict = "FAIL"
-	}
-	nFaults := 0
-	for _, n := range s.counts {
-		nFaults += n
-	}
-	line := fmt.Sprintf("soak %s: seed=%d minutes=%v sent=%d (calls %d, poison %d) faults=%d [%s] lost=%d skipped_older_versions=%d removed_by_faults=%d [%s] "+
-		"out_of_order=%d duplicates=%d (bound %d = MAX_UNCOMMITTED %d × %d partitions × %d crash-like faults) stale_last=%d poison_dead_lettered=%d/%d (%d removed) dlq=%s "+
-		"A_rss=%.1f→%.1f MiB (drift %+.1f, peak %.1f) A_goroutines=%v→%v (drift %+v, peak %v) backlog_at_end_of_faults=%d caught_up_in=%v longest_commit_stall=%v (%s) unasked_exits=%d sigterm_unclean=%d "+
-		"scorer_logs: generations=%d commit_failures=%d failed_generations=%d",
-		verdict, opt.seed, opt.minutes, len(ledger), t.calls, t.poison, nFaults, kv(s.counts), t.lost, t.skipped, sum(t.removed), kv(t.removed),
-		t.outOfOrder, t.duplicates, dupBound, opt.maxUncommit, opt.partitions, s.replays, t.staleLast, t.poisonDLQ, t.poison, t.poisonRemoved, dlqSummary(t),
-		base.rss/(1<<20), last.rss/(1<<20), rssDrift, peak.rss/(1<<20), base.goroutines, last.goroutines, gDrift, peak.goroutines,
-		backlog, caughtUpIn.Round(100*time.Millisecond), longest.Round(time.Second), cmpOr(where, "none"), len(exits), len(s.termErrors),
-		logs["generation started"], logs["commit failed"], logs["consumer group generation failed"])
 	return line, len(broken) == 0, nil
 }

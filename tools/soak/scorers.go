@@ -174,3 +174,10 @@ func freeAddr() (string, error) {
 	defer ln.Close()
 	return ln.Addr().String(), nil
 }
+
+// unasked is a copy of the slot's unasked exits.
+func (s *scorer) unasked() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.exits...)
+}
