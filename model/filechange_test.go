@@ -159,3 +159,58 @@ func TestModelFileChanged(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckFilesSeesWritesThatKeepTimes: a model file written in place
+// with its size and modification time kept (testenv.FlipInPlace: what
+// `rsync --inplace -t`, `cp -p` from an artifact with normalised
+// timestamps or `touch -r` give) fails CheckFiles, the liveness check, with
+// ErrModelFileChanged: sessions already open map the new weights under
+// the old version. A change of the file's status alone (chmod: it moves
+// the ctime too) costs one hash and no failure, and the check is cheap
+// again after it. For the graph file and an external data file, on
+// nli-wordpiece-small (no rewrite, a small tokenizer: the two loads cost
+// little under -race).
+func TestCheckFilesSeesWritesThatKeepTimes(t *testing.T) {
+	for _, tc := range []struct {
+		name, file string
+		external   bool
+	}{{"graph", "model.onnx", false}, {"external data", "model.onnx_data", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := testenv.ModelDir(t, "nli-wordpiece-small")
+			var dir string
+			if tc.external {
+				dir = testenv.ExternalDataModelDir(t, src, testenv.OneDataFile)
+			} else {
+				dir = writableModelDir(t, src)
+			}
+			m := loadModel(t, LoadOptions{Dir: dir})
+			path := filepath.Join(dir, tc.file)
+			if err := m.CheckFiles(); err != nil {
+				t.Fatalf("CheckFiles before any change: %v", err)
+			}
+			if err := os.Chmod(path, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.CheckFiles(); err != nil {
+				t.Fatalf("CheckFiles after chmod alone: %v; want nil (the same bytes)", err)
+			}
+			before, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			testenv.FlipInPlace(t, path)
+			after, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !os.SameFile(before, after) || before.Size() != after.Size() || !before.ModTime().Equal(after.ModTime()) {
+				t.Fatalf("FlipInPlace changed the inode, size or mtime: %v %d -> %v %d", before.ModTime(), before.Size(), after.ModTime(), after.Size())
+			}
+			err = m.CheckFiles()
+			if !errors.Is(err, ErrModelFileChanged) || !strings.Contains(err.Error(), path) {
+				t.Fatalf("CheckFiles after %s was written in place with its size and mtime kept: %v; want ErrModelFileChanged naming %s", tc.file, err, path)
+			}
+			t.Logf("refused: %v", err)
+		})
+	}
+}

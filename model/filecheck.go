@@ -83,6 +83,11 @@ func (m *Model) changed(i int, is fileState, when string) error {
 		what = "replaced by another file " + when
 	case was.size != is.stamp.size:
 		what = fmt.Sprintf("written in place %s (%d bytes, was %d)", when, is.stamp.size, was.size)
+	case was.mtime == is.stamp.mtime:
+		// Only the ctime moved (fileStamp): new bytes under the old size
+		// and mtime, as rsync --inplace -t or cp -p leave them.
+		what = fmt.Sprintf("written in place %s with its size and modification time kept (status changed at %s)", when,
+			time.Unix(0, is.stamp.ctime).UTC().Format(time.RFC3339Nano))
 	}
 	version := "the version being loaded"
 	if m.hashed != "" {
@@ -127,8 +132,11 @@ func (m *Model) CheckFiles() error { return m.checkFiles() }
 //
 // Why stamps, and a hash only when one moved: an in-place write changes
 // what even the held descriptor reads (the same inode) and always sets
-// the modification time, a file renamed over the path is another inode;
-// a hash on every NewSession would cost seconds on a 1.7 GB model.
+// the status-change time, whatever it does with the modification time
+// (fileStamp); a file renamed over the path is another inode; a hash on
+// every NewSession would cost seconds on a 1.7 GB model. A stamp that
+// moves with the bytes unchanged (touch, chmod, chown, a hard link added:
+// each sets the ctime) is resolved by that hash, never refused.
 func (m *Model) checkFiles() error {
 	m.filesMu.Lock()
 	defer m.filesMu.Unlock()

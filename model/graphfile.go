@@ -52,20 +52,31 @@ type heldFile struct {
 	// sessions open (leanGraph.dir and the locations are made of it).
 	path, real string
 	f          *os.File
-	// stamp is the file's size and modification time when it was opened:
-	// what a write in place changes (Model.checkFiles).
+	// stamp is the file's size, modification and status-change times when
+	// it was opened: what a write in place changes (Model.checkFiles).
 	stamp fileStamp
 }
 
-// fileStamp is what tells a file written since it was read: its size and
-// modification time (every write sets it to the time of the write).
+// fileStamp is what tells a file written since it was read: its size,
+// modification time and status-change time (ctime).
+//
+// Why the ctime: every write sets the mtime to the time of the write, but
+// user space can set it back, and tools do: `rsync --inplace -t`, `cp -p`
+// from artifacts with normalised timestamps (Bazel, ko, nix), `touch -r`
+// give a file new bytes with its old size and mtime. The kernel sets the
+// ctime on every write and on every change of the mtime, and nothing sets
+// it back. It also moves on changes that leave the bytes alone (chmod,
+// chown, a link added or removed): Model.checkFiles then hashes the files
+// again and holds them as they are, so such a change costs one hash,
+// never a refusal.
 type fileStamp struct {
 	size  int64
 	mtime int64 // ns since the epoch
+	ctime int64 // ns since the epoch; 0 where not read (filestamp_other.go)
 }
 
 func stampOf(st os.FileInfo) fileStamp {
-	return fileStamp{size: st.Size(), mtime: st.ModTime().UnixNano()}
+	return fileStamp{size: st.Size(), mtime: st.ModTime().UnixNano(), ctime: ctimeOf(st)}
 }
 
 // close closes the files lg holds open.
