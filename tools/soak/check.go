@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // sent is one input record the producer wrote and the broker acknowledged.
@@ -14,7 +15,8 @@ type sent struct {
 	epoch     int // incarnation of the input topic: a delete and re-create starts the next
 	partition int32
 	offset    int64
-	poison    bool // malformed JSON: must reach the DLQ, never the output
+	poison    bool      // malformed JSON: must reach the DLQ, never the output
+	at        time.Time // when the broker acknowledged it
 }
 
 // removal is a span of one partition's log that a fault took away before the
@@ -26,6 +28,9 @@ type removal struct {
 	epoch     int
 	partition int32
 	from, to  int64
+	// waited is how long the span's oldest record had been in the log,
+	// unread by the group, when the fault struck.
+	waited time.Duration
 }
 
 // published is one record read back from the output topic, in the order of
@@ -59,7 +64,12 @@ type tally struct {
 	phantom       int // outputs of a (call, version) never sent
 	poisonDLQ     int
 	poisonRemoved int // poison records a fault removed before they were read
-	validDLQ      int // well-formed transcripts dead-lettered (with a reason)
+	// validDLQ is the dead letters, of any version and with a reason or
+	// not, of well-formed transcripts: the soak sends none the scorer may
+	// reject, so each is a scorer's mistake (a transient error taken for a
+	// permanent one, a wrong limit), never an accounting.
+	validDLQ      int
+	validDLQCalls []string
 	dlqReasons    map[string]int
 }
 
@@ -71,6 +81,8 @@ type versionKey struct {
 // check compares what was sent with what came out. The rules:
 //   - lost: a call whose newest version has neither an output nor a dead
 //     letter with a reason, unless that record lies in a removed span;
+//   - valid dead letters: every dead letter of a well-formed transcript
+//     (it accounts for its input, but the verdict bounds it at 0);
 //   - out of order: in a call's output order, the first output of a version
 //     after the first output of a newer one (a replay of an older version
 //     after a newer one is a duplicate, not a reordering: the scorer writes
@@ -83,8 +95,12 @@ func check(ledger []sent, removals []removal, outs []published, dlq []deadLetter
 	t := tally{removed: map[string]int{}, dlqReasons: map[string]int{}}
 	newest := map[string]sent{}
 	sentKeys := map[versionKey]bool{}
+	valid := map[versionKey]bool{}
 	for _, s := range ledger {
 		sentKeys[versionKey{s.call, s.version}] = true
+		if !s.poison {
+			valid[versionKey{s.call, s.version}] = true
+		}
 		if n, ok := newest[s.call]; !ok || s.version > n.version {
 			newest[s.call] = s
 		}
@@ -100,6 +116,12 @@ func check(ledger []sent, removals []removal, outs []published, dlq []deadLetter
 	dlqCount := map[versionKey]int{}
 	for _, d := range dlq {
 		t.dlqReasons[d.reason]++
+		if valid[versionKey{d.call, d.version}] {
+			t.validDLQ++
+			if len(t.validDLQCalls) < 5 {
+				t.validDLQCalls = append(t.validDLQCalls, fmt.Sprintf("%s v%d %s", d.call, d.version, cmpOr(d.reason, "(no reason)")))
+			}
+		}
 		if d.reason == "" {
 			continue // a dead letter without a reason does not account for its input
 		}
@@ -120,8 +142,7 @@ func check(ledger []sent, removals []removal, outs []published, dlq []deadLetter
 				continue
 			}
 			if dlqCount[vk] > 0 {
-				t.validDLQ++
-				continue
+				continue // accounted for, and counted in validDLQ
 			}
 		}
 		if why := removedBy(s, removals); why != "" {
@@ -226,4 +247,20 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// oldestWait is how long, at now, the oldest record of ledger at or past
+// offset from in partition p of topic incarnation epoch had been in the log:
+// 0 when the ledger has none there.
+func oldestWait(ledger []sent, epoch int, p int32, from int64, now time.Time) time.Duration {
+	var oldest time.Time
+	for _, s := range ledger {
+		if s.epoch == epoch && s.partition == p && s.offset >= from && (oldest.IsZero() || s.at.Before(oldest)) {
+			oldest = s.at
+		}
+	}
+	if oldest.IsZero() {
+		return 0
+	}
+	return now.Sub(oldest)
 }

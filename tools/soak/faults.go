@@ -145,7 +145,8 @@ func (s *soak) truncate(ctx context.Context, rng *rand.Rand) (string, error) {
 	if err := s.cl.kfake().DeleteRecords(inputTopic, p, to); err != nil {
 		return "", err
 	}
-	s.removals = append(s.removals, removal{why: "truncated", epoch: s.prod.epoch, partition: p, from: from, to: to})
+	s.removals = append(s.removals, removal{why: "truncated", epoch: s.prod.epoch, partition: p, from: from, to: to,
+		waited: oldestWait(s.prod.ledger, s.prod.epoch, p, from, time.Now())})
 	return fmt.Sprintf("partition %d log start %d -> %d (committed %d, end %d)", p, o.start[p], to, committed[p], o.end[p]), nil
 }
 
@@ -167,7 +168,8 @@ func (s *soak) recreate(ctx context.Context, rng *rand.Rand) (string, error) {
 		from := max(committed[p], o.start[p])
 		spans = append(spans, fmt.Sprintf("%d:[%d,%d)", p, from, o.end[p]))
 		if o.end[p] > from {
-			s.removals = append(s.removals, removal{why: "topic-deleted", epoch: s.prod.epoch, partition: p, from: from, to: o.end[p]})
+			s.removals = append(s.removals, removal{why: "topic-deleted", epoch: s.prod.epoch, partition: p, from: from, to: o.end[p],
+				waited: oldestWait(s.prod.ledger, s.prod.epoch, p, from, time.Now())})
 		}
 	}
 	if err := s.cl.kfake().DeleteTopic(inputTopic); err != nil {

@@ -9,11 +9,14 @@
 // re-created, delay, resets and a frozen network, poison records. Then the
 // faults stop, the group catches up, and the checker reads the output topic
 // and the DLQ back and prints one line: its verdict. It exits 1 when a bound
-// is broken (anything lost or reordered, duplicates past what the crashes
-// allow, the long-lived scorer's memory or goroutines growing), 2 when the
-// soak itself could not run.
+// is broken (anything lost or reordered, a valid transcript dead-lettered,
+// duplicates past what the crashes allow, a scorer exiting unasked or not
+// cleanly after SIGTERM, a partition stuck longer than the catch-up time,
+// the long-lived scorer's memory or goroutines growing), 2 when the soak
+// itself could not run. -inject-wrong-dlq makes scorer B dead-letter valid
+// transcripts, to see the verdict FAIL.
 //
-//	soak [-minutes 10] [-seed N] [-scorer bin/scorer] [-model-dir DIR] [-transcripts FILE]
+//	soak [-minutes 10] [-seed N] [-scorer bin/scorer] [-model-dir DIR] [-transcripts FILE] [-inject-wrong-dlq]
 //
 // SOAK_MINUTES and SOAK_SEED are the defaults of -minutes and -seed. The
 // seed replays the same draws (faults, their timing, the transcripts); the
@@ -31,7 +34,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -54,6 +56,11 @@ type options struct {
 	catchUp       time.Duration
 	maxRSSDrift   float64 // MiB
 	maxGoroutines float64
+	// injectWrongDLQ checks the checker: scorer B runs with
+	// MAX_SENTENCES=1, so it dead-letters (too_large) every well-formed
+	// transcript of two or three sentences it reads, as a scorer that
+	// takes a transient error for a permanent one would. Its run must FAIL.
+	injectWrongDLQ bool
 }
 
 // soak is one run: its parts and what happened.
@@ -94,6 +101,7 @@ func main() {
 	flag.DurationVar(&opt.catchUp, "catch-up", 5*time.Minute, "longest wait, after the faults, for the group's commits to reach the end")
 	flag.Float64Var(&opt.maxRSSDrift, "max-rss-drift", 128, "largest growth of scorer A's RSS (MiB) from after warm-up to the end")
 	flag.Float64Var(&opt.maxGoroutines, "max-goroutine-drift", 50, "largest growth of scorer A's goroutines from after warm-up to the end")
+	flag.BoolVar(&opt.injectWrongDLQ, "inject-wrong-dlq", false, "check the checker: scorer B runs with MAX_SENTENCES=1 and dead-letters valid transcripts; the verdict must be FAIL")
 	flag.Parse()
 	if opt.seed == 0 {
 		opt.seed = uint64(time.Now().UnixNano()) % 1_000_000_000
@@ -120,6 +128,9 @@ func run(ctx context.Context, opt options) (string, bool, error) {
 	s := &soak{opt: opt, counts: map[string]int{}, start: time.Now()}
 	s.logf("SOAK_SEED=%d minutes=%v partitions=%d MAX_UNCOMMITTED=%d rate=%v/s (replay with SOAK_SEED=%d)",
 		opt.seed, opt.minutes, opt.partitions, opt.maxUncommit, opt.rate, opt.seed)
+	if opt.injectWrongDLQ {
+		s.logf("injected: scorer B runs with MAX_SENTENCES=1 and dead-letters valid transcripts; the verdict must be FAIL")
+	}
 	if opt.dir == "" {
 		if err := os.MkdirAll("bin", 0o755); err != nil {
 			return "", false, err
@@ -169,6 +180,10 @@ func run(ctx context.Context, opt options) (string, bool, error) {
 		// not read as drift.
 		"SCORE_CACHE_BYTES="+strconv.Itoa(8<<20))
 	for _, name := range []string{"A", "B", "C", "D"} {
+		env := env
+		if name == "B" && opt.injectWrongDLQ {
+			env = append(env[:len(env):len(env)], "MAX_SENTENCES=1") // the last of a name wins (os/exec)
+		}
 		sc, err := newScorer(name, bin, env, opt.dir, s.logf)
 		if err != nil {
 			return "", false, err
@@ -322,9 +337,6 @@ func run(ctx context.Context, opt options) (string, bool, error) {
 		}
 	}
 	line, broken := verdict(opt, o)
-	if len(s.termErrors) > 0 {
-		s.logf("SIGTERM exits not clean: %s", strings.Join(s.termErrors, "; "))
-	}
 	if prodErrs > 0 {
 		s.logf("producer: %d sends not acknowledged (sent again), the last: %v", prodErrs, prodLastErr)
 	}

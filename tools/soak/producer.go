@@ -147,7 +147,7 @@ func (p *producer) send(ctx context.Context, n int) {
 			continue
 		}
 		c.version++
-		p.ledger = append(p.ledger, sent{call: c.id, version: c.version, epoch: p.epoch, partition: r.Record.Partition, offset: r.Record.Offset})
+		p.ledger = append(p.ledger, sent{call: c.id, version: c.version, epoch: p.epoch, partition: r.Record.Partition, offset: r.Record.Offset, at: time.Now()})
 		if c.version >= c.last {
 			for j, a := range p.active {
 				if a == c {
@@ -194,7 +194,7 @@ func (p *producer) poison(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p.ledger = append(p.ledger, sent{call: id, version: 1, epoch: p.epoch, partition: r.Partition, offset: r.Offset, poison: true})
+	p.ledger = append(p.ledger, sent{call: id, version: 1, epoch: p.epoch, partition: r.Partition, offset: r.Offset, poison: true, at: time.Now()})
 	p.lastPoison = fmt.Sprintf("%s at %d/%d epoch %d", id, r.Partition, r.Offset, p.epoch)
 	return nil
 }

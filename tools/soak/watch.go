@@ -8,10 +8,11 @@ import (
 )
 
 // stalls watches, every 2 s, how long each input partition has had records
-// to read with its commit not moving: the longest such wait is reported
-// (a fault that stops a group, like a freeze past the session timeout or a
-// kill during a rebalance, makes one; so would a partition stuck for good,
-// which a later topic deletion would otherwise hide among removed records).
+// to read with its commit not moving: the longest such wait is reported and
+// bounded by the catch-up time (a fault that stops a group, like a freeze
+// past the session timeout or a kill during a rebalance, makes a short one;
+// a partition stuck for good makes a long one, which a later topic deletion
+// would otherwise hide among removed records).
 type stalls struct {
 	longest time.Duration
 	where   string
