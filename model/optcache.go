@@ -39,7 +39,10 @@ import (
 // (loadGraphCache): a file cut short, changed or left by another key or
 // model version is refused with the reason, and never given to ORT.
 const (
-	graphCacheFormat   = "ort-optimized-prepacked-1"
+	// graphCacheFormat's 2 keys entries by the model's slot
+	// (graphCacheSlot) and leaves the thread counts and padding out; a
+	// write removes its slot's entries of format 1 (removeOtherEntries).
+	graphCacheFormat   = "ort-optimized-prepacked-2"
 	graphCachePrefix   = "graph-"
 	graphCacheGraph    = "graph.onnx"
 	graphCacheData     = "graph.onnx.data"
@@ -51,6 +54,11 @@ type graphManifest struct {
 	Format string `json:"format"`
 	// Key is the entry's key in full (graphCacheKey).
 	Key string `json:"key"`
+	// ModelSlot is the model's graph file as configured, its links
+	// unresolved (graphCacheSlot): what stays the same across the
+	// model's versions, so that a write can remove the entries of its
+	// earlier ones (removeOtherEntries). Empty in format 1's manifests.
+	ModelSlot string `json:"model_slot"`
 	// ModelSHA256 is the model version the graph was optimised from; the
 	// key names the model's files by path, the version is checked once
 	// the model's hash is known (it is computed while the session loads).
@@ -89,12 +97,16 @@ func (r GraphCacheResult) Hit() bool { return r.Path != "" && r.Miss == "" }
 
 // graphCacheKey is everything the optimised graph and its prepacked
 // weights depend on besides the model's bytes: the cache's format, the
-// model's files (their real paths: one entry per model file, replaced when
-// its version changes), the graph rewrite, ONNX Runtime's release, the
-// session's options and the machine (OS, architecture, CPU model and
-// features: MLAS packs weights in the layout of the kernels it picks for
-// this CPU). "" when the session cannot be cached (execution providers
-// added through Configure: their graphs and layouts are the device's).
+// model's slot and its data files as the graph names them (one entry per
+// model slot and settings, replaced when its version changes), the graph
+// rewrite, ONNX Runtime's release, the memory pattern and the machine (OS,
+// architecture, CPU model and features: MLAS packs weights in the layout
+// of the kernels it picks for this CPU). Not the thread counts: the entry
+// is written with one intra-op thread whatever the sessions run (neither
+// the optimiser nor the packing depends on it), nor padding, which only
+// shapes the batches; sessions of pods of two sizes share one entry. ""
+// when the session cannot be cached (execution providers added through
+// Configure: their graphs and layouts are the device's).
 func (s sessionOpts) graphCacheKey(m *Model) string {
 	if s.Configure != nil {
 		return ""
@@ -102,19 +114,37 @@ func (s sessionOpts) graphCacheKey(m *Model) string {
 	var b strings.Builder
 	// checkFiles may replace held (the same paths, opened again).
 	m.filesMu.Lock()
-	fmt.Fprintf(&b, "format=%s model=%q", graphCacheFormat, m.held[0].real)
+	fmt.Fprintf(&b, "format=%s model=%q", graphCacheFormat, graphCacheSlot(m.held[0].path))
 	for _, h := range m.held[1:] {
-		fmt.Fprintf(&b, " data=%q", h.real)
+		fmt.Fprintf(&b, " data=%q", graphCacheSlot(h.path))
 	}
 	m.filesMu.Unlock()
 	fmt.Fprintf(&b, " max_len=%d rewritten=%t", m.MaxLength, m.relAttn)
 	if m.relAttn {
 		b.WriteString(" rewrites=" + m.rewrites)
 	}
-	fmt.Fprintf(&b, " ort=%s intra_op=%d inter_op=%d mem_pattern=%t pad_to=%d", ort.GetVersion(),
-		s.IntraOpThreads, s.InterOpThreads, !s.DisableMemPattern, s.PadToMultipleOf)
+	fmt.Fprintf(&b, " ort=%s mem_pattern=%t", ort.GetVersion(), !s.DisableMemPattern)
 	fmt.Fprintf(&b, " os=%s/%s cpu=%q", runtime.GOOS, runtime.GOARCH, ortenv.CPUIdentity())
 	return b.String()
+}
+
+// graphCacheSlot is the model file at path (absolute, links unresolved:
+// the path as configured) as the slot its versions share. Its real path
+// is no such thing: a Hugging Face cache links snapshots/<rev>/model.onnx
+// to blobs/<sha>, and a volume swapped by a link (git-sync, a ConfigMap's
+// ..data, current -> v42/) resolves to another folder at each version. A
+// Hugging Face cache's snapshot also names the revision in the path as
+// configured (models--<org>--<name>/snapshots/<rev>/...): the revision is
+// left out, so that the next revision is the same slot.
+func graphCacheSlot(path string) string {
+	parts := strings.Split(filepath.ToSlash(path), "/")
+	for i := len(parts) - 3; i >= 1; i-- {
+		if parts[i] == "snapshots" && strings.HasPrefix(parts[i-1], "models--") {
+			parts[i+1] = "*"
+			break
+		}
+	}
+	return filepath.FromSlash(strings.Join(parts, "/"))
 }
 
 // sessionOpts is SessionOptions for the key's methods.

@@ -103,6 +103,7 @@ func (m *Model) buildGraphCache(ctx context.Context, dir, key string, opts Sessi
 	for i, h := range m.held {
 		files[i] = graphCacheStamp{Path: h.real, Size: h.stamp.size, MTime: h.stamp.mtime}
 	}
+	slot := graphCacheSlot(m.held[0].path)
 	m.filesMu.Unlock()
 	if err := m.writeOptimized(tmp, opts); err != nil {
 		return fail(err)
@@ -113,7 +114,7 @@ func (m *Model) buildGraphCache(ctx context.Context, dir, key string, opts Sessi
 	if err := ctx.Err(); err != nil {
 		return fail(err)
 	}
-	man := graphManifest{Format: graphCacheFormat, Key: key, ModelSHA256: m.SHA256, ModelFiles: files, Written: time.Now().UTC()}
+	man := graphManifest{Format: graphCacheFormat, Key: key, ModelSlot: slot, ModelSHA256: m.SHA256, ModelFiles: files, Written: time.Now().UTC()}
 	graph, err := os.ReadFile(filepath.Join(tmp, graphCacheGraph))
 	if err != nil {
 		return fail(err)
@@ -161,7 +162,7 @@ func (m *Model) buildGraphCache(ctx context.Context, dir, key string, opts Sessi
 	if old != "" {
 		_ = os.RemoveAll(old)
 	}
-	removeOtherEntries(dir, entry, files[0].Path)
+	removeOtherEntries(dir, entry, man)
 	return entry, nil
 }
 
@@ -207,11 +208,15 @@ func (m *Model) writeOptimized(dir string, opts SessionOptions) error {
 	return err
 }
 
-// removeOtherEntries removes the entries in dir other than keep that were
-// made from the model file model: one entry per model file, so a cache
-// shared by starts with other settings or versions does not grow with
-// each (the entry of the settings that ran last is kept).
-func removeOtherEntries(dir, keep, model string) {
+// removeOtherEntries removes the entries in dir other than keep, whose
+// manifest is ours, that no start of our model slot can load again: those
+// of the slot's other versions (whatever settings wrote them) and of
+// another format. Entries of the same version under other settings, ONNX
+// Runtime releases or CPUs stay, for the pods that run them beside us;
+// those of other slots (another model sharing the folder) are theirs. So
+// a folder holds, per model slot, the entries of one version (the last
+// written), one per set of settings that wrote one.
+func removeOtherEntries(dir, keep string, ours graphManifest) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return
@@ -230,7 +235,13 @@ func removeOtherEntries(dir, keep, model string) {
 			_ = os.RemoveAll(p)
 			continue
 		}
-		if len(man.ModelFiles) > 0 && man.ModelFiles[0].Path == model {
+		same := man.ModelSlot != "" && man.ModelSlot == ours.ModelSlot
+		if man.ModelSlot == "" {
+			// Format 1 named no slot: its entries were the model
+			// file's at its real path.
+			same = len(man.ModelFiles) > 0 && man.ModelFiles[0].Path == ours.ModelFiles[0].Path
+		}
+		if same && (man.Format != ours.Format || man.ModelSHA256 != ours.ModelSHA256) {
 			_ = os.RemoveAll(p)
 		}
 	}

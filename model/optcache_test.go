@@ -6,7 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -43,6 +43,17 @@ func cacheSession(t *testing.T, m *Model, dir string, threads ...int) *Session {
 		n = threads[0]
 	}
 	s, err := m.NewSession(SessionOptions{IntraOpThreads: n, GraphCache: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// cacheSessionOpts is a session of m with opts.
+func cacheSessionOpts(t *testing.T, m *Model, opts SessionOptions) *Session {
+	t.Helper()
+	s, err := m.NewSession(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,9 +161,9 @@ func TestGraphCacheRefusesDamagedEntries(t *testing.T) {
 			}
 		}, "corrupt manifest"},
 		{"entry of another key", func(t *testing.T, dir, entry string) {
-			// The entry of sessions with two threads, put where the
-			// one-thread sessions' entry is.
-			other := buildCache(t, cacheSession(t, m, dir, 2))
+			// The entry of sessions without memory patterns, put where
+			// the other sessions' entry is.
+			other := buildCache(t, cacheSessionOpts(t, m, SessionOptions{IntraOpThreads: 1, DisableMemPattern: true, GraphCache: dir}))
 			if err := os.RemoveAll(entry); err != nil {
 				t.Fatal(err)
 			}
@@ -207,6 +218,23 @@ func TestGraphCacheOtherModelVersion(t *testing.T) {
 	}
 
 	// One weight's bytes changed, in place, and the time set back.
+	changeWeight(t, m, path)
+	if err := os.Chtimes(path, st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	changed := loadModel(t, LoadOptions{Dir: modelDir})
+	if changed.SHA256 == m.SHA256 {
+		t.Fatal("the changed model hashes as the original")
+	}
+	if r := cacheSession(t, changed, dir).GraphCache(); r.Hit() || !strings.Contains(r.Miss, "another version") {
+		t.Errorf("model bytes changed under the same size and time: %+v, want a miss naming another version", r)
+	}
+}
+
+// changeWeight writes other bytes into one of m's weights in its graph
+// file at path, in place: another version of the model, as valid as m.
+func changeWeight(t *testing.T, m *Model, path string) {
+	t.Helper()
 	var g onnxpb.ModelProto
 	if err := proto.Unmarshal(m.graph, &g); err != nil {
 		t.Fatal(err)
@@ -231,26 +259,127 @@ func TestGraphCacheOtherModelVersion(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chtimes(path, st.ModTime(), st.ModTime()); err != nil {
+}
+
+// cacheEntries are the names in the cache folder dir.
+func cacheEntries(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
-	changed := loadModel(t, LoadOptions{Dir: modelDir})
-	if changed.SHA256 == m.SHA256 {
-		t.Fatal("the changed model hashes as the original")
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
 	}
-	if r := cacheSession(t, changed, dir).GraphCache(); r.Hit() || !strings.Contains(r.Miss, "another version") {
-		t.Errorf("model bytes changed under the same size and time: %+v, want a miss naming another version", r)
+	return names
+}
+
+// relink points the link at path to target, as git-sync swaps its link or
+// a Hugging Face cache moves snapshots/<rev> to a new blob: a new link
+// renamed over the old one.
+func relink(t *testing.T, target, path string) {
+	t.Helper()
+	tmp := path + ".new"
+	if err := os.Symlink(target, tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
 	}
 }
 
-// A model file has one entry: writing the entry of other settings removes
-// the earlier one; and a write removes the temporary folders of writers
-// that are gone (a process that exited before its entry was written holds
-// no lock on its folder), but not one being written now.
-func TestGraphCacheOneEntryPerModelFile(t *testing.T) {
+// A model slot is its graph file as configured, links unresolved: in a
+// Hugging Face cache (snapshots/<rev>/model.onnx -> blobs/<sha>) or a
+// volume whose folder link is swapped (git-sync's ..data, current -> v42/)
+// each version of the model has a real path of its own. Writing the entry
+// of a new version removes the slot's entries of earlier versions,
+// whichever settings wrote them; the entries of other settings for the
+// same version, and those of another model in the same folder, stay.
+func TestGraphCacheOneEntryPerModelVersion(t *testing.T) {
+	src := testenv.ModelDir(t, "nli-deberta-v3-tiny")
+	b, err := os.ReadFile(filepath.Join(src, "model.onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blobs := t.TempDir()
+	blobA, blobB := filepath.Join(blobs, "a"), filepath.Join(blobs, "b")
+	for _, p := range []string{blobA, blobB} {
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	modelDir := copyModelDir(t, src, nil, "model.onnx")
+	path := filepath.Join(modelDir, "model.onnx")
+	if err := os.Symlink(blobA, path); err != nil {
+		t.Fatal(err)
+	}
+	a := loadModel(t, LoadOptions{Dir: modelDir})
+	changeWeight(t, a, blobB)
+
+	dir := t.TempDir()
+	buildCache(t, cacheSession(t, a, dir))
+	buildCache(t, cacheSessionOpts(t, a, SessionOptions{IntraOpThreads: 1, DisableMemPattern: true, GraphCache: dir}))
+	other, _ := graphCacheModel(t)
+	otherEntry := buildCache(t, cacheSession(t, other, dir))
+	if len(cacheEntries(t, dir)) != 3 {
+		t.Errorf("cache folder holds %v, want the entries of two settings and of another model", cacheEntries(t, dir))
+	}
+
+	relink(t, blobB, path)
+	bModel := loadModel(t, LoadOptions{Dir: modelDir})
+	if bModel.SHA256 == a.SHA256 {
+		t.Fatal("blob b hashes as blob a")
+	}
+	s := cacheSession(t, bModel, dir)
+	if r := s.GraphCache(); r.Hit() {
+		t.Fatalf("session of the new version: %+v, want a miss", r)
+	}
+	newEntry := buildCache(t, s)
+	want := []string{filepath.Base(newEntry), filepath.Base(otherEntry)}
+	slices.Sort(want)
+	if got := cacheEntries(t, dir); !slices.Equal(got, want) {
+		t.Errorf("after the new version's entry, the cache folder holds %v, want %v (the new version's and the other model's)", got, want)
+	}
+	if r := cacheSession(t, bModel, dir).GraphCache(); !r.Hit() {
+		t.Errorf("session after the new version's entry: %+v, want loaded from it", r)
+	}
+	if r := cacheSession(t, other, dir).GraphCache(); !r.Hit() {
+		t.Errorf("the other model's session: %+v, want loaded from its entry, kept", r)
+	}
+}
+
+// The session settings that do not change ORT's optimised graph or its
+// packed weights (the thread counts: the entry is written with one
+// intra-op thread whatever the sessions run; padding, which is the
+// batches') share one entry: pods of two sizes on one volume load each
+// other's entry rather than replace it at every start.
+func TestGraphCacheSharedAcrossThreadsAndPadding(t *testing.T) {
 	m, _ := graphCacheModel(t)
 	dir := t.TempDir()
-	one := buildCache(t, cacheSession(t, m, dir, 1))
+	entry := buildCache(t, cacheSession(t, m, dir, 2))
+	for _, opts := range []SessionOptions{
+		{IntraOpThreads: 4},
+		{IntraOpThreads: 1, InterOpThreads: 2},
+		{IntraOpThreads: 2, PadToMultipleOf: 8},
+	} {
+		opts.GraphCache = dir
+		if r := cacheSessionOpts(t, m, opts).GraphCache(); !r.Hit() || r.Path != entry {
+			t.Errorf("session with %d intra-op, %d inter-op threads, padding to %d: %+v, want loaded from %s",
+				opts.IntraOpThreads, opts.InterOpThreads, opts.PadToMultipleOf, r, entry)
+		}
+	}
+	if got := cacheEntries(t, dir); len(got) != 1 {
+		t.Errorf("cache folder holds %v, want one entry", got)
+	}
+}
+
+// A write removes the temporary folders of writers that are gone (a
+// process that exited before its entry was written holds no lock on its
+// folder), but not one being written now.
+func TestGraphCacheSweepsDeadWriters(t *testing.T) {
+	m, _ := graphCacheModel(t)
+	dir := t.TempDir()
 	gone := filepath.Join(dir, ".graph-gone-1.tmp")
 	live := filepath.Join(dir, ".graph-live-2.tmp")
 	for _, p := range []string{gone, live} {
@@ -266,23 +395,12 @@ func TestGraphCacheOneEntryPerModelFile(t *testing.T) {
 		t.Fatal("cannot lock a fresh folder")
 	}
 	defer lock.Close()
-	two := buildCache(t, cacheSession(t, m, dir, 2))
-	if one == two {
-		t.Fatal("two thread counts gave one entry")
+	entry := buildCache(t, cacheSession(t, m, dir))
+	want := []string{filepath.Base(live), filepath.Base(entry)}
+	if got := cacheEntries(t, dir); !slices.Equal(got, want) {
+		t.Errorf("cache folder holds %v, want %v", got, want)
 	}
-	var left []string
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		left = append(left, e.Name())
-	}
-	want := []string{filepath.Base(live), filepath.Base(two)}
-	if strings.Join(left, " ") != strings.Join(want, " ") {
-		t.Errorf("cache folder holds %v, want %v", left, want)
-	}
-	b, err := os.ReadFile(filepath.Join(two, graphCacheManifest))
+	b, err := os.ReadFile(filepath.Join(entry, graphCacheManifest))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +408,68 @@ func TestGraphCacheOneEntryPerModelFile(t *testing.T) {
 	if err := json.Unmarshal(b, &man); err != nil {
 		t.Fatal(err)
 	}
-	if man.ModelSHA256 != m.SHA256 || !strings.Contains(man.Key, "intra_op="+strconv.Itoa(2)) {
-		t.Errorf("manifest: version %s, key %q; want %s and two threads", man.ModelSHA256, man.Key, m.SHA256)
+	if man.ModelSHA256 != m.SHA256 {
+		t.Errorf("manifest: version %s, want %s", man.ModelSHA256, m.SHA256)
+	}
+}
+
+// A Hugging Face cache names the revision in the folder configured
+// (models--<org>--<name>/snapshots/<rev>/), and each revision's files link
+// to blobs of their own: the next revision's entry replaces the last
+// one's all the same, and another model in the same hub keeps its entry.
+func TestGraphCacheHuggingFaceRevisions(t *testing.T) {
+	src := testenv.ModelDir(t, "nli-deberta-v3-tiny")
+	hub := t.TempDir()
+	snapshot := func(repo, rev string, change *Model) (string, *Model) {
+		t.Helper()
+		blobs := filepath.Join(hub, repo, "blobs")
+		dir := filepath.Join(hub, repo, "snapshots", rev)
+		for _, d := range []string{blobs, dir} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		entries, err := os.ReadDir(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if e.IsDir() {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join(src, e.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			blob := filepath.Join(blobs, rev+"-"+e.Name())
+			if err := os.WriteFile(blob, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if e.Name() == "model.onnx" && change != nil {
+				changeWeight(t, change, blob)
+			}
+			if err := os.Symlink(filepath.Join("..", "..", "blobs", filepath.Base(blob)), filepath.Join(dir, e.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dir, loadModel(t, LoadOptions{Dir: dir})
+	}
+	cache := t.TempDir()
+	_, one := snapshot("models--org--tiny", "1111", nil)
+	buildCache(t, cacheSession(t, one, cache))
+	_, other := snapshot("models--org--other", "1111", nil)
+	otherEntry := buildCache(t, cacheSession(t, other, cache))
+	_, two := snapshot("models--org--tiny", "2222", one)
+	if two.SHA256 == one.SHA256 {
+		t.Fatal("revision 2222 hashes as 1111")
+	}
+	entry := buildCache(t, cacheSession(t, two, cache))
+	want := []string{filepath.Base(entry), filepath.Base(otherEntry)}
+	slices.Sort(want)
+	if got := cacheEntries(t, cache); !slices.Equal(got, want) {
+		t.Errorf("after revision 2222's entry, the cache folder holds %v, want %v (its entry and the other model's)", got, want)
+	}
+	if r := cacheSession(t, other, cache).GraphCache(); !r.Hit() {
+		t.Errorf("the other model's session: %+v, want loaded from its entry, kept", r)
 	}
 }
