@@ -54,7 +54,8 @@ type Config struct {
 
 	RowsTopic    string `env:"OUTPUT_ROWS_TOPIC" group:"output" help:"optional topic of flat (call_id, section, sentence_index, label) rows"`
 	OutputFormat string `env:"OUTPUT_FORMAT" envDefault:"json" group:"output" enum:"json,connect" help:"json, or connect (JsonConverter envelope, schemas.enable=true)"`
-	OutputKey    string `env:"OUTPUT_KEY" envDefault:"call_id" group:"output" enum:"call_id,entity_event" help:"key of results, rows and tombstones: call_id, or entity_event (entity_id + event_time, the seed's ENTITY_ID + EVENT_DATETIME_UTC dedup; records lacking either go to the DLQ)"`
+
+	OutputKey string `env:"OUTPUT_KEY" envDefault:"call_id" group:"keys" enum:"call_id,entity_event" help:"key of results, rows and tombstones: call_id, or entity_event (entity_id + event_time, the seed's ENTITY_ID + EVENT_DATETIME_UTC dedup; records lacking either go to the DLQ, or offline are bad records); scorer score's Parquet rows keep each key's newest version (greatest version_id)"`
 
 	BatchMaxMessages int           `env:"BATCH_MAX_MESSAGES" envDefault:"16" group:"consumer" min:"1" help:"messages per consumer batch"`
 	BatchMaxWait     time.Duration `env:"BATCH_MAX_WAIT" envDefault:"200ms" group:"consumer" min:"1ns" help:"longest a batch waits, from its oldest message"`

@@ -24,6 +24,7 @@ const (
 	GroupKafka    Group = "kafka"
 	GroupSecurity Group = "security"
 	GroupOutput   Group = "output"
+	GroupKeys     Group = "keys"
 	GroupConsumer Group = "consumer"
 	GroupMemory   Group = "memory"
 	GroupLimits   Group = "limits"
@@ -42,7 +43,8 @@ var groups = []struct {
 }{
 	{GroupKafka, "Kafka", "Where `scorer run` reads and writes: brokers, topics and how they are created, the consumer group."},
 	{GroupSecurity, "Kafka client and security", "How clients identify and authenticate: the client id, TLS and SASL."},
-	{GroupOutput, "Output", "What `scorer run` publishes besides the results: the rows topic, the record format and key."},
+	{GroupOutput, "Output", "What `scorer run` publishes besides the results: the rows topic and the record format."},
+	{GroupKeys, "Keys and versions", "What one record or row is keyed on, and so which versions replace each other: `scorer run` keys what it publishes with it (a sink keeps a key's last record), `scorer score` writes Parquet rows of each key's newest version only."},
 	{GroupConsumer, "Consumer batches", "How `scorer run` batches input records and how far it reads ahead of its commits."},
 	{GroupMemory, "Memory", "What the process may hold: input in flight, the score cache, and the CPU memory budget batches are cut to."},
 	{GroupLimits, "Input limits", "What a TranscriptEvent may be; larger input goes to the DLQ (or, offline, is a bad record). The output topics are sized from them."},
@@ -83,8 +85,8 @@ var scoring = []Group{GroupMemory, GroupLimits, GroupBatches, GroupModel, GroupL
 // broker of its own, on the default topics), doctor no input limits (it
 // decodes no input).
 var (
-	Run      = Set{Command: "run", Groups: []Group{GroupKafka, GroupSecurity, GroupOutput, GroupConsumer, GroupMemory, GroupLimits, GroupBatches, GroupModel, GroupLabels, GroupDevices, GroupService, GroupLogging}}
-	Score    = Set{Command: "score", Groups: scoring}
+	Run      = Set{Command: "run", Groups: []Group{GroupKafka, GroupSecurity, GroupOutput, GroupKeys, GroupConsumer, GroupMemory, GroupLimits, GroupBatches, GroupModel, GroupLabels, GroupDevices, GroupService, GroupLogging}}
+	Score    = Set{Command: "score", Groups: append([]Group{GroupKeys}, scoring...)}
 	Bench    = Set{Command: "bench", Groups: append([]Group{GroupConsumer}, scoring...)}
 	Doctor   = Set{Command: "doctor", Groups: slices.DeleteFunc(slices.Clone(scoring), func(g Group) bool { return g == GroupLimits })}
 	Compare  = Set{Command: "compare", Groups: scoring}

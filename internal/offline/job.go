@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/scorer/scorer/consumer"
 	"github.com/scorer/scorer/internal/scoring"
 	"github.com/scorer/scorer/schema"
 )
@@ -27,10 +28,16 @@ type scoreJob struct {
 	// resumeDone are the transcripts of the partial output, in order: the
 	// first valid input transcripts, which must match them, are skipped.
 	resumeDone []doneTranscript
+	// key, for Parquet rows, is what they are keyed on; records without
+	// it are bad. replaced are the input positions of versions a newer
+	// one of their key replaces (superseded): they are not scored.
+	key      versionKey
+	replaced map[int]struct{}
 
 	started  time.Time
 	done     atomic.Int64
 	skipped  atomic.Int64
+	older    atomic.Int64 // versions not scored: a newer one replaces them
 	pairs    atomic.Int64
 	bad      atomic.Int64
 	stderrMu sync.Mutex
@@ -127,7 +134,7 @@ func (j *scoreJob) read(ctx context.Context, chunks chan<- *scoreChunk) error {
 		}
 	}
 	valid := 0 // valid transcripts read so far
-	for {
+	for pos := 0; ; pos++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -145,10 +152,17 @@ func (j *scoreJob) read(ctx context.Context, chunks chan<- *scoreChunk) error {
 			}
 			return fmt.Errorf("score: %w", err)
 		}
+		if _, ok := j.replaced[pos]; ok {
+			j.older.Add(1)
+			continue
+		}
 		var event schema.TranscriptEvent
 		derr := rec.err
 		if derr == nil {
 			event, derr = schema.DecodeEvent(rec.data, j.stack.Limits)
+		}
+		if derr == nil && j.key != nil {
+			_, derr = j.key(&event)
 		}
 		switch {
 		case derr == nil && valid < len(j.resumeDone):
@@ -200,8 +214,11 @@ func (j *scoreJob) reportBad(r record, err error) {
 		rec[k] = v
 	}
 	var de *schema.DecodeError
-	if errors.As(err, &de) {
+	switch {
+	case errors.As(err, &de):
 		rec["reason"] = de.Reason.String()
+	case errors.Is(err, schema.ErrNoEventKey):
+		rec["reason"] = consumer.ReasonOutputRejected // the stream's DLQ reason for it
 	}
 	b, _ := json.Marshal(rec)
 	j.stderrMu.Lock()

@@ -50,6 +50,9 @@ type runIdentity struct {
 	Labels             []string `json:"labels"`
 	Threshold          float64  `json:"threshold"`
 	GPUTF32            bool     `json:"gpu_tf32"`
+	// OutputKey is what Parquet rows are keyed on, which decides the
+	// versions they keep; JSONL output keeps every version and has none.
+	OutputKey string `json:"output_key,omitempty"`
 }
 
 func identityOf(m *model.Model, lc fanout.LabelConfig, cfg config.Config) (runIdentity, error) {

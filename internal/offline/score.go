@@ -106,12 +106,26 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("score: %w", err)
 	}
+	var key versionKey
+	var replaced map[int]struct{}
+	if f.outParquet() {
+		// Rows are keyed, so they hold each key's newest version only.
+		id.OutputKey = cfg.OutputKey
+		key = keyOf(cfg.OutputKey)
+		if replaced, err = f.superseded(ctx, key, stack); err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("score: %w", cli.ErrInterrupted)
+			}
+			return fmt.Errorf("score: finding each key's newest version: %w", err)
+		}
+	}
 	snk, part, err := f.openSink(outFile, id, e.Stdout, log)
 	if err != nil {
 		return err
 	}
 
-	sj := &scoreJob{stack: stack, src: src, out: snk, stderr: e.Stderr, skipBad: f.skipBad, chunk: f.chunk, started: time.Now()}
+	sj := &scoreJob{stack: stack, src: src, out: snk, stderr: e.Stderr, skipBad: f.skipBad, chunk: f.chunk, started: time.Now(),
+		key: key, replaced: replaced}
 	if part != nil {
 		sj.resumeDone = part.done()
 	}
@@ -120,7 +134,7 @@ func Command(ctx context.Context, e cli.Env, args []string) error {
 		err = fmt.Errorf("score: %w", cli.ErrInterrupted)
 	}
 	err = f.finish(err, snk, part, outFile, log)
-	ev := log.Info().Int64("transcripts", sj.done.Load()).Int64("skipped", sj.skipped.Load()).Int64("pairs", sj.pairs.Load()).
+	ev := log.Info().Int64("transcripts", sj.done.Load()).Int64("skipped", sj.skipped.Load()).Int64("older_versions", sj.older.Load()).Int64("pairs", sj.pairs.Load()).
 		Int64("bad_records", sj.bad.Load()).Dur("elapsed", time.Since(sj.started))
 	if busy := stack.Pool.Stats().GPUBusy; len(busy) > 0 {
 		// Only a GPU run gets the field: a CPU run has no GPU to be idle.
@@ -144,17 +158,36 @@ func (f *scoreFlags) check() error {
 	if f.resume && f.out == "-" {
 		return cli.UsageError{Msg: "score: --resume needs --out FILE (the partial output is kept beside it)"}
 	}
+	if f.in == "-" && f.outParquet() {
+		return cli.UsageError{Msg: "score: Parquet rows need --in FILE, not stdin: they hold each key's newest version only, which takes reading the input twice"}
+	}
 	if f.in != "-" && f.out != "-" && sameFile(f.in, f.out) {
 		return cli.UsageError{Msg: fmt.Sprintf("score: --in and --out are the same file (%s): the output would overwrite the input", f.out)}
 	}
 	return nil
 }
 
+// outParquet says whether --out is a Parquet file of rows.
+func (f *scoreFlags) outParquet() bool {
+	return f.out != "-" && strings.EqualFold(filepath.Ext(f.out), ".parquet")
+}
+
+// superseded reads --in a first time for the versions that a newer one
+// of their key replaces (see versions.go).
+func (f *scoreFlags) superseded(ctx context.Context, key versionKey, stack *scoring.Stack) (map[int]struct{}, error) {
+	src, err := openSource(f.in, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer src.close()
+	return superseded(ctx, src, key, stack.Limits)
+}
+
 // openSink is where results go: the partial store under --resume (part,
 // with the transcripts it already holds), else Parquet rows or JSONL into
 // outFile, else JSONL on stdout.
 func (f *scoreFlags) openSink(outFile *outputFile, id runIdentity, stdout io.Writer, log zerolog.Logger) (sink, partialStore, error) {
-	outParquet := f.out != "-" && strings.EqualFold(filepath.Ext(f.out), ".parquet")
+	outParquet := f.outParquet()
 	switch {
 	case f.resume:
 		part, err := openPartial(f.out, outParquet, id)
