@@ -26,7 +26,8 @@ var Spec = cli.Spec{
 	Name: "score", Synopsis: "[--in FILE] [--out FILE] [flags]",
 	Summary: "score a TranscriptEvent JSONL (or Parquet) file offline into ScoredTranscripts",
 	About: "The offline scorer: TranscriptEvents in (JSONL, or Parquet tables as the Spark job read them), " +
-		"ScoredTranscripts out in the same order (JSONL, or Parquet rows for the table the job wrote), through the " +
+		"ScoredTranscripts out in the same order (JSONL), or Parquet rows of each key's newest version (OUTPUT_KEY, " +
+		"greatest version_id) for the table the job wrote, through the " +
 		"service's model and pool, no Kafka. A file --out appears only when the run succeeds; --resume keeps " +
 		"finished transcripts so an interrupted backfill continues. SIGINT/SIGTERM stops at once, exit 130.",
 	Settings: config.Score,
