@@ -215,7 +215,7 @@ func TestStuckOnePairBatchMovesOffDevice(t *testing.T) {
 	t.Run("cpu fallback", func(t *testing.T) {
 		probe := newFakeProbe(overFraction())
 		f := newFakeFactory(nil)
-		p := newPool(t, f, gpuOpts(probe, Registerer(prometheus.NewRegistry()), WorkersPerDevice(1))...)
+		p := newPool(t, f, gpuOpts(probe, Mode(ModeAuto), Registerer(prometheus.NewRegistry()), WorkersPerDevice(1))...) // cuda never falls back
 		p.mu.Lock()
 		p.stuckAfter = 20 * time.Millisecond
 		p.mu.Unlock()

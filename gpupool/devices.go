@@ -287,15 +287,15 @@ func (d *device) live() bool { return !d.degraded }
 
 // reconcileLocked makes sure every queued batch has a device that may run
 // it. If none does, a CPU engine is created (once, in the background) when
-// CPUFallback allows and no CPU device exists; otherwise the batch's call
-// fails loudly rather than waiting forever.
+// CPUFallback allows (ModeAuto) and no CPU device exists; otherwise (ModeCUDA)
+// the batch's call fails loudly rather than waiting forever.
 func (p *Pool) reconcileLocked() {
 	needCPU := false
 	for _, b := range p.queue.snapshot() {
 		if b.req.finished || p.runnableLocked(b) {
 			continue
 		}
-		if p.cfg.cpuFallback && !p.hasCPULocked() {
+		if p.cfg.fallsBackToCPU() && !p.hasCPULocked() {
 			needCPU = true
 			continue
 		}

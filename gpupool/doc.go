@@ -14,8 +14,9 @@
 // so several processes can share a GPU) beside its weights and what CUDA
 // itself holds, measured once every worker has run.
 // Failures split the batch and retry; a device that keeps failing is marked
-// degraded and its work moves elsewhere, with the CPU as the last resort,
-// until a re-probe after its probation brings it back. Every batch either
+// degraded and its work moves elsewhere, with the CPU as the last resort
+// in ModeAuto (never in ModeCUDA, which means GPUs only), until a re-probe
+// after its probation brings it back. Every batch either
 // completes or fails its call loudly. ortenv.DiagnoseCUDA (model/ortenv) turns
 // the ways CUDA fails to start into one cause and one remedy each.
 //

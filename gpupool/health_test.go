@@ -38,7 +38,7 @@ func TestDegradedGPUReprobedAfterProbation(t *testing.T) {
 		return &fakeEngine{}, nil
 	}
 	reg := prometheus.NewRegistry()
-	p, err := New(testCtx(t), factory, Mode(ModeCUDA), WithProbe(probe), Calibrate(Calibration{Disabled: true}),
+	p, err := New(testCtx(t), factory, Mode(ModeAuto), WithProbe(probe), Calibrate(Calibration{Disabled: true}), // auto: the CPU fallback carries the load
 		Probation(100*time.Millisecond), withMaxAttempts(100), Registerer(reg))
 	if err != nil {
 		t.Fatal(err)

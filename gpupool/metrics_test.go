@@ -69,7 +69,7 @@ func TestPoolDevicesGauge(t *testing.T) {
 	t.Run("lazy CPU fallback", func(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		f := newFakeFactory(map[string]*fakeEngine{"cuda:0": {err: errFakeCUDA}})
-		p := newPool(t, f, gpuOpts(newFakeProbe(&fakeGPU{total: 80 << 30}), Registerer(reg), withMaxDeviceFailures(2))...)
+		p := newPool(t, f, gpuOpts(newFakeProbe(&fakeGPU{total: 80 << 30}), Mode(ModeAuto), Registerer(reg), withMaxDeviceFailures(2))...)
 		if got, want := gathered(t, reg, "scorer_pool_devices", "kind"), map[string]float64{"cuda": 1, "cpu": 0}; !maps.Equal(got, want) {
 			t.Errorf("before the fallback: scorer_pool_devices = %v, want %v", got, want)
 		}

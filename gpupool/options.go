@@ -16,12 +16,16 @@ type DeviceMode string
 
 const (
 	// ModeAuto uses every GPU NVML lists whose CUDA engine opens and falls
-	// back to the CPU, with one warning, when none does.
+	// back to the CPU, with one warning, when none does; with GPUs, a
+	// batch no GPU can take opens a CPU engine then (CPUFallback).
 	ModeAuto DeviceMode = "auto"
 	// ModeCPU never touches NVML or CUDA.
 	ModeCPU DeviceMode = "cpu"
-	// ModeCUDA requires at least one working GPU; New fails otherwise, so a
-	// GPU deployment that lost its GPUs does not silently crawl on the CPU.
+	// ModeCUDA means GPUs only, for the pool's life: New fails without at
+	// least one working GPU, so a GPU deployment that lost its GPUs does
+	// not silently crawl on the CPU, and a batch no GPU can take later (the
+	// GPUs degraded, or a pair none can hold) fails its call as
+	// CPUFallback(false) says rather than opening a CPU engine.
 	ModeCUDA DeviceMode = "cuda"
 )
 
@@ -99,7 +103,7 @@ type cfg struct {
 	gpuCalCache       string // "": every start calibrates
 	maxDeviceFailures int
 	maxAttempts       int
-	cpuFallback       bool
+	cpuFallback       *bool // nil: on in ModeAuto, off in ModeCUDA
 	admissionBackoff  time.Duration
 	hotUtilization    uint32
 	coolUtilization   uint32
@@ -122,7 +126,6 @@ func defaultCfg() cfg {
 		logger:            zerolog.Nop(),
 		maxDeviceFailures: 3,
 		maxAttempts:       16,
-		cpuFallback:       true,
 		admissionBackoff:  20 * time.Millisecond,
 		hotUtilization:    95,
 		coolUtilization:   80,
@@ -158,6 +161,9 @@ func (c *cfg) validate() error {
 	}
 	if c.mode == ModeCPU && len(c.gpuIDs) > 0 {
 		errs = append(errs, errors.New("GPUIDs given with Mode cpu"))
+	}
+	if c.mode == ModeCUDA && c.cpuFallback != nil && *c.cpuFallback {
+		errs = append(errs, errors.New("CPUFallback(true) given with Mode cuda, which means GPUs only (Mode auto falls back)"))
 	}
 	if !(c.memFraction > 0 && c.memFraction <= 1) {
 		errs = append(errs, fmt.Errorf("MemFraction %v not in (0, 1]", c.memFraction))
@@ -317,8 +323,21 @@ func withMaxDeviceFailures(n int) Option { return optFunc(func(c *cfg) { c.maxDe
 func withMaxAttempts(n int) Option { return optFunc(func(c *cfg) { c.maxAttempts = n }) }
 
 // CPUFallback says whether a CPU engine is created lazily when no GPU can
-// take a batch (default true). With false such a batch fails its call.
-func CPUFallback(on bool) Option { return optFunc(func(c *cfg) { c.cpuFallback = on }) }
+// take a batch (default: in ModeAuto only; ModeCUDA refuses true). With
+// false such a batch fails its call. The fallback engine has no memory
+// budget (CPUMemory calibrates only a pool's own CPU device) and runs the
+// batches planned for the GPUs, MaxBatchTokens wide: a last resort for a
+// host with the memory to spare, not a CPU device.
+func CPUFallback(on bool) Option { return optFunc(func(c *cfg) { c.cpuFallback = &on }) }
+
+// fallsBackToCPU reports whether a batch no GPU can take opens a CPU
+// engine (CPUFallback).
+func (c *cfg) fallsBackToCPU() bool {
+	if c.cpuFallback != nil {
+		return *c.cpuFallback
+	}
+	return c.mode == ModeAuto
+}
 
 // withAdmissionBackoff is how long a GPU worker waits after its device refused
 // a batch, or before pulling while the device is hot (default 20ms), so

@@ -27,14 +27,15 @@ func TestParseMemLimit(t *testing.T) {
 
 func TestOptionsValidation(t *testing.T) {
 	bad := map[string][]Option{
-		"tokens":     {MaxBatchTokens(0)},
-		"rows":       {MaxBatchRows(-1)},
-		"queue":      {withQueueCapacity(10), MaxBatchRows(20)},
-		"mode":       {Mode("tpu")},
-		"fraction":   {MemFraction(1.5)},
-		"hysteresis": {withUtilizationHysteresis(90, 80)},
-		"gpus+cpu":   {Mode(ModeCPU), GPUIDs("0")},
-		"shape":      {Calibrate(Calibration{Shapes: []Shape{{0, 4}}})},
+		"tokens":        {MaxBatchTokens(0)},
+		"rows":          {MaxBatchRows(-1)},
+		"queue":         {withQueueCapacity(10), MaxBatchRows(20)},
+		"mode":          {Mode("tpu")},
+		"fraction":      {MemFraction(1.5)},
+		"hysteresis":    {withUtilizationHysteresis(90, 80)},
+		"gpus+cpu":      {Mode(ModeCPU), GPUIDs("0")},
+		"cuda+fallback": {Mode(ModeCUDA), CPUFallback(true)},
+		"shape":         {Calibrate(Calibration{Shapes: []Shape{{0, 4}}})},
 	}
 	for name, opts := range bad {
 		t.Run(name, func(t *testing.T) {

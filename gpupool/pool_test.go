@@ -158,7 +158,7 @@ func TestRepeatedFailureDegradesToCPUFallback(t *testing.T) {
 	probe := newFakeProbe(&fakeGPU{total: 80 << 30})
 	f := newFakeFactory(map[string]*fakeEngine{"cuda:0": {err: errFakeCUDA}})
 	reg := prometheus.NewRegistry()
-	p := newPool(t, f, gpuOpts(probe, Registerer(reg), withMaxDeviceFailures(2))...)
+	p := newPool(t, f, gpuOpts(probe, Mode(ModeAuto), Registerer(reg), withMaxDeviceFailures(2))...) // cuda never falls back (TestModeCUDAOpensNoCPUEngine)
 	pairs := makePairs(realisticLengths(300, 3))
 	mustScore(t, p, pairs)
 	st := p.Stats()
