@@ -166,17 +166,104 @@ type cachedGraph struct {
 	stamp fileStamp
 }
 
+// untrustedFile says why the file or folder at path (st, as stat or fstat
+// gave it) may hold what another user wrote, "" when it cannot: it is
+// owned by the process's user or root, and neither its group nor others
+// may write it. An entry's checksums are its own manifest's, so whoever
+// can write the cache folder, the entry's or a file in it decides what
+// ONNX Runtime loads, and results would still carry the model's genuine
+// version (SessionOptions.GraphCacheTrusted waives the check).
+func untrustedFile(path string, st fs.FileInfo) string {
+	uid, ok := fileOwner(st)
+	if !ok {
+		return fmt.Sprintf("cannot tell who owns %s on %s (a folder said to be trusted is loaded from)", path, runtime.GOOS)
+	}
+	if me := os.Geteuid(); uid != uint32(me) && uid != 0 {
+		return fmt.Sprintf("%s is owned by uid %d, not by this process's (%d) or root: whoever can write it decides the graph and weights ONNX Runtime runs", path, uid, me)
+	}
+	if perm := st.Mode().Perm(); perm&0o022 != 0 {
+		return fmt.Sprintf("%s is writable by group or others (mode %04o): whoever can write it decides the graph and weights ONNX Runtime runs", path, perm)
+	}
+	return ""
+}
+
+// untrustedPath is untrustedFile of what is at path, links followed;
+// exists is false when nothing is.
+func untrustedPath(path string) (miss string, exists bool) {
+	st, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", false
+	}
+	if err != nil {
+		return "unreadable: " + err.Error(), true
+	}
+	return untrustedFile(path, st), true
+}
+
+// openEntryFile opens the entry's file at path, refusing it (with why)
+// unless trusted or untrustedFile passes what was opened.
+func openEntryFile(path string, trusted bool) (*os.File, fs.FileInfo, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := f.Stat()
+	if err == nil && !trusted {
+		if why := untrustedFile(path, st); why != "" {
+			err = untrustedError(why)
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, st, nil
+}
+
+// untrustedError is openEntryFile's refusal of a file untrustedFile
+// does not pass: the miss is its reason, not a file that is unreadable.
+type untrustedError string
+
+func (e untrustedError) Error() string { return string(e) }
+
+// unreadable is the miss of an entry's file that could not be read (what,
+// then why), or that untrustedFile refused (why alone).
+func unreadable(what string, err error) string {
+	var why untrustedError
+	if errors.As(err, &why) {
+		return string(why)
+	}
+	return what + ": " + err.Error()
+}
+
 // loadGraphCache reads and checks key's entry in dir: "" and the entry,
-// or why it cannot be used. The data file stays open (the caller closes
-// it) so that what ORT opens can be compared with what was checked.
-func (m *Model) loadGraphCache(dir, key string) (*cachedGraph, string) {
+// or why it cannot be used; unless trusted, the folder, the entry and
+// its files must pass untrustedFile. The data file stays open (the
+// caller closes it) so that what ORT opens can be compared with what was
+// checked.
+func (m *Model) loadGraphCache(dir, key string, trusted bool) (*cachedGraph, string) {
 	entry := graphCacheEntry(dir, key)
-	b, err := readLimited(filepath.Join(entry, graphCacheManifest), 1<<20)
+	if !trusted {
+		for _, p := range []string{dir, entry} {
+			switch why, exists := untrustedPath(p); {
+			case !exists:
+				return nil, "none kept"
+			case why != "":
+				return nil, why
+			}
+		}
+	}
+	f, _, err := openEntryFile(filepath.Join(entry, graphCacheManifest), trusted)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, "none kept"
 	}
 	if err != nil {
-		return nil, "unreadable: " + err.Error()
+		return nil, unreadable("unreadable", err)
+	}
+	b, err := readAllLimited(f, 1<<20)
+	f.Close()
+	if err != nil {
+		return nil, unreadable("unreadable", err)
 	}
 	var man graphManifest
 	switch err := json.Unmarshal(b, &man); {
@@ -197,21 +284,21 @@ func (m *Model) loadGraphCache(dir, key string) (*cachedGraph, string) {
 	if !same {
 		return nil, "the model's files changed since it was written"
 	}
-	graph, err := readLimited(filepath.Join(entry, graphCacheGraph), man.GraphBytes+1)
+	f, _, err = openEntryFile(filepath.Join(entry, graphCacheGraph), trusted)
 	if err != nil {
-		return nil, "unreadable graph: " + err.Error()
+		return nil, unreadable("unreadable graph", err)
+	}
+	graph, err := readAllLimited(f, man.GraphBytes+1)
+	f.Close()
+	if err != nil {
+		return nil, unreadable("unreadable graph", err)
 	}
 	if sum := sha256.Sum256(graph); int64(len(graph)) != man.GraphBytes || hex.EncodeToString(sum[:]) != man.GraphSHA {
 		return nil, fmt.Sprintf("the graph file is damaged (%d bytes, manifest says %d, or another checksum)", len(graph), man.GraphBytes)
 	}
-	f, err := os.Open(filepath.Join(entry, graphCacheData))
+	f, st, err := openEntryFile(filepath.Join(entry, graphCacheData), trusted)
 	if err != nil {
-		return nil, "unreadable data: " + err.Error()
-	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, "unreadable data: " + err.Error()
+		return nil, unreadable("unreadable data", err)
 	}
 	if st.Size() != man.DataBytes {
 		f.Close()
@@ -220,7 +307,7 @@ func (m *Model) loadGraphCache(dir, key string) (*cachedGraph, string) {
 	sum, err := crcOf(f)
 	if err != nil {
 		f.Close()
-		return nil, "unreadable data: " + err.Error()
+		return nil, unreadable("unreadable data", err)
 	}
 	if sum != man.DataCRC {
 		f.Close()
@@ -264,24 +351,30 @@ func readLimited(path string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return readAllLimited(f, limit)
+}
+
+// readAllLimited reads f from where it is to its end, failing past limit
+// bytes.
+func readAllLimited(f *os.File, limit int64) ([]byte, error) {
 	b, err := io.ReadAll(io.LimitReader(f, limit))
 	if err != nil {
 		return nil, err
 	}
 	if int64(len(b)) >= limit {
-		return nil, fmt.Errorf("%s: larger than %d bytes", path, limit-1)
+		return nil, fmt.Errorf("%s: larger than %d bytes", f.Name(), limit-1)
 	}
 	return b, nil
 }
 
-// newCachedSession creates the session from key's entry in dir, or says
+// newCachedSession creates the session from key's entry in opts.GraphCache, or says
 // why it did not. It waits for the model's hash (computed beside session
 // creation, and done before it on a production-size model) to check the
 // entry's version, and discards a session whose entry was not the
 // model's version or changed while ORT read it.
-func (m *Model) newCachedSession(dir, key string, so *ort.SessionOptions) (*ort.DynamicAdvancedSession, GraphCacheResult) {
-	res := GraphCacheResult{Path: graphCacheEntry(dir, key)}
-	c, miss := m.loadGraphCache(dir, key)
+func (m *Model) newCachedSession(opts SessionOptions, key string, so *ort.SessionOptions) (*ort.DynamicAdvancedSession, GraphCacheResult) {
+	res := GraphCacheResult{Path: graphCacheEntry(opts.GraphCache, key)}
+	c, miss := m.loadGraphCache(opts.GraphCache, key, opts.GraphCacheTrusted)
 	if c == nil {
 		res.Miss = miss
 		return nil, res

@@ -76,12 +76,24 @@ func (m *Model) buildGraphCache(ctx context.Context, dir, key string, opts Sessi
 	fail := func(err error) (string, error) {
 		return "", fmt.Errorf("model: writing the graph cache in %s: %w", dir, err)
 	}
-	if err := os.MkdirAll(dir, 0o777); err != nil {
+	// Unless the folder is trusted, what is written here is its owner's
+	// to write alone, whatever the umask, or no start would load it
+	// (untrustedFile); a trusted folder is shared as the umask says.
+	dirMode, fileMode := os.FileMode(0o755), os.FileMode(0o644)
+	if opts.GraphCacheTrusted {
+		dirMode, fileMode = 0o777, 0o666
+	}
+	if err := os.MkdirAll(dir, dirMode); err != nil {
 		return fail(err)
+	}
+	if !opts.GraphCacheTrusted {
+		if why, _ := untrustedPath(dir); why != "" {
+			return fail(fmt.Errorf("%s; a start would not load an entry written there (make it writable by its owner only, or set it trusted)", why))
+		}
 	}
 	sweepGraphTemp(dir)
 	entry := graphCacheEntry(dir, key)
-	tmp, err := mkdirTemp(dir, "."+filepath.Base(entry)+"-")
+	tmp, err := mkdirTemp(dir, "."+filepath.Base(entry)+"-", dirMode)
 	if err != nil {
 		return fail(err)
 	}
@@ -107,6 +119,19 @@ func (m *Model) buildGraphCache(ctx context.Context, dir, key string, opts Sessi
 	m.filesMu.Unlock()
 	if err := m.writeOptimized(tmp, opts); err != nil {
 		return fail(err)
+	}
+	if !opts.GraphCacheTrusted {
+		// ORT writes its files at modes of its own less the umask.
+		for _, name := range []string{graphCacheGraph, graphCacheData} {
+			p := filepath.Join(tmp, name)
+			st, err := os.Stat(p)
+			if err == nil {
+				err = os.Chmod(p, st.Mode().Perm()&^0o022)
+			}
+			if err != nil {
+				return fail(err)
+			}
+		}
 	}
 	if err := m.checkFiles(); err != nil {
 		return fail(err)
@@ -138,7 +163,7 @@ func (m *Model) buildGraphCache(ctx context.Context, dir, key string, opts Sessi
 	if err != nil {
 		return fail(err)
 	}
-	if err := os.WriteFile(filepath.Join(tmp, graphCacheManifest), append(b, '\n'), 0o666); err != nil {
+	if err := os.WriteFile(filepath.Join(tmp, graphCacheManifest), append(b, '\n'), fileMode); err != nil {
 		return fail(err)
 	}
 	if err := ctx.Err(); err != nil {
@@ -280,13 +305,13 @@ func sweepGraphTemp(dir string) {
 	}
 }
 
-// mkdirTemp creates a new folder prefix+random+".tmp" in dir at 0777 less
-// the umask (os.MkdirTemp fixes 0700), as the calibration caches leave
-// who may share the cache to the umask.
-func mkdirTemp(dir, prefix string) (string, error) {
+// mkdirTemp creates a new folder prefix+random+".tmp" in dir at mode less
+// the umask (os.MkdirTemp fixes 0700, which a trusted folder shared by a
+// group would not want).
+func mkdirTemp(dir, prefix string, mode os.FileMode) (string, error) {
 	for range 100 {
 		name := filepath.Join(dir, prefix+strconv.FormatUint(rand.Uint64(), 36)+".tmp")
-		err := os.Mkdir(name, 0o777)
+		err := os.Mkdir(name, mode)
 		if !errors.Is(err, fs.ErrExist) {
 			return name, err
 		}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -471,5 +472,145 @@ func TestGraphCacheHuggingFaceRevisions(t *testing.T) {
 	}
 	if r := cacheSession(t, other, cache).GraphCache(); !r.Hit() {
 		t.Errorf("the other model's session: %+v, want loaded from its entry, kept", r)
+	}
+}
+
+// An entry's checksums are its own manifest's: whoever could write the
+// entry could give ONNX Runtime any graph and weights under the model's
+// real version. A start therefore loads only an entry that no user but
+// the process's own (or root) can have written: the cache folder, the
+// entry's folder and each of its files owned by the process's user or
+// root and writable by neither group nor others. Any other is a miss
+// naming why; the session is created from the model, and writing the
+// entry again replaces it with one that loads.
+func TestGraphCacheRefusesEntriesOthersCanWrite(t *testing.T) {
+	m, _ := graphCacheModel(t)
+	plain := cacheSession(t, m, "")
+	pairs := externalPairs(t, m)
+	chown := func(name string) func(t *testing.T, entry string) {
+		return func(t *testing.T, entry string) {
+			if os.Geteuid() != 0 {
+				// Giving a file to another user takes root; a user
+				// namespace (unshare -r) maps only our own uid, so
+				// there is no other to give it to.
+				t.Skip("not root: cannot give a file to another user")
+			}
+			if err := os.Chown(filepath.Join(entry, name), 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	chmod := func(name string, mode os.FileMode) func(t *testing.T, entry string) {
+		return func(t *testing.T, entry string) {
+			if err := os.Chmod(filepath.Join(entry, name), mode); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		alter func(t *testing.T, entry string)
+		miss  string
+	}{
+		{"entry folder writable by all", chmod(".", 0o777), "writable by group or others"},
+		{"entry folder writable by its group", chmod(".", 0o775), "writable by group or others"},
+		{"data writable by its group", chmod(graphCacheData, 0o664), "writable by group or others"},
+		{"graph writable by all", chmod(graphCacheGraph, 0o666), "writable by group or others"},
+		{"manifest writable by all", chmod(graphCacheManifest, 0o666), "writable by group or others"},
+		{"manifest of another user", chown(graphCacheManifest), "owned by uid 65534"},
+		{"graph of another user", chown(graphCacheGraph), "owned by uid 65534"},
+		{"data of another user", chown(graphCacheData), "owned by uid 65534"},
+		{"entry folder of another user", chown("."), "owned by uid 65534"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			entry := buildCache(t, cacheSession(t, m, dir))
+			tc.alter(t, entry)
+			s := cacheSession(t, m, dir)
+			if r := s.GraphCache(); r.Hit() || !strings.Contains(r.Miss, tc.miss) || strings.HasPrefix(r.Miss, "unreadable") {
+				t.Fatalf("session on the altered entry: %+v, want a miss saying %q", r, tc.miss)
+			}
+			if d := maxLogitDiff(t, plain, s, pairs); d > 1e-6 {
+				t.Errorf("session after the refused entry differs from the plain one by %g", d)
+			}
+			if again := buildCache(t, s); again != entry {
+				t.Fatalf("rebuilt at %s, want %s", again, entry)
+			}
+			if r := cacheSession(t, m, dir).GraphCache(); !r.Hit() {
+				t.Errorf("session after the rebuild: %+v, want loaded from the cache", r)
+			}
+		})
+	}
+}
+
+// A cache folder others can write is refused as a whole: no entry in it
+// is loaded, and none is written (a start could not load it).
+func TestGraphCacheRefusesFolderOthersCanWrite(t *testing.T) {
+	m, _ := graphCacheModel(t)
+	dir := t.TempDir()
+	entry := buildCache(t, cacheSession(t, m, dir))
+	if err := os.Chmod(dir, 0o775); err != nil {
+		t.Fatal(err)
+	}
+	s := cacheSession(t, m, dir)
+	if r := s.GraphCache(); r.Hit() || !strings.Contains(r.Miss, dir+" is writable by group or others") {
+		t.Fatalf("session in a folder its group can write: %+v, want a miss naming the folder", r)
+	}
+	if err := os.RemoveAll(entry); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.BuildGraphCache(context.Background()); err == nil || !strings.Contains(err.Error(), "writable by group or others") {
+		t.Errorf("writing the entry in a folder its group can write: %q, %v; want an error saying so", got, err)
+	}
+	if got := cacheEntries(t, dir); len(got) != 0 {
+		t.Errorf("cache folder holds %v, want nothing written", got)
+	}
+}
+
+// The cache's folders and files are written writable by their owner only,
+// whatever the umask (002 here, as docs/operating.md once advised for the
+// calibration caches beside it): a start refuses any other.
+func TestGraphCacheWritesOwnerOnlyModes(t *testing.T) {
+	m, _ := graphCacheModel(t)
+	old := syscall.Umask(0o002)
+	defer syscall.Umask(old)
+	dir := filepath.Join(t.TempDir(), "parent", "graph-cache")
+	entry := buildCache(t, cacheSession(t, m, dir))
+	for _, p := range []string{filepath.Dir(dir), dir, entry, filepath.Join(entry, graphCacheGraph),
+		filepath.Join(entry, graphCacheData), filepath.Join(entry, graphCacheManifest)} {
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm()&0o022 != 0 {
+			t.Errorf("%s: mode %04o, want writable by its owner only", p, st.Mode().Perm())
+		}
+	}
+	if r := cacheSession(t, m, dir).GraphCache(); !r.Hit() {
+		t.Errorf("session on the entry written under umask 002: %+v, want loaded from it", r)
+	}
+}
+
+// A folder said to be trusted (GRAPH_CACHE_TRUSTED: pods of several users
+// sharing a volume through a group) is loaded from whoever wrote it, and
+// written at the modes the umask leaves, so that the group can replace
+// what is there.
+func TestGraphCacheTrustedFolder(t *testing.T) {
+	m, _ := graphCacheModel(t)
+	old := syscall.Umask(0o002)
+	defer syscall.Umask(old)
+	dir := filepath.Join(t.TempDir(), "graph-cache")
+	trusted := SessionOptions{IntraOpThreads: 1, GraphCache: dir, GraphCacheTrusted: true}
+	entry := buildCache(t, cacheSessionOpts(t, m, trusted))
+	for _, p := range []string{dir, entry, filepath.Join(entry, graphCacheManifest)} {
+		if st, err := os.Stat(p); err != nil || st.Mode().Perm()&0o020 == 0 {
+			t.Errorf("%s in a trusted folder under umask 002: %v, %v; want writable by its group", p, st.Mode(), err)
+		}
+	}
+	if r := cacheSession(t, m, dir).GraphCache(); r.Hit() || !strings.Contains(r.Miss, "writable by group or others") {
+		t.Errorf("session not trusting the folder: %+v, want a miss saying its group can write it", r)
+	}
+	if r := cacheSessionOpts(t, m, trusted).GraphCache(); !r.Hit() {
+		t.Errorf("session trusting the folder: %+v, want loaded from it", r)
 	}
 }

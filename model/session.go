@@ -58,6 +58,14 @@ type SessionOptions struct {
 	// one. Ignored with Configure (execution providers' graphs are the
 	// device's).
 	GraphCache string
+	// GraphCacheTrusted loads GraphCache's entries whoever wrote them, and
+	// writes them with the modes the umask leaves, for a folder shared by
+	// users who trust each other. False loads only what no user but the
+	// process's own (or root) can have written, and writes folders and
+	// files writable by their owner only: an entry's checksums are its own
+	// manifest's, so whoever can write it decides the graph and weights
+	// the session runs (optcache.go, untrustedFile).
+	GraphCacheTrusted bool
 }
 
 // Session runs a Model's graph on one device. It is safe for concurrent use:
@@ -124,7 +132,7 @@ func (m *Model) createSession(opts SessionOptions) (*ort.DynamicAdvancedSession,
 		if err != nil {
 			return nil, cache, err
 		}
-		sess, res := m.newCachedSession(opts.GraphCache, key, so)
+		sess, res := m.newCachedSession(opts, key, so)
 		so.Destroy()
 		if sess != nil {
 			return sess, res, nil
