@@ -66,6 +66,9 @@ type SessionConfig struct {
 	// prepacked weights is kept between starts; "" keeps none. CUDA
 	// sessions have none.
 	GraphCache string
+	// GraphCacheTrusted is model.SessionOptions.GraphCacheTrusted
+	// (GRAPH_CACHE_TRUSTED).
+	GraphCacheTrusted bool
 }
 
 // SessionFactory returns an EngineFactory that opens one model.Session per
@@ -108,7 +111,7 @@ func sessionOptions(dev Device, cfg SessionConfig) (model.SessionOptions, error)
 		// shapes through this; runs never shrink it.
 		opts.ShrinkArenas = "cpu:0"
 		opts.PadToMultipleOf = cfg.CPUPadToMultipleOf
-		opts.GraphCache = cfg.GraphCache
+		opts.GraphCache, opts.GraphCacheTrusted = cfg.GraphCache, cfg.GraphCacheTrusted
 	case CUDA:
 		opts.CUDA = cudaProviderOptions(dev, cfg)
 		// Memory patterns pre-plan one block per input shape from its

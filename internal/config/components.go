@@ -77,7 +77,8 @@ func (c *Config) SessionConfig(h Host) gpupool.SessionConfig {
 	cpuPad, cudaPad, _ := c.PadMultiples()            // likewise
 	return gpupool.SessionConfig{IntraOpThreads: threads, GPUMemFraction: c.GPUMemFraction,
 		GPUMemMargin: gpupool.DefaultGPUMemMargin, GPUMemBudget: budget, TF32: c.GPUTF32,
-		PadToMultipleOf: cudaPad, CPUPadToMultipleOf: cpuPad, GraphCache: calibrationCache(c.GraphCache, "graph-cache")}
+		PadToMultipleOf: cudaPad, CPUPadToMultipleOf: cpuPad, GraphCache: calibrationCache(c.GraphCache, "graph-cache"),
+		GraphCacheTrusted: c.GraphCacheTrusted}
 }
 
 // AutoPadCUDA and AutoPadCPU are PAD_TO_MULTIPLE_OF=auto's values. On a
