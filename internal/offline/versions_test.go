@@ -92,7 +92,7 @@ func scoreRowsTable(pk string) string {
 // each version has.
 func TestParquetBackfillKeepsNewestVersion(t *testing.T) {
 	if testing.Short() {
-		t.Skip("five scorer runs read back and loaded through DuckDB; make test runs it")
+		t.Skip("six scorer runs read back and loaded through DuckDB; make test runs it")
 	}
 	shareModels(t)
 	env := testenv.ScorerEnv(t)
