@@ -90,6 +90,15 @@ export PATH := $(PROMTOOL_DIR)/bin:$(KCAT_DIR)/bin:$(PATH)
 kcat:
 	@./scripts/install-kcat.sh $(KCAT_DIR)
 
+# Apache Kafka's broker for the real-cluster tests (scripts/kafka.sh, internal/kafkatest): the jars of
+# deploy/kafka/pom.xml for KAFKA_VERSION, fetched once into .deps/kafka-VERSION/libs through the Maven
+# repository .deps/m2 and checked against deploy/kafka/VERSION.sha256. kcat reads the clusters' metadata.
+KAFKA_VERSION ?= 4.4.0
+.PHONY: kafka
+kafka: kcat $(DEPS)/kafka-$(KAFKA_VERSION)/pins.sha256
+$(DEPS)/kafka-$(KAFKA_VERSION)/pins.sha256: deploy/kafka/$(KAFKA_VERSION).sha256 deploy/kafka/pom.xml
+	KAFKA_VERSION=$(KAFKA_VERSION) ./scripts/kafka.sh fetch
+
 # promtool checks and unit-tests the alerting rules in deploy's tests: from
 # Debian's prometheus package, unpacked under .deps/promtool unless on PATH.
 promtool:
@@ -144,7 +153,7 @@ ORT_CORE_TESTS := ^(TestInitRuntimeErrors|TestProbeRuntime|TestGoldenScores|Test
 # of their wall time waiting on timeouts and heartbeats, and a waiting package should not hold one of two
 # slots (go test -short ./...: 121 s at -p 2, 96 s at -p 4 on 2 cores; docs/testing.md).
 TEST_P ?= 4
-test: ort cuda-ort kcat helm promtool duckdb lint
+test: ort cuda-ort kcat kafka helm promtool duckdb lint
 	mkdir -p bin; IMAGE_TEST_BUILD_ONLY=1 ./scripts/image-test.sh >bin/image-build.log 2>&1 & build=$$!; \
 	status=0; \
 	$(GO) test -race -count=1 -p $(TEST_P) -timeout 45m ./... || status=$$?; \

@@ -54,6 +54,7 @@ fetch() {
 	local pins=$pins_dir/$version.sha256
 	[[ -f $pins ]] || die "Kafka $version is not pinned: deploy/kafka/$version.sha256 does not exist (pinned: $(cd "$pins_dir" && ls ./*.sha256 | sed 's|^\./||; s|\.sha256$||' | tr '\n' ' '))"
 	if [[ -f $home/pins.sha256 ]] && cmp -s "$pins" "$home/pins.sha256"; then
+		touch "$home/pins.sha256" # the same list is the same jars: make's stamp is current again
 		return 0
 	fi
 	command -v mvn >/dev/null || die "mvn is not installed (Debian: apt-get install maven)"
