@@ -1,8 +1,6 @@
 package model
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -97,10 +95,7 @@ func TestExternalData(t *testing.T) {
 // external data).
 func TestExternalDataVersion(t *testing.T) {
 	dir := testenv.ExternalDataModelDir(t, testenv.ModelDir(t, "nli-wordpiece-small"), testenv.OneDataFile)
-	h := sha256.New()
-	h.Write(mustRead(t, filepath.Join(dir, "model.onnx")))
-	h.Write(mustRead(t, filepath.Join(dir, "model.onnx_data")))
-	want := hex.EncodeToString(h.Sum(nil))
+	want := testenv.ModelVersion(t, dir, "model.onnx", "model.onnx_data")
 	if got := loadModel(t, LoadOptions{Dir: dir}).SHA256; got != want {
 		t.Errorf("absolute folder: version %s, want %s", got, want)
 	}

@@ -182,7 +182,7 @@ func (m *Model) checkFiles() error {
 		}
 		fresh[j] = heldFile{path: h.path, real: h.real, f: f, stamp: stampOf(st)}
 	}
-	sha, err := hashModel(m.ONNXPath, m.dataFiles, fresh)
+	sha, err := hashModel(m.versionState, m.ONNXPath, m.dataFiles, fresh)
 	if err != nil || sha != m.hashed {
 		closeHeld(fresh)
 		return refuse()

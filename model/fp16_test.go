@@ -122,7 +122,7 @@ func testFloat16Model(t *testing.T, src string) {
 				if m.OutputType != form.out {
 					t.Fatalf("OutputType %v, want %v", m.OutputType, form.out)
 				}
-				if sum := testenv.SHA256File(t, filepath.Join(dir, testenv.FP16File)); m.SHA256 != sum || m.Info().SHA256 != sum || sum == ref.SHA256 {
+				if sum := testenv.ModelVersion(t, dir, testenv.FP16File); m.SHA256 != sum || m.Info().SHA256 != sum || sum == ref.SHA256 {
 					t.Errorf("model sha256 %s (info %s), want the fp16 file's %s, not the fp32 %s", m.SHA256, m.Info().SHA256, sum, ref.SHA256)
 				}
 				if m.Info().Name != ref.Info().Name {

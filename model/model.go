@@ -77,7 +77,10 @@ type Model struct {
 	Dir string
 	// ONNXPath is the graph file that sessions load.
 	ONNXPath string
-	// SHA256 is the hex hash of the ONNX file: the model's version.
+	// SHA256 is the model's version: the hex SHA-256 of config.json,
+	// tokenizer.json, tokenizer_config.json and the graph's files
+	// (versionPrefix, hashModel), everything Load reads that decides a
+	// score.
 	SHA256 string
 	// Tokenizer encodes premises and hypotheses for this model.
 	Tokenizer *tokenizer.Tokenizer
@@ -127,6 +130,10 @@ type Model struct {
 	hashed        string
 	refused       error
 	refusedStates []fileState
+	// versionState is the version's SHA-256 state after the files Load
+	// read whole (versionPrefix); hashModel continues it with the graph's
+	// files, at Load and when checkFiles hashes them again.
+	versionState []byte
 	// hashDone is closed once Start's hash has ended, with hashed set or
 	// not: a session from the graph cache waits for it to check the
 	// version its entry was written for (newCachedSession).
@@ -189,22 +196,33 @@ type Loading struct {
 // and loads the tokenizer in the background. Its errors are those of
 // Load's first steps; the hash's and the tokenizer's come from Wait.
 func Start(opts LoadOptions) (*Loading, error) {
-	m, maxPositions, err := loadGraph(opts)
+	m, cfg, err := loadGraph(opts)
 	if err != nil {
 		return nil, err
 	}
-	tokMax, err := readModelMaxLength(filepath.Join(opts.Dir, "tokenizer_config.json"))
+	tokMax, tokCfg, err := readModelMaxLength(filepath.Join(opts.Dir, "tokenizer_config.json"))
 	if err != nil {
 		closeHeld(m.held)
 		return nil, err
 	}
-	if m.MaxLength, err = pickMaxLength(opts.MaxLength, tokMax, maxPositions); err != nil {
+	if m.MaxLength, err = pickMaxLength(opts.MaxLength, tokMax, cfg.maxPositions); err != nil {
+		closeHeld(m.held)
+		return nil, err
+	}
+	// Read here, parsed in the background: the version covers the bytes
+	// parsed (versionPrefix), and reading is milliseconds of the parse.
+	tokPath := filepath.Join(opts.Dir, "tokenizer.json")
+	tokJSON, err := os.ReadFile(tokPath)
+	if err != nil {
+		closeHeld(m.held)
+		return nil, fmt.Errorf("model: loading tokenizer: %w", err)
+	}
+	if m.versionState, err = versionPrefix(cfg.raw, tokJSON, tokCfg); err != nil {
 		closeHeld(m.held)
 		return nil, err
 	}
 	l := &Loading{m: m, done: make(chan struct{})}
 	m.hashDone = make(chan struct{})
-	tokPath := filepath.Join(opts.Dir, "tokenizer.json")
 	go func() {
 		defer close(l.done)
 		// Two goroutines, so that on more than two cores the hash and the
@@ -212,11 +230,11 @@ func Start(opts LoadOptions) (*Loading, error) {
 		var wg sync.WaitGroup
 		var tokErr error
 		wg.Go(func() {
-			if l.tok, tokErr = tokenizer.Load(tokPath); tokErr != nil {
+			if l.tok, tokErr = tokenizer.Parse(tokJSON); tokErr != nil {
 				tokErr = fmt.Errorf("model: loading tokenizer %s: %w", tokPath, tokErr)
 			}
 		})
-		sha, hashErr := hashModel(m.ONNXPath, m.dataFiles, m.held)
+		sha, hashErr := hashModel(m.versionState, m.ONNXPath, m.dataFiles, m.held)
 		if hashErr == nil {
 			hashErr = m.hashedAs(sha)
 		}
@@ -265,24 +283,23 @@ func (l *Loading) Wait() (*Model, error) {
 }
 
 // loadGraph does Start's first steps: options, labels, the ONNX file and
-// its inputs and outputs. It also returns config.json's
-// max_position_embeddings (0 when absent).
-func loadGraph(opts LoadOptions) (*Model, int, error) {
+// its inputs and outputs. It also returns config.json as read.
+func loadGraph(opts LoadOptions) (*Model, modelConfig, error) {
 	if opts.Dir == "" {
-		return nil, 0, errors.New("model: LoadOptions.Dir is empty")
+		return nil, modelConfig{}, errors.New("model: LoadOptions.Dir is empty")
 	}
 	mode, err := ParseScoreMode(string(opts.ScoreMode))
 	if err != nil {
-		return nil, 0, err
+		return nil, modelConfig{}, err
 	}
 	enc, err := ParsePairEncoding(string(opts.PairEncoding))
 	if err != nil {
-		return nil, 0, err
+		return nil, modelConfig{}, err
 	}
 	if st, err := os.Stat(opts.Dir); err != nil {
-		return nil, 0, fmt.Errorf("model: model folder: %w", err)
+		return nil, modelConfig{}, fmt.Errorf("model: model folder: %w", err)
 	} else if !st.IsDir() {
-		return nil, 0, fmt.Errorf("model: model folder %s is not a directory", opts.Dir)
+		return nil, modelConfig{}, fmt.Errorf("model: model folder %s is not a directory", opts.Dir)
 	}
 	m := &Model{Name: filepath.Base(filepath.Clean(opts.Dir)), Dir: opts.Dir, ScoreMode: mode, PairEncoding: enc}
 	if enc == EncodeJoined {
@@ -291,34 +308,34 @@ func loadGraph(opts LoadOptions) (*Model, int, error) {
 
 	cfg, err := readConfig(filepath.Join(opts.Dir, "config.json"))
 	if err != nil {
-		return nil, 0, err
+		return nil, modelConfig{}, err
 	}
 	m.ID2Label, m.eosHead = cfg.labels, cfg.eosHead
 	if err := m.pickIndices(opts, mode); err != nil {
-		return nil, 0, err
+		return nil, modelConfig{}, err
 	}
 	if m.ONNXPath, err = findONNX(opts.Dir, opts.ONNXFile); err != nil {
-		return nil, 0, err
+		return nil, modelConfig{}, err
 	}
 	steps, err := onnxgraph.ParseSteps(opts.AttentionRewrites)
 	if err != nil {
-		return nil, 0, fmt.Errorf("model: %w", err)
+		return nil, modelConfig{}, fmt.Errorf("model: %w", err)
 	}
 	steps.Heads = cfg.heads
 	// The graph is read once (openLeanGraph): its declarations, then what
 	// sessions load.
 	lg, err := openLeanGraph(m.ONNXPath)
 	if err != nil {
-		return nil, 0, fmt.Errorf("model: reading graph %s: %w", m.ONNXPath, err)
+		return nil, modelConfig{}, fmt.Errorf("model: reading graph %s: %w", m.ONNXPath, err)
 	}
 	if err := m.readGraph(lg.m.GetGraph()); err != nil {
 		lg.close()
-		return nil, 0, err
+		return nil, modelConfig{}, err
 	}
 	if err := m.prepareGraph(lg, opts.KeepRelativeAttention, steps); err != nil {
-		return nil, 0, err
+		return nil, modelConfig{}, err
 	}
-	return m, cfg.maxPositions, nil
+	return m, cfg, nil
 }
 
 // prepareGraph takes the graph as sessions load it (lg, read from

@@ -1,8 +1,6 @@
 package model
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -81,7 +79,8 @@ func TestLoadRealModels(t *testing.T) {
 			if m.ONNXPath != wantONNX {
 				t.Errorf("ONNXPath = %q, want %q", m.ONNXPath, wantONNX)
 			}
-			if want := testenv.SHA256File(t, m.ONNXPath); m.SHA256 != want {
+			rel, _ := filepath.Rel(dir, m.ONNXPath)
+			if want := testenv.ModelVersion(t, dir, rel); m.SHA256 != want {
 				t.Errorf("SHA256 = %s, want %s", m.SHA256, want)
 			}
 			if info := m.Info(); info.Name != m.Name || info.SHA256 != m.SHA256 {
@@ -295,7 +294,7 @@ func TestPickMaxLength(t *testing.T) {
 // TestVersionCoversExternalData: a graph exported with its weights in an
 // external-data file beside it (model.onnx_data, model.onnx.data) gets a
 // version that covers those weights: changing only them changes the
-// version; the graph file alone still hashes as itself. On
+// version, the weights hashed after the graph file. On
 // nli-wordpiece-small: the version is the same bytes hashed whatever the
 // architecture, and each of the test's five loads of a folder with data
 // files is a quarter of a DeBERTa load's CPU, an eighth under -race (no
@@ -303,8 +302,8 @@ func TestPickMaxLength(t *testing.T) {
 func TestVersionCoversExternalData(t *testing.T) {
 	src := testenv.ModelDir(t, "nli-wordpiece-small")
 	plain := sharedModel(t, src).SHA256
-	if want := testenv.SHA256File(t, filepath.Join(src, "model.onnx")); plain != want {
-		t.Fatalf("graph-only version %s, want the graph file's %s", plain, want)
+	if want := testenv.ModelVersion(t, src, "model.onnx"); plain != want {
+		t.Fatalf("graph-only version %s, want %s", plain, want)
 	}
 	for _, name := range []string{"model.onnx_data", "model.onnx.data"} {
 		var versions []string
@@ -319,16 +318,54 @@ func TestVersionCoversExternalData(t *testing.T) {
 			t.Errorf("%s: versions graph-only %s, weights v1 %s, v2 %s: want three different", name, plain, versions[0], versions[1])
 		}
 	}
-	h := sha256.New()
-	for _, part := range [][]byte{mustRead(t, filepath.Join(src, "model.onnx")), []byte("weights v1")} {
-		h.Write(part)
-	}
-	dir := copyModelDir(t, src, func(map[string]any) {})
+	dir := copyModelDir(t, src, nil)
 	if err := os.WriteFile(filepath.Join(dir, "model.onnx_data"), []byte("weights v1"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := loadModel(t, LoadOptions{Dir: dir}).SHA256, hex.EncodeToString(h.Sum(nil)); got != want {
+	if got, want := loadModel(t, LoadOptions{Dir: dir}).SHA256, testenv.ModelVersion(t, dir, "model.onnx", "model.onnx_data"); got != want {
 		t.Errorf("version = %s, want SHA-256 of graph then weights %s", got, want)
+	}
+}
+
+// TestVersionCoversTokenizerAndConfig: the version names everything Load
+// reads that decides a score, not only the graph: a fixed tokenizer.json
+// (other ids for the same text), a changed config.json (id2label: another
+// class read as entailment) or tokenizer_config.json (another maximum
+// length) under the same graph is another version, so results, the score
+// cache and the calibrations keyed on it tell the two apart. The version
+// is testenv.ModelVersion's: the files in a fixed order, hashed as one
+// stream. On nli-wordpiece-small (a small tokenizer, no rewrite).
+func TestVersionCoversTokenizerAndConfig(t *testing.T) {
+	src := testenv.ModelDir(t, "nli-wordpiece-small")
+	plain := loadModel(t, LoadOptions{Dir: src}).SHA256
+	if want := testenv.ModelVersion(t, src, "model.onnx"); plain != want {
+		t.Errorf("version %s, want %s (config.json, tokenizer.json, tokenizer_config.json, model.onnx)", plain, want)
+	}
+	relabelled := copyModelDir(t, src, func(cfg map[string]any) {
+		cfg["id2label"].(map[string]any)["2"] = "neutral (relabelled)"
+	})
+	retokenized := copyModelDir(t, src, nil, "tokenizer.json")
+	// The same tokenizer, other bytes: a fix that changes ids changes
+	// them too, and a test need not know which ids.
+	if err := os.WriteFile(filepath.Join(retokenized, "tokenizer.json"), append(mustRead(t, filepath.Join(src, "tokenizer.json")), '\n'), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	shorter := copyModelDir(t, src, nil, "tokenizer_config.json")
+	if err := os.WriteFile(filepath.Join(shorter, "tokenizer_config.json"), []byte(`{"model_max_length": 128}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{plain: "the model as shipped"}
+	for _, tc := range []struct{ name, dir string }{
+		{"id2label changed", relabelled}, {"tokenizer.json changed", retokenized}, {"tokenizer_config.json changed", shorter},
+	} {
+		got := loadModel(t, LoadOptions{Dir: tc.dir}).SHA256
+		if other, ok := seen[got]; ok {
+			t.Errorf("%s: version %s, the same as %s's", tc.name, got, other)
+		}
+		seen[got] = tc.name
+		if want := testenv.ModelVersion(t, tc.dir, "model.onnx"); got != want {
+			t.Errorf("%s: version %s, want %s", tc.name, got, want)
+		}
 	}
 }
 

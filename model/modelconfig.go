@@ -1,6 +1,8 @@
 package model
 
 import (
+	"crypto/sha256"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +18,9 @@ type modelConfig struct {
 	maxPositions int   // 0 when absent
 	heads        int   // num_attention_heads, 0 when absent
 	eosHead      int32 // eosHeadID: the eos id a BART-style head reads, else -1
+	// raw is the file's bytes as parsed: the version covers them
+	// (versionPrefix).
+	raw []byte
 }
 
 func readConfig(path string) (modelConfig, error) {
@@ -41,7 +46,7 @@ func readConfig(path string) (modelConfig, error) {
 	if err != nil {
 		return modelConfig{}, fmt.Errorf("model: %s: %w", path, err)
 	}
-	return modelConfig{labels: labels, maxPositions: raw.MaxPositionEmbeddings, heads: raw.NumAttentionHeads, eosHead: eos}, nil
+	return modelConfig{labels: labels, maxPositions: raw.MaxPositionEmbeddings, heads: raw.NumAttentionHeads, eosHead: eos, raw: data}, nil
 }
 
 // labelsFromID2Label turns config.json's string-keyed id2label into a slice,
@@ -105,25 +110,49 @@ func (m *Model) pickIndices(opts LoadOptions, mode ScoreMode) error {
 }
 
 // readModelMaxLength returns tokenizer_config.json's model_max_length, or 0
-// when the file or field is absent. HF writes a huge sentinel (1e30) for
-// "unlimited", hence the float.
-func readModelMaxLength(path string) (int, error) {
+// when the file or field is absent, and the file's bytes as parsed (nil
+// when it is absent: the version covers them, versionPrefix). HF writes a
+// huge sentinel (1e30) for "unlimited", hence the float.
+func readModelMaxLength(path string) (int, []byte, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
+		return 0, nil, nil
 	} else if err != nil {
-		return 0, fmt.Errorf("model: reading tokenizer config: %w", err)
+		return 0, nil, fmt.Errorf("model: reading tokenizer config: %w", err)
 	}
 	var raw struct {
 		ModelMaxLength *float64 `json:"model_max_length"`
 	}
 	if err := json.Unmarshal(data, &raw); err != nil {
-		return 0, fmt.Errorf("model: parsing %s: %w", path, err)
+		return 0, nil, fmt.Errorf("model: parsing %s: %w", path, err)
 	}
 	if raw.ModelMaxLength == nil || *raw.ModelMaxLength <= 0 || *raw.ModelMaxLength > 1<<20 {
-		return 0, nil
+		return 0, data, nil
 	}
-	return int(*raw.ModelMaxLength), nil
+	return int(*raw.ModelMaxLength), data, nil
+}
+
+// versionPrefix is the state of the version's SHA-256 (hashModel) after
+// the files Load read whole besides the graph, in this order:
+// config.json, tokenizer.json and tokenizer_config.json when present. The
+// graph's files follow; `cat` of them all in that order piped to
+// sha256sum gives the version.
+//
+// Why these files: each decides scores under the same graph (a tokenizer
+// fix gives other ids, id2label another class read as entailment,
+// model_max_length another truncation), and what is keyed on the version
+// (results' model_sha256, the score cache, the memory calibrations, the
+// graph cache) must tell the two apart. Why first, as their bytes were
+// parsed: checkFiles hashes the graph's files again from this state, and
+// a tokenizer.json changed on disk since Load read it changes nothing a
+// session runs. Why a saved state: the bytes (8.6 MB of DeBERTa's
+// tokenizer) need not be kept.
+func versionPrefix(files ...[]byte) ([]byte, error) {
+	h := sha256.New()
+	for _, b := range files {
+		h.Write(b)
+	}
+	return h.(encoding.BinaryMarshaler).MarshalBinary()
 }
 
 // pickMaxLength applies LoadOptions.MaxLength's rule. An explicit length

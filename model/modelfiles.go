@@ -2,6 +2,7 @@ package model
 
 import (
 	"crypto/sha256"
+	"encoding"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -57,23 +58,26 @@ func findONNX(dir, name string) (string, error) {
 // onnx.save_model's examples: model.onnx.data).
 var externalDataSuffixes = [...]string{"_data", ".data"}
 
-// hashModel is the model's version: the SHA-256 of the ONNX file, streamed
-// so a multi-gigabyte graph is not held in memory twice, then of each
-// external data file the graph references (data, sorted)
-// and of an external-data file beside the graph by an exporter's name
+// hashModel is the model's version: the SHA-256 continued from prefix
+// (versionPrefix: the config and tokenizer files), of the ONNX file,
+// streamed so a multi-gigabyte graph is not held in memory twice, then of
+// each external data file the graph references (data, sorted) and of an
+// external-data file beside the graph by an exporter's name
 // (model.onnx_data), each once: new weights under an unchanged graph must
-// be a new version. A graph without either hashes exactly as its file
-// alone.
+// be a new version.
 //
 // A file among held (the files Load read the graph from) is read through
 // its descriptor: the version is of the bytes that NewSession checks the
 // files against (checkFiles), whatever the paths name meanwhile.
-func hashModel(path string, data []string, held []heldFile) (string, error) {
+func hashModel(prefix []byte, path string, data []string, held []heldFile) (string, error) {
 	open := map[string]*os.File{}
 	for _, f := range held {
 		open[f.path] = f.f
 	}
 	h := sha256.New()
+	if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(prefix); err != nil {
+		return "", fmt.Errorf("model: version: %w", err)
+	}
 	graph, err := filepath.Abs(path)
 	if err != nil {
 		return "", err

@@ -192,7 +192,7 @@ func TestCommandFloat16Gate(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 		t.Fatalf("--json output: %v\n%s", err, stdout)
 	}
-	sum := testenv.SHA256File(t, filepath.Join(dir, testenv.FP16File))
+	sum := testenv.ModelVersion(t, dir, testenv.FP16File)
 	t.Logf("%d pairs of %d transcripts: max |Δp| %.2g, agreement %.4f", rep.Pairs, len(events), rep.MaxAbsDiff, rep.Agreement)
 	if !(rep.MaxAbsDiff > 0 && rep.MaxAbsDiff < 0.01) || !rep.Pass || rep.Agreement < 0.99 ||
 		!strings.Contains(rep.B.Name, testenv.FP16File) || !strings.Contains(rep.B.Name, sum[:12]) {
