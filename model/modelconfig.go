@@ -86,7 +86,7 @@ func (m *Model) pickIndices(opts LoadOptions, mode ScoreMode) error {
 		}
 		m.EntailmentIndex = *opts.EntailmentIndex
 	} else if m.EntailmentIndex = labelIndex(m.ID2Label, "entail"); m.EntailmentIndex < 0 {
-		return fmt.Errorf("model: no entailment label in id2label %v; set the entailment index explicitly", m.ID2Label)
+		return fmt.Errorf("model: no entailment label in id2label %v; set the entailment index explicitly (ENTAILMENT_INDEX)", m.ID2Label)
 	}
 
 	m.ContradictionIndex = -1
@@ -100,7 +100,7 @@ func (m *Model) pickIndices(opts LoadOptions, mode ScoreMode) error {
 	}
 	if mode == ScoreEntailVsContradiction {
 		if m.ContradictionIndex < 0 {
-			return fmt.Errorf("model: score mode %s needs a contradiction or not_entailment label, none in id2label %v; set the contradiction index explicitly", mode, m.ID2Label)
+			return fmt.Errorf("model: score mode %s needs a contradiction or not_entailment label, none in id2label %v; set the contradiction index explicitly (CONTRADICTION_INDEX)", mode, m.ID2Label)
 		}
 		if m.ContradictionIndex == m.EntailmentIndex {
 			return fmt.Errorf("model: contradiction and entailment index are both %d", m.EntailmentIndex)

@@ -155,7 +155,7 @@ func (c *Config) PoolOptions(h Host) ([]gpupool.Option, error) {
 }
 
 // ModelOptions is how the model is loaded: MODEL_DIR resolved, MODEL_FILE,
-// SCORE_MODE, ENTAILMENT_INDEX, PAIR_ENCODING, PAIR_SEPARATOR and
+// SCORE_MODE, ENTAILMENT_INDEX, CONTRADICTION_INDEX, PAIR_ENCODING, PAIR_SEPARATOR and
 // REL_ATTENTION_REWRITE.
 func (c *Config) ModelOptions() (model.LoadOptions, error) {
 	dir, err := ResolvePath(c.ModelDir)
@@ -175,6 +175,10 @@ func (c *Config) ModelOptions() (model.LoadOptions, error) {
 	if c.EntailmentIndex >= 0 {
 		idx := c.EntailmentIndex
 		lo.EntailmentIndex = &idx
+	}
+	if c.ContradictionIndex >= 0 {
+		idx := c.ContradictionIndex
+		lo.ContradictionIndex = &idx
 	}
 	return lo, nil
 }

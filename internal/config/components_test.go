@@ -293,3 +293,34 @@ func TestPadToMultipleOfSetting(t *testing.T) {
 		}
 	}
 }
+
+// TestContradictionIndexSetting: CONTRADICTION_INDEX, the setting the
+// model's "set the contradiction index explicitly" error names, reaches
+// the load options as ENTAILMENT_INDEX does; -1 (the default) leaves the
+// index to id2label, and below -1 fails validation naming the setting.
+func TestContradictionIndexSetting(t *testing.T) {
+	for env, want := range map[string]int{"": -1, "-1": -1, "0": 0, "2": 2} {
+		vars := map[string]string{"MODEL_DIR": t.TempDir()}
+		if env != "" {
+			vars["CONTRADICTION_INDEX"] = env
+		}
+		cfg, err := parseConfig(t, vars)
+		if err != nil {
+			t.Fatalf("CONTRADICTION_INDEX=%q: %v", env, err)
+		}
+		lo, err := cfg.ModelOptions()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := -1
+		if lo.ContradictionIndex != nil {
+			got = *lo.ContradictionIndex
+		}
+		if got != want || (want < 0) != (lo.ContradictionIndex == nil) {
+			t.Errorf("CONTRADICTION_INDEX=%q: load options' ContradictionIndex %v (%d), want %d", env, lo.ContradictionIndex, got, want)
+		}
+	}
+	if _, err := parseConfig(t, map[string]string{"MODEL_DIR": t.TempDir(), "CONTRADICTION_INDEX": "-2"}); err == nil || !strings.Contains(err.Error(), "CONTRADICTION_INDEX") {
+		t.Errorf("CONTRADICTION_INDEX=-2: %v; want an error naming CONTRADICTION_INDEX", err)
+	}
+}
