@@ -36,8 +36,10 @@ import (
 // (graphCacheGraph), its data (graphCacheData) and a manifest naming the
 // key in full, the model version it was made from, and each file's size
 // and checksum. A start trusts an entry only when all of these match
-// (loadGraphCache): a file cut short, changed or left by another key or
-// model version is refused with the reason, and never given to ORT.
+// and no user but its own (or root) can have written it (loadGraphCache,
+// untrustedFile): a file cut short, changed, left by another key or
+// model version, or another user's to write is refused with the reason,
+// and never given to ORT.
 const (
 	// graphCacheFormat's 2 keys entries by the model's slot
 	// (graphCacheSlot) and leaves the thread counts and padding out; a
@@ -176,7 +178,7 @@ type cachedGraph struct {
 func untrustedFile(path string, st fs.FileInfo) string {
 	uid, ok := fileOwner(st)
 	if !ok {
-		return fmt.Sprintf("cannot tell who owns %s on %s (a folder said to be trusted is loaded from)", path, runtime.GOOS)
+		return fmt.Sprintf("cannot tell who owns %s on %s: only a folder set trusted is loaded from here", path, runtime.GOOS)
 	}
 	if me := os.Geteuid(); uid != uint32(me) && uid != 0 {
 		return fmt.Sprintf("%s is owned by uid %d, not by this process's (%d) or root: whoever can write it decides the graph and weights ONNX Runtime runs", path, uid, me)
@@ -367,11 +369,12 @@ func readAllLimited(f *os.File, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-// newCachedSession creates the session from key's entry in opts.GraphCache, or says
-// why it did not. It waits for the model's hash (computed beside session
-// creation, and done before it on a production-size model) to check the
-// entry's version, and discards a session whose entry was not the
-// model's version or changed while ORT read it.
+// newCachedSession creates the session from key's entry in
+// opts.GraphCache, or says why it did not. It waits for the model's hash
+// (computed beside session creation, and done before it on a
+// production-size model) to check the entry's version, and discards a
+// session whose entry was not the model's version or changed while ORT
+// read it.
 func (m *Model) newCachedSession(opts SessionOptions, key string, so *ort.SessionOptions) (*ort.DynamicAdvancedSession, GraphCacheResult) {
 	res := GraphCacheResult{Path: graphCacheEntry(opts.GraphCache, key)}
 	c, miss := m.loadGraphCache(opts.GraphCache, key, opts.GraphCacheTrusted)

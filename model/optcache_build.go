@@ -26,9 +26,12 @@ func (s *Session) GraphCacheDir() string { return s.opts.GraphCache }
 
 // BuildGraphCache writes the entry that later sessions with the options s
 // was created with load instead of optimising the graph and packing its
-// weights (SessionOptions.GraphCache), replacing any entry of the same
-// model file. It creates one more session for it, on a thread of its own at
-// the lowest CPU priority (nice 19) and one intra-op thread, while ORT
+// weights (SessionOptions.GraphCache), replacing the entry of the same
+// key and removing the model slot's entries of other versions
+// (removeOtherEntries). It refuses a folder others can write unless it is
+// trusted (a start would not load the entry). It creates one more
+// session for it, on a thread of its own at the lowest CPU priority (nice
+// 19) and one intra-op thread, while ORT
 // optimises the graph and writes it with its prepacked weights (about the
 // model's size twice over on disk, and as much memory again while it runs,
 // for seconds to minutes); the entry becomes visible whole, by a rename,
