@@ -147,6 +147,25 @@ func TestImage(t *testing.T) {
 		return code == http.StatusOK, body
 	})
 
+	// Images build from a copy without .git: the version comes from
+	// image-build.sh's VERSION build argument, not "(devel)".
+	t.Run("version", func(t *testing.T) {
+		want := os.Getenv("SCORER_IMAGE_VERSION")
+		if want == "" {
+			t.Skip("SCORER_IMAGE_VERSION is unset: scripts/image-test.sh sets it to the version it built with")
+		}
+		_, body := httpGet(ctx, base+"/metrics")
+		var line string
+		for l := range strings.Lines(body) {
+			if strings.HasPrefix(l, "scorer_build_info{") {
+				line = strings.TrimSpace(l)
+			}
+		}
+		if !strings.Contains(line, `version="`+want+`"`) {
+			t.Errorf("scorer_build_info in the container: %q; want version=%q", line, want)
+		}
+	})
+
 	t.Run("hardening", func(t *testing.T) {
 		exec1 := func(args ...string) (string, error) {
 			out, err := podman(ctx, append([]string{"exec", name}, args...)...).CombinedOutput()

@@ -23,6 +23,9 @@ shift 2
 
 goproxy=$(go env GOPROXY 2>/dev/null || true)
 args=()
+# The binary's version (scorer_build_info{version}): the build context has no
+# .git, so it is stamped here. VERSION from the environment wins.
+args+=(--build-arg "VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}")
 if [[ -n $goproxy ]]; then
 	args+=(--build-arg "GOPROXY=$goproxy")
 fi

@@ -38,13 +38,16 @@ if ! info=$(pm info 2>&1); then
 fi
 
 start=$SECONDS
+# TestImage checks the binary reports the version the build stamped.
+VERSION=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
+export VERSION
 IMAGE_BUILDER=podman LOCAL_BASES=1 "$here/image-build.sh" deploy/docker/Dockerfile "$image"
 echo "image-test: built $image in $((SECONDS - start)) s" >&2
 if [[ -n ${IMAGE_TEST_BUILD_ONLY:-} ]]; then
 	exit 0
 fi
 
-SCORER_IMAGE=$image go test -count=1 -timeout 10m -run '^TestImage$' -v ./deploy
+SCORER_IMAGE=$image SCORER_IMAGE_VERSION=$VERSION go test -count=1 -timeout 10m -run '^TestImage$' -v ./deploy
 
 "$here/image-cuda-check.sh"
 echo "image-test: done in $((SECONDS - start)) s" >&2

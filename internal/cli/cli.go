@@ -44,9 +44,19 @@ func ExitCode(err error) int {
 	return 1
 }
 
-// Version is the VCS revision (12 hex digits) or module version the binary
-// was built from; "unknown" without build information.
+// version is stamped by image and bundle builds (-ldflags "-X
+// github.com/scorer/scorer/internal/cli.version=..."): they build from a
+// copy without .git, where the build information holds no revision and the
+// module version reads "(devel)".
+var version string
+
+// Version is the version stamped at build time, else the VCS revision (12
+// hex digits) or module version the binary was built from; "unknown"
+// without build information.
 func Version() string {
+	if version != "" {
+		return version
+	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "unknown"
