@@ -39,6 +39,11 @@ type LoadOptions struct {
 	// the single onnx/model*.onnx (exports often ship several quantisations
 	// there, so more than one is an error that lists them).
 	ONNXFile string
+	// Name is the model's name in results and metrics. Empty means
+	// config.json's _name_or_path when it is a Hugging Face Hub id
+	// (owner/name), else Dir's base name: deployments mount every model at
+	// one path (/models), where the folder names nothing.
+	Name string
 	// EntailmentIndex overrides the class found from id2label, for models
 	// whose labels are LABEL_0… or otherwise unnamed.
 	EntailmentIndex *int
@@ -71,7 +76,8 @@ type LoadOptions struct {
 // description. It holds no ORT session; NewSession makes one per device, so a
 // Model can be shared freely and is read-only after Load.
 type Model struct {
-	// Name is the model folder's base name, reported with every result.
+	// Name is reported with every result: LoadOptions.Name, else a Hub id
+	// in config.json's _name_or_path, else the folder's base name.
 	Name string
 	// Dir is the model folder.
 	Dir string
@@ -311,6 +317,11 @@ func loadGraph(opts LoadOptions) (*Model, modelConfig, error) {
 		return nil, modelConfig{}, err
 	}
 	m.ID2Label, m.eosHead = cfg.labels, cfg.eosHead
+	if opts.Name != "" {
+		m.Name = opts.Name
+	} else if hubID(cfg.nameOrPath) {
+		m.Name = cfg.nameOrPath
+	}
 	if err := m.pickIndices(opts, mode); err != nil {
 		return nil, modelConfig{}, err
 	}

@@ -18,6 +18,7 @@ type modelConfig struct {
 	maxPositions int   // 0 when absent
 	heads        int   // num_attention_heads, 0 when absent
 	eosHead      int32 // eosHeadID: the eos id a BART-style head reads, else -1
+	nameOrPath   string // _name_or_path: what save_pretrained was loaded from
 	// raw is the file's bytes as parsed: the version covers them
 	// (versionPrefix).
 	raw []byte
@@ -34,6 +35,7 @@ func readConfig(path string) (modelConfig, error) {
 		NumAttentionHeads     int               `json:"num_attention_heads"`
 		Architectures         []string          `json:"architectures"`
 		EOSTokenID            *int              `json:"eos_token_id"`
+		NameOrPath            string            `json:"_name_or_path"`
 	}
 	if err := json.Unmarshal(data, &raw); err != nil {
 		return modelConfig{}, fmt.Errorf("model: parsing %s: %w", path, err)
@@ -46,7 +48,7 @@ func readConfig(path string) (modelConfig, error) {
 	if err != nil {
 		return modelConfig{}, fmt.Errorf("model: %s: %w", path, err)
 	}
-	return modelConfig{labels: labels, maxPositions: raw.MaxPositionEmbeddings, heads: raw.NumAttentionHeads, eosHead: eos, raw: data}, nil
+	return modelConfig{labels: labels, maxPositions: raw.MaxPositionEmbeddings, heads: raw.NumAttentionHeads, eosHead: eos, nameOrPath: raw.NameOrPath, raw: data}, nil
 }
 
 // labelsFromID2Label turns config.json's string-keyed id2label into a slice,
@@ -175,4 +177,24 @@ func pickMaxLength(requested, tokMax, maxPositions int) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// hubID reports whether s has the shape of a Hugging Face Hub model id,
+// owner/name, rather than a local folder the model was saved from (absolute,
+// ./ or ../, ~, or deeper): only an id names the model to its users.
+func hubID(s string) bool {
+	owner, name, ok := strings.Cut(s, "/")
+	return ok && hubIDPart(owner) && hubIDPart(name) && owner != "." && owner != ".." && owner != "~"
+}
+
+func hubIDPart(s string) bool {
+	if s == "" || len(s) > 96 || s[0] == '.' || s[0] == '-' {
+		return false
+	}
+	for _, r := range s {
+		if !(r == '-' || r == '_' || r == '.' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return false
+		}
+	}
+	return true
 }

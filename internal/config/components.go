@@ -154,7 +154,7 @@ func (c *Config) PoolOptions(h Host) ([]gpupool.Option, error) {
 	return opts, nil
 }
 
-// ModelOptions is how the model is loaded: MODEL_DIR resolved, MODEL_FILE,
+// ModelOptions is how the model is loaded: MODEL_DIR resolved, MODEL_FILE, MODEL_NAME,
 // SCORE_MODE, ENTAILMENT_INDEX, CONTRADICTION_INDEX, PAIR_ENCODING, PAIR_SEPARATOR and
 // REL_ATTENTION_REWRITE.
 func (c *Config) ModelOptions() (model.LoadOptions, error) {
@@ -170,7 +170,7 @@ func (c *Config) ModelOptions() (model.LoadOptions, error) {
 	if err != nil {
 		return model.LoadOptions{}, err
 	}
-	lo := model.LoadOptions{Dir: dir, ONNXFile: c.ModelFile, ScoreMode: mode, PairEncoding: enc, PairSeparator: c.PairSeparator,
+	lo := model.LoadOptions{Dir: dir, ONNXFile: c.ModelFile, Name: c.ModelName, ScoreMode: mode, PairEncoding: enc, PairSeparator: c.PairSeparator,
 		KeepRelativeAttention: !c.RelAttnRewrite, AttentionRewrites: c.AttentionRewrites}
 	if c.EntailmentIndex >= 0 {
 		idx := c.EntailmentIndex

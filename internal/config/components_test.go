@@ -324,3 +324,21 @@ func TestContradictionIndexSetting(t *testing.T) {
 		t.Errorf("CONTRADICTION_INDEX=-2: %v; want an error naming CONTRADICTION_INDEX", err)
 	}
 }
+
+// TestModelNameSetting: MODEL_NAME reaches the load options (the model
+// package's TestModelName checks what Load makes of it and of its absence).
+func TestModelNameSetting(t *testing.T) {
+	for _, env := range []string{"", "consumer-weakness-v3"} {
+		cfg, err := parseConfig(t, map[string]string{"MODEL_DIR": t.TempDir(), "MODEL_NAME": env})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lo, err := cfg.ModelOptions()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lo.Name != env {
+			t.Errorf("MODEL_NAME=%q: load options' Name %q", env, lo.Name)
+		}
+	}
+}
