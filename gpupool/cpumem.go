@@ -30,9 +30,12 @@ type CPUMemoryConfig struct {
 	Limit uint64
 	// Reserve is what the process needs besides the engine and its batches
 	// (score cache, input in flight, the Go heap); it is set aside from
-	// Limit together with the resident memory measured once the CPU engine
-	// is open (weights, ONNX Runtime). The rest is split evenly between the
-	// CPU workers, which run at once.
+	// Limit together with the baseline measured once the CPU engine is open:
+	// the resident memory (weights, ONNX Runtime) and what the process has
+	// mapped from data files and not read yet (weights ONNX Runtime maps,
+	// which count once runs read them: the embedding table's rows, and
+	// every prepacked weight of a session from GRAPH_CACHE). The rest is
+	// split evenly between the CPU workers, which run at once.
 	Reserve uint64
 	// BatchBytes caps one batch's modelled memory. 0 means what
 	// MaxBatchRows pairs of RefLen tokens need: a batch of long pairs then
@@ -94,8 +97,24 @@ type cpuBudget struct {
 	// room is the most modelled memory one batch may take.
 	room float64
 	// baseline is the resident memory once the engine was open and
-	// calibrated.
+	// calibrated, unread mapped weights included.
 	baseline uint64
+	// unread is the part of baseline mapped from data files and not yet
+	// resident (mappedReader).
+	unread uint64
+}
+
+// mappedReader is a processMemory that also reads the bytes this process
+// has mapped from data files and not read yet (procSelf: /proc/self/smaps).
+// A session maps its large weights and reads them only as runs touch them,
+// so the resident size alone depends on what ran before it was read: a
+// start that measured has read them, a start that took a kept fit (or a
+// session from GRAPH_CACHE, whose prepacked weights are all mapped) has
+// not, and a budget from its resident size alone gives each worker the
+// weights' memory too (1.3 GB on the production stand-in: 0.13-0.16 GB
+// resident at /readyz from the graph cache, 1.42 GB without it).
+type mappedReader interface {
+	mappedUnread() (uint64, error)
 }
 
 // defaultCPUShapes is one row at 32, 64, 128, 256 and 512 tokens and at
@@ -174,6 +193,12 @@ func (p *Pool) calibrateCPU(ctx context.Context, eng Engine, mem processMemory, 
 		return MemoryModel{}, nil, fmt.Errorf("gpupool: cpu: cannot measure memory: %w", err)
 	}
 	bud := &cpuBudget{baseline: rss}
+	if m, ok := mem.(mappedReader); ok {
+		if bud.unread, err = m.mappedUnread(); err != nil {
+			p.log.Warn().Err(err).Msg("gpupool: cpu: cannot read the process's mappings; the memory budget counts resident weights only, and weights read later take from the batches' share")
+		}
+		bud.baseline += bud.unread
+	}
 	batchCap := float64(c.BatchBytes)
 	if batchCap == 0 {
 		batchCap = est.Bytes(p.cfg.maxBatchRows, refLen)
@@ -181,13 +206,13 @@ func (p *Pool) calibrateCPU(ctx context.Context, eng Engine, mem processMemory, 
 	bud.room = batchCap
 	share := math.Inf(1)
 	if c.Limit > 0 {
-		share = (float64(c.Limit) - float64(rss) - float64(c.Reserve)) / float64(max(workers, 1))
+		share = (float64(c.Limit) - float64(bud.baseline) - float64(c.Reserve)) / float64(max(workers, 1))
 		bud.room = min(bud.room, share)
 	}
 	est.BudgetBytes, est.BaselineBytes = bud.room, bud.baseline
 	if est.MaxRows(maxLen, bud.room) < 1 {
 		ev := func(e *zerolog.Event) *zerolog.Event {
-			e = e.Uint64("limit_bytes", c.Limit).Uint64("baseline_bytes", rss).Uint64("reserve_bytes", c.Reserve).
+			e = e.Uint64("limit_bytes", c.Limit).Uint64("baseline_bytes", bud.baseline).Uint64("mapped_unread_bytes", bud.unread).Uint64("reserve_bytes", c.Reserve).
 				Int("workers", workers).Float64("batch_cap_bytes", batchCap).Int("max_len", maxLen).
 				Float64("one_pair_bytes", est.Bytes(1, maxLen))
 			if c.Limit > 0 {

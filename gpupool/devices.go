@@ -112,7 +112,7 @@ func (p *Pool) openCPU(ctx context.Context, fallback bool) error {
 		if bud != nil {
 			p.log.Info().Float64("estimate_base_bytes", est.Base).Float64("estimate_bytes_per_token", est.PerToken).
 				Float64("estimate_bytes_per_token_len", est.PerTokenLen).Uint64("limit_bytes", p.cfg.cpuMem.Limit).
-				Uint64("baseline_bytes", bud.baseline).Uint64("reserve_bytes", p.cfg.cpuMem.Reserve).
+				Uint64("baseline_bytes", bud.baseline).Uint64("mapped_unread_bytes", bud.unread).Uint64("reserve_bytes", p.cfg.cpuMem.Reserve).
 				Int("workers", p.workersFor(dev)).Float64("batch_bytes", bud.room).Dur("took", time.Since(t0)).
 				Msg("gpupool: cpu: memory calibrated; batches are cut to batch_bytes each")
 		}
