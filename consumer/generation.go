@@ -110,36 +110,18 @@ func (c *Consumer) manage(ctx, gctx context.Context, m *genManager) {
 	defer tick.Stop()
 	// Periodic commits run in the background, one at a time, so that a slow
 	// commit never delays noticing the generation's end or the shutdown.
-	committing := closedChan()
-	// again is the running commit while a request for an early commit
-	// waits for it to end (nil: none waits).
-	var again <-chan struct{}
+	turns := newCommitTurns()
+	start := func() <-chan struct{} { return c.commitAsync(gen, g, false) }
 loop:
 	for {
 		select {
 		case <-tick.C:
 			c.observePartitions(g)
-			select {
-			case <-committing:
-				committing, again = c.commitAsync(gen, g, false), nil
-			default: // the previous commit is still running
-			}
+			turns.tick(start)
 		case <-g.commitNow:
-			select {
-			case <-committing:
-				committing = c.commitAsync(gen, g, false)
-			default:
-				// The running commit read the watermarks when it
-				// started, maybe before the records the request is
-				// about were acknowledged: another follows it. Left to
-				// the tick, the partition that asked would stay paused
-				// with nothing in flight for up to COMMIT_INTERVAL,
-				// which may well be long: these requests are what keep
-				// a paused partition's commits prompt.
-				again = committing
-			}
-		case <-again:
-			committing, again = c.commitAsync(gen, g, false), nil
+			turns.request(start)
+		case <-turns.again:
+			turns.follow(start)
 		case <-gctx.Done():
 			break loop
 		case <-ctx.Done():
@@ -179,7 +161,7 @@ loop:
 	// alone would let them overrun SHUTDOWN_TIMEOUT.
 	budget := c.cfg.rebalanceCommitBudget()
 	if why == "rebalance" && !g.revoked.Load() {
-		if !c.commitBy(ctx, m, &committing, true, time.Now().Add(budget), c.drainLimit) {
+		if !c.commitBy(ctx, m, &turns.running, true, time.Now().Add(budget), c.drainLimit) {
 			c.log.Warn().Int32("generation", g.id).Dur("budget", budget).Msg("commit at the rebalance did not answer in time; draining without it")
 		}
 	}
@@ -202,11 +184,11 @@ loop:
 	g.revoke()
 	switch why {
 	case "shutdown":
-		if !c.commitBy(ctx, m, &committing, false, m.stop.mark().Add(c.cfg.ShutdownTimeout), c.cfg.ShutdownTimeout) {
+		if !c.commitBy(ctx, m, &turns.running, false, m.stop.mark().Add(c.cfg.ShutdownTimeout), c.cfg.ShutdownTimeout) {
 			c.log.Warn().Int32("generation", g.id).Msg("final commit did not finish by the shutdown deadline")
 		}
 	case "rebalance":
-		if !c.commitBy(ctx, m, &committing, false, time.Now().Add(budget), c.cfg.ShutdownTimeout) {
+		if !c.commitBy(ctx, m, &turns.running, false, time.Now().Add(budget), c.cfg.ShutdownTimeout) {
 			c.log.Warn().Int32("generation", g.id).Dur("budget", budget).Msg("final commit did not finish within the rebalance's commit budget or by the shutdown deadline")
 		}
 	}
@@ -312,6 +294,61 @@ func waitBy(ctx context.Context, stop *stopClock, ch <-chan struct{}, deadline t
 			}
 		}
 	}
+}
+
+// commitTurns runs a generation's offset commits one at a time, each
+// reading the watermarks when it starts: commitOffsets' rule and lostTo rely
+// on it (after a rewind between two reads, an older, higher offset reaching
+// the broker last would skip the rewound records for the next owner).
+// Only the manager's loop uses it.
+type commitTurns struct {
+	// running is closed when the last commit started has ended.
+	running <-chan struct{}
+	// again is running while a request for an early commit waits for it
+	// to end (nil: none waits); the loop calls follow when it fires.
+	again <-chan struct{}
+}
+
+func newCommitTurns() commitTurns { return commitTurns{running: closedChan()} }
+
+func (t *commitTurns) idle() bool {
+	select {
+	case <-t.running:
+		return true
+	default:
+		return false
+	}
+}
+
+// tick starts a periodic commit unless one is running; a request waiting
+// for the running one is answered by the next.
+func (t *commitTurns) tick(start func() <-chan struct{}) {
+	if t.idle() {
+		t.running, t.again = start(), nil
+	}
+}
+
+// request starts an early commit now or, while one runs, right after it:
+// the running commit read the watermarks when it started, maybe before the
+// records the request is about were acknowledged. Left to the tick, the
+// partition that asked would stay paused with nothing in flight for up to
+// COMMIT_INTERVAL, which may well be long: these requests are what keep a
+// paused partition's commits prompt. A commit started here also answers a
+// request still waiting: it reads the watermarks after the commit that one
+// waited for ended, and a follow beside it would be a second commit in
+// flight.
+func (t *commitTurns) request(start func() <-chan struct{}) {
+	if t.idle() {
+		t.running, t.again = start(), nil
+		return
+	}
+	t.again = t.running
+}
+
+// follow starts the commit a request left waiting, once again has fired
+// (the commit it waited for has ended).
+func (t *commitTurns) follow(start func() <-chan struct{}) {
+	t.running, t.again = start(), nil
 }
 
 // closedChan returns a closed channel: "nothing running".
