@@ -40,6 +40,13 @@ func (c *Consumer) fetchOptions(partition int, offset int64) []kgo.Opt {
 	return append(c.cfg.kgoConnOpts(),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{c.cfg.Topic: {int32(partition): at}}),
 		kgo.FetchIsolationLevel(isolation),
+		// OFFSET_OUT_OF_RANGE comes back to fetch, which places the read
+		// position exactly (see resumePoint). franz-go's own reset lists
+		// the log start when the cursor has consumed nothing yet (a
+		// truncated idle partition read again whole, silently) and a
+		// record timestamp otherwise, which producer-set CreateTime can put
+		// past the lost offsets.
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
 		kgo.FetchMinBytes(1),
 		kgo.FetchMaxBytes(maxBytes),
 		kgo.FetchMaxPartitionBytes(maxBytes),
@@ -100,7 +107,7 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 		if ctx.Err() != nil || fs.IsClientClosed() {
 			return
 		}
-		failed, unknownID := false, false
+		failed, unknownID, outOfRange := false, false, false
 		fs.EachError(func(_ string, _ int32, err error) {
 			var lost *kgo.ErrDataLoss
 			if errors.As(err, &lost) {
@@ -108,6 +115,7 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 				c.lostTo(ps, lost)
 				return
 			}
+			outOfRange = outOfRange || errors.Is(err, kerr.OffsetOutOfRange)
 			unknownID = unknownID || errors.Is(err, kerr.UnknownTopicID)
 			failed = true
 			c.m.fetchErrors.WithLabelValues(c.cfg.Topic, partLabel).Inc()
@@ -149,6 +157,26 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 				continue
 			}
 		}
+		if outOfRange {
+			// Under NoResetOffset the client keeps the partition failed:
+			// a new one reads on from the exact point.
+			to, err := c.resumePoint(ctx, ps, next)
+			if err != nil {
+				c.log.Warn().Err(err).Int("partition", ps.partition).Int64("offset", next).
+					Msg("read position out of the partition's log, and the log's range could not be read; retrying")
+				if !backoff.Wait(ctx) {
+					return
+				}
+			}
+			c.closeClient(ps, cl)
+			if cl, err = kgo.NewClient(c.fetchOptions(ps.partition, to)...); err != nil {
+				c.log.Error().Err(err).Int("partition", ps.partition).Msg("fetch client")
+				<-ctx.Done()
+				return
+			}
+			next = max(to, -1)
+			continue
+		}
 		if failed {
 			if !backoff.Wait(ctx) {
 				return
@@ -157,6 +185,42 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 		}
 		backoff.Reset()
 	}
+}
+
+// resumePoint is where to read the partition on after its leader answered
+// OFFSET_OUT_OF_RANGE at next (-1: the client's first position, a log
+// start or end it resolved itself). The point is exact, never a time guess:
+// below the log start (retention deleted records not yet read) the start;
+// past the log end (an unclean leader election cut the log back under a
+// reader of the same topic; a re-created one is told by its topic ID) the
+// end, whatever StartOffset says: the log start would score again every
+// record below the cut, all scored before. Records written at the cut
+// before the end was read here are skipped; without the leader epoch of the
+// committed offset (kafka-go commits none) no reader can place the cut
+// itself. Inside the log (an answer from a replica behind) next stands. A
+// moved position is counted as an offset reset and committed at once (see
+// resetTo). On an error next is returned with it.
+func (c *Consumer) resumePoint(ctx context.Context, ps *partState, next int64) (int64, error) {
+	if next < 0 {
+		return c.cfg.StartOffset, nil
+	}
+	first, last, err := c.logRange(ctx, ps)
+	if err != nil {
+		return next, err
+	}
+	to := next
+	switch {
+	case next < first:
+		to = first
+		c.offsetReset(ps, fmt.Sprintf("offsets %d to %d were deleted before they were read; reading on from the log start %d", next, first-1, first))
+	case next > last:
+		to = last
+		c.offsetReset(ps, fmt.Sprintf("the log was cut back to %d under the read position %d (an unclean leader election); reading on from its end %d", last, next, last))
+	default:
+		return next, nil
+	}
+	c.resetTo(ps, to)
+	return to, nil
 }
 
 // lostTo rewinds the partition's watermark to where franz-go resumed after
@@ -181,15 +245,21 @@ func (c *Consumer) fetch(ctx context.Context, g *genState, ps *partState, offset
 // in flight with the old offset is followed by one with the new. Old
 // records still in flight resolve to the reset point at most (see
 // Watermark.Rewind), so the commit cannot move past the new records before
-// they are scored. When nothing was resolved in this generation yet, the
-// watermark has no offset to commit: the commit follows once the old
-// records in flight resolve (to the reset point), or with the first new
-// record.
+// they are scored. With nothing in flight the reset point is committable at
+// once (Watermark.ResetTo), even when nothing was resolved in this
+// generation; otherwise the commit follows once the old records in flight
+// resolve (to the reset point).
 func (c *Consumer) lostTo(ps *partState, lost *kgo.ErrDataLoss) {
 	if lost.Topic != c.cfg.Topic || int(lost.Partition) != ps.partition || lost.ResetTo < 0 {
 		return
 	}
-	ps.wm.Rewind(lost.ResetTo)
+	c.resetTo(ps, lost.ResetTo)
+}
+
+// resetTo moves the partition's watermark to a reset read position (see
+// Watermark.ResetTo) and asks for it to be committed now, as lostTo says why.
+func (c *Consumer) resetTo(ps *partState, offset int64) {
+	ps.wm.ResetTo(offset)
 	if next, ok := ps.wm.Committable(); ok && next != ps.committed.Load() {
 		select {
 		case ps.commitNow <- struct{}{}:

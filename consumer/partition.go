@@ -129,22 +129,7 @@ func (c *Consumer) checkOffset(ctx context.Context, ps *partState, offset int64)
 	if offset < 0 { // FirstOffset or LastOffset: kafka-go resolves them
 		return offset
 	}
-	ctx, cancel := context.WithTimeout(ctx, offsetCheckTimeout)
-	defer cancel()
-	// Any bootstrap broker finds the leader; a dead one is skipped.
-	var conn *kafka.Conn
-	var err error
-	for _, b := range c.cfg.Brokers {
-		if conn, err = c.cfg.kafkaDialer().DialLeader(ctx, "tcp", b, c.cfg.Topic, ps.partition); err == nil || ctx.Err() != nil {
-			break
-		}
-	}
-	if err != nil {
-		c.log.Warn().Err(err).Int("partition", ps.partition).Msg("could not check the committed offset against the log; reading from it")
-		return offset
-	}
-	defer conn.Close()
-	first, last, err := conn.ReadOffsets()
+	first, last, err := c.logRange(ctx, ps)
 	if err != nil {
 		c.log.Warn().Err(err).Int("partition", ps.partition).Msg("could not check the committed offset against the log; reading from it")
 		return offset
@@ -166,6 +151,25 @@ func (c *Consumer) checkOffset(ctx context.Context, ps *partState, offset int64)
 		ps.committed.Store(-1)
 	}
 	return to
+}
+
+// logRange reads the partition's log start and end from its leader, within
+// offsetCheckTimeout.
+func (c *Consumer) logRange(ctx context.Context, ps *partState) (first, last int64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, offsetCheckTimeout)
+	defer cancel()
+	// Any bootstrap broker finds the leader; a dead one is skipped.
+	var conn *kafka.Conn
+	for _, b := range c.cfg.Brokers {
+		if conn, err = c.cfg.kafkaDialer().DialLeader(ctx, "tcp", b, c.cfg.Topic, ps.partition); err == nil || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	defer conn.Close()
+	return conn.ReadOffsets()
 }
 
 // spanPoll is how often a paused fetcher checks whether acknowledgements

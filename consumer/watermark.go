@@ -162,3 +162,17 @@ func (w *Watermark) Rewind(offset int64) {
 		w.last = min(w.last, offset-1)
 	}
 }
+
+// ResetTo is Rewind to offset for a read position reset there (the log cut
+// back below it, or retention past it), and, with nothing in flight, makes
+// offset committable at once: the partition may be idle, and with nothing
+// tracked or resolved in this generation there would be no offset to commit
+// until a record arrives, the old position staying committed meanwhile.
+func (w *Watermark) ResetTo(offset int64) {
+	w.Rewind(offset)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.entries) == 0 {
+		w.next, w.advanced = offset, true
+	}
+}
