@@ -15,9 +15,9 @@ import (
 // modelConfig is the part of config.json Load needs.
 type modelConfig struct {
 	labels       []string
-	maxPositions int   // 0 when absent
-	heads        int   // num_attention_heads, 0 when absent
-	eosHead      int32 // eosHeadID: the eos id a BART-style head reads, else -1
+	maxPositions int    // 0 when absent
+	heads        int    // num_attention_heads, 0 when absent
+	eosHead      int32  // eosHeadID: the eos id a BART-style head reads, else -1
 	nameOrPath   string // _name_or_path: what save_pretrained was loaded from
 	// raw is the file's bytes as parsed: the version covers them
 	// (versionPrefix).
