@@ -31,8 +31,18 @@ func TestClusterLeaderKillAndRejoin(t *testing.T) {
 	if err != nil || kerr.ErrorForCode(resp.Topics[0].ErrorCode) != nil {
 		t.Fatalf("creating t: %v %v", err, resp)
 	}
-	if got := Replicas(t, c.Bootstrap(), "t"); len(got) != 1 || got[0] != 3 {
-		t.Fatalf("replicas of t: %v, want [3]", got)
+	// A broker other than the controller learns of the topic a moment
+	// later (on a loaded machine, seconds): its metadata lists no
+	// partitions until then.
+	for {
+		got := Replicas(t, c.Bootstrap(), "t")
+		if len(got) == 1 && got[0] == 3 {
+			break
+		}
+		if len(got) != 0 || ctx.Err() != nil {
+			t.Fatalf("replicas of t: %v, want [3]", got)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 	produce := func(v string) {
 		t.Helper()
