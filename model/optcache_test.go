@@ -84,6 +84,22 @@ func maxLogitDiff(t *testing.T, a, b *Session, pairs []Pair) float64 {
 }
 
 // buildCache writes s's graph cache entry or fails the test.
+// rebuiltAfterRefusal checks what follows an entry the cache refused: s,
+// the session that refused it, scores as plain does, a build writes the
+// entry again where it was, and the next session loads it.
+func rebuiltAfterRefusal(t *testing.T, m *Model, dir, entry string, plain, s *Session, pairs []Pair) {
+	t.Helper()
+	if d := maxLogitDiff(t, plain, s, pairs); d > 1e-6 {
+		t.Errorf("session after the refused entry differs from the plain one by %g", d)
+	}
+	if again := buildCache(t, s); again != entry {
+		t.Fatalf("rebuilt at %s, want %s", again, entry)
+	}
+	if r := cacheSession(t, m, dir).GraphCache(); !r.Hit() {
+		t.Errorf("session after the rebuild: %+v, want loaded from the cache", r)
+	}
+}
+
 func buildCache(t *testing.T, s *Session) string {
 	t.Helper()
 	entry, err := s.BuildGraphCache(context.Background())
@@ -181,15 +197,7 @@ func TestGraphCacheRefusesDamagedEntries(t *testing.T) {
 			if r := s.GraphCache(); r.Hit() || !strings.Contains(r.Miss, tc.miss) {
 				t.Fatalf("session on the damaged entry: %+v, want a miss saying %q", r, tc.miss)
 			}
-			if d := maxLogitDiff(t, plain, s, pairs); d > 1e-6 {
-				t.Errorf("session after the refused entry differs from the plain one by %g", d)
-			}
-			if again := buildCache(t, s); again != entry {
-				t.Fatalf("rebuilt at %s, want %s", again, entry)
-			}
-			if r := cacheSession(t, m, dir).GraphCache(); !r.Hit() {
-				t.Errorf("session after the rebuild: %+v, want loaded from the cache", r)
-			}
+			rebuiltAfterRefusal(t, m, dir, entry, plain, s, pairs)
 		})
 	}
 }
@@ -530,15 +538,7 @@ func TestGraphCacheRefusesEntriesOthersCanWrite(t *testing.T) {
 			if r := s.GraphCache(); r.Hit() || !strings.Contains(r.Miss, tc.miss) || strings.HasPrefix(r.Miss, "unreadable") {
 				t.Fatalf("session on the altered entry: %+v, want a miss saying %q", r, tc.miss)
 			}
-			if d := maxLogitDiff(t, plain, s, pairs); d > 1e-6 {
-				t.Errorf("session after the refused entry differs from the plain one by %g", d)
-			}
-			if again := buildCache(t, s); again != entry {
-				t.Fatalf("rebuilt at %s, want %s", again, entry)
-			}
-			if r := cacheSession(t, m, dir).GraphCache(); !r.Hit() {
-				t.Errorf("session after the rebuild: %+v, want loaded from the cache", r)
-			}
+			rebuiltAfterRefusal(t, m, dir, entry, plain, s, pairs)
 		})
 	}
 }
