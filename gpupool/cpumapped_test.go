@@ -38,17 +38,8 @@ func TestCPUBaselineCountsMappedWeights(t *testing.T) {
 	start := func(t *testing.T) (DeviceStats, int) {
 		t.Helper()
 		mem := &mappedMemory{fakeMemory: &fakeMemory{rss: rest, cost: debertaCPU}, unread: weights}
-		fake := &fakeEngine{maxLength: 512, onRun: mem.run}
-		eng := keyedEngine{fakeEngine: fake, key: "model=a ort=1.30.0 intra_op=1"}
-		p, err := New(testCtx(t), func(Device) (Engine, error) { return eng, nil }, Mode(ModeCPU), CPUWorkers(2),
-			MaxBatchRows(16), MaxBatchTokens(16384), withProcessMemory(mem), CPUMemory(mc))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = p.Close(testCtx(t)) })
-		fake.mu.Lock()
-		defer fake.mu.Unlock()
-		return p.Stats().Devices[0], fake.calls
+		fake := &fakeEngine{}
+		return startCPUPoolOn(t, keyedEngine{fakeEngine: fake, key: "model=a ort=1.30.0 intra_op=1"}, fake, mem, mem.run, mc)
 	}
 	cold, runs := start(t)
 	if runs == 0 {

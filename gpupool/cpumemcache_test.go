@@ -139,8 +139,15 @@ func TestCPUMemoryCachedOnly(t *testing.T) {
 func startCPUCalibration(t *testing.T, eng Engine, fake *fakeEngine, rss uint64, mc CPUMemoryConfig) (DeviceStats, int) {
 	t.Helper()
 	mem := &fakeMemory{rss: rss, cost: debertaCPU}
+	return startCPUPoolOn(t, eng, fake, mem, mem.run, mc)
+}
+
+// startCPUPoolOn is startCPUCalibration over any process memory, run
+// being what each batch does to it.
+func startCPUPoolOn(t *testing.T, eng Engine, fake *fakeEngine, mem processMemory, run func(rows, maxLen int), mc CPUMemoryConfig) (DeviceStats, int) {
+	t.Helper()
 	fake.maxLength = 512
-	fake.onRun = func(rows, maxLen int) { mem.run(rows, maxLen) }
+	fake.onRun = run
 	p, err := New(testCtx(t), func(Device) (Engine, error) { return eng, nil }, Mode(ModeCPU), CPUWorkers(2), MaxBatchRows(16),
 		MaxBatchTokens(16384), withProcessMemory(mem), CPUMemory(mc))
 	if err != nil {
